@@ -1,0 +1,6 @@
+"""nsqpy: a drop-in NSQ daemon (nsqd) in Python on asyncio + uvloop."""
+
+from .options import NSQ_VERSION, NSQPY_VERSION
+
+__all__ = ["NSQ_VERSION", "NSQPY_VERSION"]
+__version__ = NSQPY_VERSION

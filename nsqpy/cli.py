@@ -1,0 +1,286 @@
+# nsqpy-d: the command line, logging, signals and lifecycle.
+#
+# Strategy: nsqd's flags with nsqd's names, defaults and Go flag syntax (``-flag value``,
+# ``-flag=value``, ``--flag value``, ``--flag=value``, bare booleans and ``-bool=false``), parsed
+# by click after a small rewrite of Go-only spellings. An nsqd flag whose feature nsqpy-d does not
+# have yet stops the start with a message naming it, never silently ignored. Log lines keep
+# nsqd's shape on stderr: ``[nsqd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on ...``.
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import click
+
+from .options import NSQ_VERSION, NSQPY_VERSION, Options, parse_go_duration_ms
+
+# nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
+UNIMPLEMENTED_FLAGS = frozenset(
+    """config lookupd-tcp-address auth-http-address auth-http-request-method
+    topology-region topology-zone max-bytes-per-file sync-every sync-timeout
+    statsd-address statsd-interval statsd-mem-stats statsd-prefix statsd-udp-packet-size
+    statsd-exclude-ephemeral e2e-processing-latency-percentile
+    e2e-processing-latency-window-time tls-cert tls-key tls-client-auth-policy
+    tls-root-ca-file tls-required tls-min-version enable-experiment""".split()
+)
+
+BOOL_FLAGS = frozenset(("version", "verbose", "deflate", "snappy", "worker-id"))
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "fatal": logging.CRITICAL,
+}
+_LEVEL_NAMES = {
+    logging.DEBUG: "DEBUG",
+    logging.INFO: "INFO",
+    logging.WARNING: "WARNING",
+    logging.ERROR: "ERROR",
+    logging.CRITICAL: "FATAL",
+}
+
+
+class _NsqdFormatter(logging.Formatter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        import time
+
+        t = time.localtime(record.created)
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", t) + f".{int(record.created % 1 * 1e6):06d}"
+        level = _LEVEL_NAMES.get(record.levelno, record.levelname)
+        return f"{self.prefix}{stamp} {level}: {record.getMessage()}"
+
+
+def setup_logging(prefix: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_NsqdFormatter(prefix))
+    log = logging.getLogger("nsqpy")
+    log.handlers[:] = [handler]
+    log.setLevel(_LEVELS[level.lower()])
+    log.propagate = False
+
+
+def normalize_go_flags(argv: list[str]) -> list[str]:
+    """Rewrite Go flag spellings into click's: ``-name`` -> ``--name``, ``--bool=false`` ->
+    ``--no-bool``, ``--bool=true`` -> ``--bool``. Raises click.UsageError for an nsqd flag that
+    is not implemented or a bad boolean value."""
+    out = []
+    for i, arg in enumerate(argv):
+        if arg == "--" or arg == "-":
+            out.extend(argv[i:])
+            break
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2:
+            arg = "-" + arg
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if name in UNIMPLEMENTED_FLAGS:
+                raise click.UsageError(
+                    f"flag --{name} is an nsqd flag that nsqpy-d does not implement yet"
+                )
+            if name in BOOL_FLAGS and eq:
+                if value in _GO_TRUE:
+                    arg = f"--{name}"
+                elif value in _GO_FALSE:
+                    arg = f"--no-{name}"
+                else:
+                    raise click.UsageError(
+                        f'invalid boolean value "{value}" for -{name}: parse error'
+                    )
+        out.append(arg)
+    return out
+
+
+class GoDuration(click.ParamType):
+    """A Go duration ("60s", "1m30s", "250ms") as whole milliseconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_go_duration_ms(str(value))
+        except ValueError:
+            self.fail(f'invalid value "{value}" for flag -{param.name.replace("_", "-")}: '
+                      "parse error", param, ctx)
+
+
+DURATION = GoDuration()
+_D = Options()
+
+
+def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
+    return click.option(f"--{name}", type=typ, default=default, show_default=True, help=help)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, help="print version string")
+@_opt("log-level", click.Choice(sorted(_LEVELS), case_sensitive=False), "info",
+      "set log verbosity: debug, info, warn, error, or fatal")
+@_opt("log-prefix", str, "[nsqd] ", "log message prefix")
+@click.option("--verbose/--no-verbose", default=False, help="[deprecated] has no effect")
+@click.option("--node-id", type=int, default=None,
+              help="unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)")
+@_opt("tcp-address", str, _D.tcp_address, "<addr>:<port> to listen on for TCP clients")
+@_opt("http-address", str, _D.http_address, "<addr>:<port> to listen on for HTTP clients")
+@_opt("https-address", str, _D.https_address,
+      "<addr>:<port> to listen on for HTTPS clients (used once TLS is configured)")
+@click.option("--tcp-port", type=int, default=None, help="shorthand: port of --tcp-address")
+@click.option("--http-port", type=int, default=None, help="shorthand: port of --http-address")
+@click.option("--broadcast-address", type=str, default=None,
+              help="address that will be registered with lookupd (defaults to the OS hostname)")
+@_opt("broadcast-tcp-port", int, 0, "TCP port that will be registered with lookupd")
+@_opt("broadcast-http-port", int, 0, "HTTP port that will be registered with lookupd")
+@_opt("http-client-connect-timeout", DURATION, "2s", "timeout for HTTP connect")
+@_opt("http-client-request-timeout", DURATION, "5s", "timeout for HTTP request")
+@_opt("data-path", str, "", "path to store disk-backed messages")
+@_opt("mem-queue-size", int, _D.mem_queue_size,
+      "number of messages to keep in memory (per topic/channel)")
+@_opt("queue-scan-worker-pool-max", int, _D.queue_scan_worker_pool_max,
+      "max concurrency for checking in-flight and deferred message timeouts")
+@_opt("queue-scan-selection-count", int, _D.queue_scan_selection_count,
+      "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts")
+@_opt("msg-timeout", DURATION, "1m0s", "default duration to wait before auto-requeing a message")
+@_opt("max-msg-timeout", DURATION, "15m0s", "maximum duration before a message will timeout")
+@_opt("max-msg-size", int, _D.max_msg_size, "maximum size of a single message in bytes")
+@_opt("max-req-timeout", DURATION, "1h0m0s", "maximum requeuing timeout for a message")
+@_opt("max-body-size", int, _D.max_body_size, "maximum size of a single command body")
+@_opt("max-heartbeat-interval", DURATION, "1m0s",
+      "maximum client configurable duration of time between client heartbeats")
+@_opt("max-rdy-count", int, _D.max_rdy_count, "maximum RDY count for a client")
+@_opt("max-output-buffer-size", int, _D.max_output_buffer_size,
+      "maximum client configurable size (in bytes) for a client output buffer")
+@_opt("max-output-buffer-timeout", DURATION, "30s",
+      "maximum client configurable duration of time between flushing to a client")
+@_opt("min-output-buffer-timeout", DURATION, "25ms",
+      "minimum client configurable duration of time between flushing to a client")
+@_opt("output-buffer-timeout", DURATION, "250ms",
+      "default duration of time between flushing data to clients")
+@_opt("max-channel-consumers", int, 0,
+      "maximum channel consumer connection count per nsqd instance (0 = unlimited)")
+@click.option("--deflate/--no-deflate", default=True,
+              help="enable deflate feature negotiation (client compression)")
+@_opt("max-deflate-level", int, 6, "max deflate compression level a client can negotiate")
+@click.option("--snappy/--no-snappy", default=True,
+              help="enable snappy feature negotiation (client compression)")
+@click.option("--worker-id/--no-worker-id", default=False, hidden=True,
+              help="[deprecated] use --node-id")
+def nsqpy_d(**kw: Any) -> None:
+    """nsqpy-d: a drop-in nsqd (NSQ 1.3) in Python."""
+    if kw["version"]:
+        click.echo(version_string())
+        return
+    opts = options_from_flags(kw)
+    setup_logging(opts.log_prefix, opts.log_level)
+    try:
+        opts.validate()
+    except ValueError as e:
+        logging.getLogger("nsqpy").critical("failed to instantiate nsqd - %s", e)
+        sys.exit(1)
+    if opts.data_path:
+        os.makedirs(opts.data_path, exist_ok=True)
+    run(opts)
+
+
+def version_string() -> str:
+    py = ".".join(str(x) for x in sys.version_info[:3])
+    return f"nsqd v{NSQ_VERSION} (built w/nsqpy{NSQPY_VERSION} python{py})"
+
+
+def _with_port(addr: str, port: int) -> str:
+    host = addr.rpartition(":")[0]
+    return f"{host}:{port}"
+
+
+def options_from_flags(kw: dict[str, Any]) -> Options:
+    o = Options()
+    if kw["node_id"] is not None:
+        o.node_id = kw["node_id"]
+    o.log_level = kw["log_level"].lower()
+    o.log_prefix = kw["log_prefix"]
+    o.tcp_address = kw["tcp_address"]
+    o.http_address = kw["http_address"]
+    o.https_address = kw["https_address"]
+    if kw["tcp_port"] is not None:
+        o.tcp_address = _with_port(o.tcp_address, kw["tcp_port"])
+    if kw["http_port"] is not None:
+        o.http_address = _with_port(o.http_address, kw["http_port"])
+    if kw["broadcast_address"]:
+        o.broadcast_address = kw["broadcast_address"]
+    o.broadcast_tcp_port = kw["broadcast_tcp_port"]
+    o.broadcast_http_port = kw["broadcast_http_port"]
+    o.data_path = kw["data_path"]
+    o.mem_queue_size = kw["mem_queue_size"]
+    o.queue_scan_worker_pool_max = kw["queue_scan_worker_pool_max"]
+    o.queue_scan_selection_count = kw["queue_scan_selection_count"]
+    o.msg_timeout_ms = kw["msg_timeout"]
+    o.max_msg_timeout_ms = kw["max_msg_timeout"]
+    o.max_msg_size = kw["max_msg_size"]
+    o.max_req_timeout_ms = kw["max_req_timeout"]
+    o.max_body_size = kw["max_body_size"]
+    o.max_heartbeat_interval_ms = kw["max_heartbeat_interval"]
+    o.max_rdy_count = kw["max_rdy_count"]
+    o.max_output_buffer_size = kw["max_output_buffer_size"]
+    o.max_output_buffer_timeout_ms = kw["max_output_buffer_timeout"]
+    o.min_output_buffer_timeout_ms = kw["min_output_buffer_timeout"]
+    o.output_buffer_timeout_ms = kw["output_buffer_timeout"]
+    o.max_channel_consumers = kw["max_channel_consumers"]
+    o.deflate = kw["deflate"]
+    o.max_deflate_level = kw["max_deflate_level"]
+    o.snappy = kw["snappy"]
+    return o
+
+
+def run(opts: Options) -> None:
+    """Start nsqd on uvloop and serve until SIGTERM or SIGINT; exits 0 on a clean stop."""
+    import uvloop
+
+    from .nsqd import NSQD
+
+    log = logging.getLogger("nsqpy")
+
+    async def main() -> int:
+        log.info(version_string())
+        log.info("ID: %d", opts.node_id)
+        nsqd = NSQD(opts)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await nsqd.start()
+        except OSError as e:
+            log.critical("failed to start nsqd - %s", e)
+            return 1
+        await stop.wait()
+        log.info("NSQ: received signal, exiting")
+        await nsqd.stop()
+        return 0
+
+    sys.exit(uvloop.run(main()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        args = normalize_go_flags(args)
+    except click.UsageError as e:
+        click.echo(f"nsqpy-d: {e.format_message()}", err=True)
+        sys.exit(2)
+    nsqpy_d.main(args=args, prog_name="nsqpy-d")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+# nsqd's HTTP API on aiohttp.
+#
+# Strategy: glue only. Each handler parses the query the way nsqd does (first value of a key),
+# calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JSON, or empty),
+# errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
+# `X-NSQ-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
+# nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from . import stats, wire
+from .options import NSQ_VERSION
+from .topic import TopicError
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+_NSQ_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+_BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+_LEN = struct.Struct(">i")
+
+
+class NsqHTTPError(Exception):
+    """An nsqd http_api.Err: status code and message text."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+def _error_response(code: int, text: str) -> web.Response:
+    return web.Response(
+        status=code,
+        body=json.dumps({"message": text}, separators=(",", ":")).encode(),
+        headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
+    )
+
+
+def _v1(data: Any) -> web.Response:
+    """nsqd RespondV1 for a 200: strings/bytes raw, None empty, anything else JSON."""
+    if data is None:
+        return web.Response(status=200, body=b"", headers=_NSQ_HEADER)
+    if isinstance(data, str):
+        return web.Response(status=200, text=data, headers=_NSQ_HEADER)
+    if isinstance(data, bytes):
+        return web.Response(status=200, body=data, headers=_NSQ_HEADER)
+    return web.Response(
+        status=200,
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[Any]]
+
+
+def _api(fn: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            return _v1(await fn(request))
+        except NsqHTTPError as e:
+            return _error_response(e.code, e.text)
+
+    return handle
+
+
+@web.middleware
+async def _nsq_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed:
+        return _error_response(405, "METHOD_NOT_ALLOWED")
+    except web.HTTPNotFound:
+        return _error_response(404, "NOT_FOUND")
+
+
+class HTTPAPI:
+    """The handlers; ``nsqd`` is the core they act on."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+
+    # ------------------------------------------------------------ helpers
+
+    def _topic_from_query(self, request: web.Request) -> tuple[Any, Any]:
+        q = request.query
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = q["topic"]
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        return q, self.nsqd.get_topic(name)
+
+    def _existing_topic_and_channel(self, request: web.Request) -> tuple[Any, str]:
+        q = request.query
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        topic_name = q["topic"]
+        if not wire.is_valid_name(topic_name):
+            raise NsqHTTPError(400, "INVALID_ARG_TOPIC")
+        if "channel" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_CHANNEL")
+        channel_name = q["channel"]
+        if not wire.is_valid_name(channel_name):
+            raise NsqHTTPError(400, "INVALID_ARG_CHANNEL")
+        try:
+            topic = self.nsqd.get_existing_topic(topic_name)
+        except TopicError:
+            raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
+        return topic, channel_name
+
+    def _existing_channel(self, request: web.Request) -> Any:
+        topic, channel_name = self._existing_topic_and_channel(request)
+        try:
+            return topic.get_existing_channel(channel_name)
+        except TopicError:
+            raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
+
+    def _existing_topic(self, request: web.Request, validate: bool) -> Any:
+        q = request.query
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = q["topic"]
+        if validate and not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        try:
+            return self.nsqd.get_existing_topic(name)
+        except TopicError:
+            raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
+
+    @staticmethod
+    async def _read_limited(request: web.Request, limit: int, too_big: str) -> bytes:
+        if request.content_length is not None and request.content_length > limit:
+            raise NsqHTTPError(413, too_big)
+        body = await request.content.read(limit + 1)
+        while len(body) <= limit:
+            more = await request.content.read(limit + 1 - len(body))
+            if not more:
+                break
+            body += more
+        if len(body) > limit:
+            raise NsqHTTPError(413, too_big)
+        return body
+
+    # ------------------------------------------------------------ handlers
+
+    async def ping(self, request: web.Request) -> web.Response:
+        nsqd = self.nsqd
+        return web.Response(status=200 if nsqd.is_healthy() else 500, text=nsqd.health)
+
+    async def info(self, request: web.Request) -> Any:
+        opts = self.nsqd.opts
+        tcp = self.nsqd.tcp_address
+        http = self.nsqd.http_address
+        return {
+            "version": NSQ_VERSION,
+            "broadcast_address": opts.broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": http[1] if http else -1,
+            "tcp_port": tcp[1] if tcp else -1,
+            "start_time": self.nsqd.start_time,
+            # Go encodes time.Duration as integer nanoseconds.
+            "max_heartbeat_interval": opts.max_heartbeat_interval_ms * 1_000_000,
+            "max_output_buffer_size": opts.max_output_buffer_size,
+            "max_output_buffer_timeout": opts.max_output_buffer_timeout_ms * 1_000_000,
+            "max_deflate_level": opts.max_deflate_level,
+            "topology_zone": "",
+            "topology_region": "",
+        }
+
+    async def pub(self, request: web.Request) -> Any:
+        opts = self.nsqd.opts
+        body = await self._read_limited(request, opts.max_msg_size, "MSG_TOO_BIG")
+        if not body:
+            raise NsqHTTPError(400, "MSG_EMPTY")
+        q, topic = self._topic_from_query(request)
+        deferred = 0
+        if "defer" in q:
+            try:
+                deferred = int(q["defer"], 10)
+            except ValueError:
+                raise NsqHTTPError(400, "INVALID_DEFER") from None
+            if deferred < 0 or deferred > opts.max_req_timeout_ms:
+                raise NsqHTTPError(400, "INVALID_DEFER")
+        msg = self.nsqd.new_message(body)
+        msg.deferred_ms = deferred
+        try:
+            topic.put(msg)
+        except TopicError:
+            raise NsqHTTPError(503, "EXITING") from None
+        return "OK"
+
+    async def mpub(self, request: web.Request) -> Any:
+        opts = self.nsqd.opts
+        if request.content_length is not None and request.content_length > opts.max_body_size:
+            raise NsqHTTPError(413, "BODY_TOO_BIG")
+        q, topic = self._topic_from_query(request)
+        binary = False
+        if "binary" in q:
+            binary = _BOOL_PARAMS.get(q["binary"], True)
+        body = await self._read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
+        if binary:
+            # Binary /mpub body: [4-byte count]([4-byte size][bytes])* (no leading body size).
+            parser = wire.CommandParser(opts.max_msg_size, opts.max_body_size)
+            try:
+                parser.feed(b"MPUB x\n" + _LEN.pack(len(body)) + body)
+                cmd = parser.next_command()
+            except wire.ClientError as e:
+                raise NsqHTTPError(413, e.code[2:]) from None
+            if cmd is None:  # an empty body
+                raise NsqHTTPError(413, "BAD_BODY")
+            bodies = cmd[2]
+        else:
+            bodies = []
+            for line in body.split(b"\n"):
+                if not line:
+                    continue
+                if len(line) > opts.max_msg_size:
+                    raise NsqHTTPError(413, "MSG_TOO_BIG")
+                bodies.append(line)
+        new = self.nsqd.new_message
+        try:
+            topic.put_many([new(b) for b in bodies])  # type: ignore[union-attr]
+        except TopicError:
+            raise NsqHTTPError(503, "EXITING") from None
+        return "OK"
+
+    async def stats(self, request: web.Request) -> Any:
+        q = request.query
+        include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
+        include_mem = _BOOL_PARAMS.get(q.get("include_mem", ""), True)
+        topic = q.get("topic", "")
+        channel = q.get("channel", "")
+        if q.get("format", "") == "json":
+            return stats.stats_json(self.nsqd, topic, channel, include_clients, include_mem)
+        return stats.stats_text(self.nsqd, topic, channel, include_clients, include_mem).encode()
+
+    async def topic_create(self, request: web.Request) -> Any:
+        self._topic_from_query(request)
+        return None
+
+    async def topic_delete(self, request: web.Request) -> Any:
+        q = request.query
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        try:
+            self.nsqd.delete_existing_topic(q["topic"])
+        except TopicError:
+            raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
+        return None
+
+    async def topic_empty(self, request: web.Request) -> Any:
+        self._existing_topic(request, validate=True).empty()
+        return None
+
+    async def topic_pause(self, request: web.Request) -> Any:
+        topic = self._existing_topic(request, validate=False)
+        if "unpause" in request.path:
+            topic.unpause()
+        else:
+            topic.pause()
+        return None
+
+    async def channel_create(self, request: web.Request) -> Any:
+        topic, channel_name = self._existing_topic_and_channel(request)
+        topic.get_channel(channel_name)
+        return None
+
+    async def channel_delete(self, request: web.Request) -> Any:
+        topic, channel_name = self._existing_topic_and_channel(request)
+        try:
+            topic.delete_existing_channel(channel_name)
+        except TopicError:
+            raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
+        return None
+
+    async def channel_empty(self, request: web.Request) -> Any:
+        self._existing_channel(request).empty()
+        return None
+
+    async def channel_pause(self, request: web.Request) -> Any:
+        ch = self._existing_channel(request)
+        if "unpause" in request.path:
+            ch.unpause()
+        else:
+            ch.pause()
+        return None
+
+
+def build_app(nsqd: NSQD) -> web.Application:
+    api = HTTPAPI(nsqd)
+    app = web.Application(middlewares=[_nsq_errors], client_max_size=nsqd.opts.max_body_size + 1)
+    r = app.router
+    r.add_get("/ping", api.ping, allow_head=False)
+    r.add_get("/info", _api(api.info), allow_head=False)
+    r.add_post("/pub", _api(api.pub))
+    r.add_post("/mpub", _api(api.mpub))
+    r.add_get("/stats", _api(api.stats), allow_head=False)
+    r.add_post("/topic/create", _api(api.topic_create))
+    r.add_post("/topic/delete", _api(api.topic_delete))
+    r.add_post("/topic/empty", _api(api.topic_empty))
+    r.add_post("/topic/pause", _api(api.topic_pause))
+    r.add_post("/topic/unpause", _api(api.topic_pause))
+    r.add_post("/channel/create", _api(api.channel_create))
+    r.add_post("/channel/delete", _api(api.channel_delete))
+    r.add_post("/channel/empty", _api(api.channel_empty))
+    r.add_post("/channel/pause", _api(api.channel_pause))
+    r.add_post("/channel/unpause", _api(api.channel_pause))
+    return app
+
+
+async def start_http(nsqd: NSQD, host: str | None, port: int) -> tuple[web.AppRunner, tuple]:
+    """Serve the API on host:port (port 0 = pick one); returns the runner and bound address."""
+    runner = web.AppRunner(build_app(nsqd), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    server = site._server
+    assert server is not None
+    sock = server.sockets[0].getsockname()  # type: ignore[union-attr]
+    return runner, sock

@@ -1,0 +1,147 @@
+# Every nsqd setting in one place.
+#
+# `Options` mirrors nsqd 1.3's Options struct (nsqd/options.go): same names (snake_case), same
+# defaults. Durations are integer milliseconds and say so in their name (`*_ms`); sizes are bytes.
+# Go's duration syntax ("60s", "1m30s", "250ms") is parsed here so that nsqd command lines and
+# config values carry over unchanged.
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import zlib
+from dataclasses import dataclass, field
+
+#: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
+NSQ_VERSION = "1.3.0"
+#: nsqpy's own version.
+NSQPY_VERSION = "0.1.0"
+
+
+def default_node_id(hostname: str | None = None) -> int:
+    """nsqd's default --node-id: crc32(md5(hostname)) % 1024 (nsqd/options.go NewOptions)."""
+    host = socket.gethostname() if hostname is None else hostname
+    return zlib.crc32(hashlib.md5(host.encode()).digest()) % 1024
+
+
+_DURATION_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "μs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60 * 1_000_000_000,
+    "h": 3600 * 1_000_000_000,
+}
+_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration_ns(text: str) -> int:
+    """Parse a Go duration string ("60s", "1m30s", "250ms", "-1.5h", "0") to nanoseconds.
+
+    Follows Go's time.ParseDuration: an optional sign, then one or more decimal numbers each with
+    a unit (ns, us/µs, ms, s, m, h); a bare "0" is allowed. Raises ValueError on anything else.
+    """
+    s = text.strip()
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    sign = 1
+    if s[0] in "+-":
+        sign = -1 if s[0] == "-" else 1
+        s = s[1:]
+    if s == "0":
+        return 0
+    pos = 0
+    total = 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None or m.group(1) in ("", "."):
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _DURATION_UNITS_NS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {text!r}")
+    return sign * int(total)
+
+
+def parse_go_duration_ms(text: str) -> int:
+    """Go duration string to whole milliseconds (truncated toward zero)."""
+    return int(parse_go_duration_ns(text) / 1_000_000)
+
+
+def format_go_duration_ms(ms: int) -> str:
+    """Milliseconds to a Go-style duration string, as Go's Duration.String() prints it."""
+    if ms == 0:
+        return "0s"
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    if ms < 1000:
+        return f"{sign}{ms}ms"
+    h, rem = divmod(ms, 3_600_000)
+    m, rem = divmod(rem, 60_000)
+    sec = rem / 1000
+    sec_s = f"{sec:.3f}".rstrip("0").rstrip(".")
+    out = sign
+    if h:
+        out += f"{h}h"
+    if h or m:
+        out += f"{m}m"
+    return out + f"{sec_s}s"
+
+
+@dataclass
+class Options:
+    """nsqd's options with nsqd 1.3's defaults (nsqd/options.go NewOptions)."""
+
+    node_id: int = field(default_factory=default_node_id)
+    log_level: str = "info"
+    log_prefix: str = "[nsqd] "
+
+    tcp_address: str = "0.0.0.0:4150"
+    http_address: str = "0.0.0.0:4151"
+    https_address: str = "0.0.0.0:4152"
+    broadcast_address: str = field(default_factory=socket.gethostname)
+    broadcast_tcp_port: int = 0
+    broadcast_http_port: int = 0
+
+    data_path: str = ""
+    mem_queue_size: int = 10000
+    max_bytes_per_file: int = 100 * 1024 * 1024
+    sync_every: int = 2500
+    sync_timeout_ms: int = 2000
+
+    queue_scan_interval_ms: int = 100
+    queue_scan_refresh_interval_ms: int = 5000
+    queue_scan_selection_count: int = 20
+    queue_scan_worker_pool_max: int = 4
+    queue_scan_dirty_percent: float = 0.25
+
+    msg_timeout_ms: int = 60_000
+    max_msg_timeout_ms: int = 15 * 60_000
+    max_msg_size: int = 1024 * 1024
+    max_body_size: int = 5 * 1024 * 1024
+    max_req_timeout_ms: int = 3_600_000
+    client_timeout_ms: int = 60_000
+
+    max_heartbeat_interval_ms: int = 60_000
+    max_rdy_count: int = 2500
+    max_output_buffer_size: int = 64 * 1024
+    max_output_buffer_timeout_ms: int = 30_000
+    min_output_buffer_timeout_ms: int = 25
+    output_buffer_timeout_ms: int = 250
+    max_channel_consumers: int = 0
+
+    deflate: bool = True
+    max_deflate_level: int = 6
+    snappy: bool = True
+
+    def validate(self) -> None:
+        """Raise ValueError with nsqd's wording for settings nsqd refuses at start (nsqd.New)."""
+        if not 1 <= self.max_deflate_level <= 9:
+            raise ValueError("--max-deflate-level must be [1,9]")
+        if not 0 <= self.node_id < 1024:
+            raise ValueError("--node-id must be [0,1024)")
+        for name in ("mem_queue_size", "max_msg_size", "max_body_size", "max_rdy_count"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0")

@@ -1,0 +1,679 @@
+# The TCP V2 protocol: one asyncio.Protocol per client connection.
+#
+# Strategy: glue, no broker rules. ``data_received`` feeds the sans-IO parser (wire.py) and runs
+# each whole command against the core (NSQD, Topic, Channel). All output goes through one
+# bytearray: response and error frames are flushed at once (as nsqd does), message frames are
+# coalesced and flushed when the buffer reaches the client's output_buffer_size or, at the
+# latest, once the current event-loop pass ends (one call_soon per flush, never a timer): under
+# load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
+# whose socket is full (pause_writing) has no room for messages until resume_writing.
+#
+# Commands, checks, error codes and texts follow nsqd/protocol_v2.go and client_v2.go (1.3):
+# https://nsq.io/clients/tcp_protocol_spec.html
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import wire
+from .channel import Channel, ChannelError
+from .message import Message
+from .options import NSQ_VERSION
+from .topic import TopicError
+from .wire import ClientError, FatalClientError
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("nsqpy")
+
+# Client states, numbered as nsqd's (they show in /stats "state").
+STATE_INIT = 0
+STATE_DISCONNECTED = 1
+STATE_CONNECTED = 2
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+DEFAULT_BUFFER_SIZE = 16 * 1024
+
+_OK_FRAME = wire.encode_response(wire.OK)
+_HEARTBEAT_FRAME = wire.encode_response(wire.HEARTBEAT)
+_CLOSE_WAIT_FRAME = wire.encode_response(wire.CLOSE_WAIT)
+
+# IDENTIFY fields and their JSON types (nsqd identifyDataV2). Go matches keys case-insensitively.
+_IDENTIFY_FIELDS: dict[str, type] = {
+    "client_id": str,
+    "hostname": str,
+    "heartbeat_interval": int,
+    "output_buffer_size": int,
+    "output_buffer_timeout": int,
+    "feature_negotiation": bool,
+    "tls_v1": bool,
+    "deflate": bool,
+    "deflate_level": int,
+    "snappy": bool,
+    "sample_rate": int,
+    "user_agent": str,
+    "msg_timeout": int,
+    "topology_region": str,
+    "topology_zone": str,
+}
+
+
+def go_quote(b: bytes) -> str:
+    """Go's %q (strconv.Quote) of a byte string, for nsqd's error texts."""
+    s = b.decode("utf-8", "surrogateescape")
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # an invalid UTF-8 byte
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch in "\a\b\f\n\r\t\v":
+            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                        "\t": "\\t", "\v": "\\v"}[ch])
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif not ch.isprintable():
+            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def decode_identify(body: bytes) -> dict[str, Any]:
+    """IDENTIFY's JSON body as nsqd's json.Unmarshal into identifyDataV2 reads it.
+
+    Unknown keys are ignored, keys match case-insensitively, ``null`` leaves a field unset;
+    a value of the wrong type raises ValueError.
+    """
+    data = json.loads(body)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError("IDENTIFY body is not a JSON object")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.lower()
+        typ = _IDENTIFY_FIELDS.get(name)
+        if typ is None or value is None:
+            continue
+        if typ is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{key}: not an integer")
+            if name == "sample_rate" and not -(2**31) <= value < 2**31:
+                raise ValueError(f"{key}: out of int32 range")
+        elif not isinstance(value, typ):
+            raise ValueError(f"{key}: wrong type")
+        out[name] = value
+    return out
+
+
+class ClientV2(asyncio.Protocol):
+    """One V2 client connection; also the channel's Consumer (see channel.Consumer)."""
+
+    __slots__ = (
+        "nsqd",
+        "opts",
+        "loop",
+        "transport",
+        "client_id",
+        "remote_address",
+        "state",
+        "parser",
+        "_magic",
+        "out",
+        "_flush_scheduled",
+        "output_buffer_size",
+        "output_buffer_timeout_ms",
+        "heartbeat_interval_ms",
+        "msg_timeout_ms",
+        "sample_rate",
+        "rdy",
+        "in_flight_count",
+        "message_count",
+        "finish_count",
+        "requeue_count",
+        "channel",
+        "in_ready",
+        "client_name",
+        "hostname",
+        "user_agent",
+        "topology_region",
+        "topology_zone",
+        "connect_ts",
+        "pub_counts",
+        "write_paused",
+        "last_read",
+        "_hb_handle",
+        "_deadline_handle",
+        "closed",
+        "_handlers",
+    )
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        opts = self.opts = nsqd.opts
+        self.loop = asyncio.get_event_loop()
+        self.transport: asyncio.Transport | None = None
+        self.client_id = nsqd.next_client_id()
+        self.remote_address = ""
+        self.state = STATE_INIT
+        self.parser = wire.CommandParser(opts.max_msg_size, opts.max_body_size, self._precheck)
+        self._magic = b""
+        self.out = bytearray()
+        self._flush_scheduled = False
+        self.output_buffer_size = DEFAULT_BUFFER_SIZE
+        self.output_buffer_timeout_ms = opts.output_buffer_timeout_ms
+        self.heartbeat_interval_ms = opts.client_timeout_ms // 2
+        self.msg_timeout_ms = opts.msg_timeout_ms
+        self.sample_rate = 0
+        self.rdy = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.channel: Channel | None = None
+        self.in_ready = False
+        self.client_name = ""
+        self.hostname = ""
+        self.user_agent = ""
+        self.topology_region = ""
+        self.topology_zone = ""
+        self.connect_ts = int(time.time())
+        self.pub_counts: dict[str, int] = {}
+        self.write_paused = False
+        self.last_read = 0.0
+        self._hb_handle: asyncio.TimerHandle | None = None
+        self._deadline_handle: asyncio.TimerHandle | None = None
+        self.closed = False
+        self._handlers = {
+            b"FIN": self.FIN,
+            b"RDY": self.RDY,
+            b"REQ": self.REQ,
+            b"PUB": self.PUB,
+            b"MPUB": self.MPUB,
+            b"DPUB": self.DPUB,
+            b"NOP": self.NOP,
+            b"TOUCH": self.TOUCH,
+            b"SUB": self.SUB,
+            b"CLS": self.CLS,
+            b"AUTH": self.AUTH,
+            b"IDENTIFY": self.IDENTIFY,
+        }
+
+    def __repr__(self) -> str:
+        return self.remote_address
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            host, port = peer[0], peer[1]
+            self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self.client_name = self.hostname = host
+        transport.set_write_buffer_limits(high=max(256 * 1024, 4 * self.opts.max_output_buffer_size))
+        self.last_read = self.loop.time()
+        self.nsqd.add_client(self)
+        log.info("TCP: new client(%s)", self.remote_address)
+        self._start_heartbeat()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._stop_timers()
+        if exc is not None:
+            log.error("client(%s) - %s", self.remote_address, exc)
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
+        ch = self.channel
+        if ch is not None:
+            ch.remove_client(self)
+        self.nsqd.remove_client(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.channel is not None:
+            self.channel.notify_ready(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_read = self.loop.time()
+        if len(self._magic) < 4:
+            need = 4 - len(self._magic)
+            self._magic += data[:need]
+            data = data[need:]
+            if len(self._magic) < 4:
+                return
+            log.info("CLIENT(%s): desired protocol magic %r", self.remote_address,
+                     self._magic.decode("latin-1"))
+            if self._magic != wire.MAGIC_V2:
+                log.error("client(%s) bad protocol magic %r", self.remote_address,
+                          self._magic.decode("latin-1"))
+                self._write_now(wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL"))
+                self._close()
+                return
+            if not data:
+                return
+        parser = self.parser
+        parser.feed(data)
+        handlers = self._handlers
+        try:
+            while not self.closed:
+                try:
+                    cmd = parser.next_command()
+                    if cmd is None:
+                        break
+                    handler = handlers.get(cmd[0])
+                    if handler is None:
+                        raise FatalClientError("E_INVALID", f"invalid command {_text(cmd[0])}")
+                    handler(cmd[1], cmd[2])
+                except ClientError as e:
+                    log.error("[%s] - %s", self.remote_address, e)
+                    self._write_now(wire.encode_error(e))
+                    if e.fatal:
+                        self._close()
+                        return
+        finally:
+            if not self.closed:
+                parser.compact()
+
+    # ------------------------------------------------------------ output
+
+    def _write_now(self, frame: bytes) -> None:
+        """Append a response/error frame after any buffered messages and flush."""
+        self.out += frame
+        self._flush()
+
+    def _flush(self) -> None:
+        out = self.out
+        if out and self.transport is not None and not self.closed:
+            self.out = bytearray()
+            self.transport.write(out)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    def _close(self) -> None:
+        """Close after writing what is buffered (fatal error, channel deleted, shutdown)."""
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        self._stop_timers()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------ heartbeats and deadlines
+
+    def _start_heartbeat(self) -> None:
+        self._stop_timers()
+        hb = self.heartbeat_interval_ms
+        if hb > 0:
+            self._hb_handle = self.loop.call_later(hb / 1000, self._on_heartbeat)
+            self._deadline_handle = self.loop.call_at(
+                self.last_read + 2 * hb / 1000, self._on_read_deadline
+            )
+
+    def _stop_timers(self) -> None:
+        if self._hb_handle is not None:
+            self._hb_handle.cancel()
+            self._hb_handle = None
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+            self._deadline_handle = None
+
+    def _on_heartbeat(self) -> None:
+        if self.closed:
+            return
+        self._write_now(_HEARTBEAT_FRAME)
+        self._hb_handle = self.loop.call_later(self.heartbeat_interval_ms / 1000,
+                                               self._on_heartbeat)
+
+    def _on_read_deadline(self) -> None:
+        if self.closed:
+            return
+        due = self.last_read + 2 * self.heartbeat_interval_ms / 1000
+        if self.loop.time() >= due:
+            log.error("client(%s) - failed to read command - i/o timeout (no data for %d ms)",
+                      self.remote_address, 2 * self.heartbeat_interval_ms)
+            self._close()
+            return
+        self._deadline_handle = self.loop.call_at(due, self._on_read_deadline)
+
+    # ------------------------------------------------------------ Consumer interface
+
+    def ready_room(self) -> int:
+        if self.write_paused or self.state != STATE_SUBSCRIBED or self.closed:
+            return 0
+        ch = self.channel
+        if ch is None or ch.paused:
+            return 0
+        return self.rdy - self.in_flight_count
+
+    def send_message(self, msg: Message) -> None:
+        self.in_flight_count += 1
+        self.message_count += 1
+        out = self.out
+        wire.append_message_frame(out, msg.timestamp, msg.attempts, msg.id, msg.body)
+        if len(out) >= self.output_buffer_size:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._scheduled_flush)
+
+    def timed_out_message(self) -> None:
+        self.in_flight_count -= 1
+        if self.channel is not None:
+            self.channel.notify_ready(self)
+
+    def emptied(self) -> None:
+        self.in_flight_count = 0
+        if self.channel is not None:
+            self.channel.notify_ready(self)
+
+    def close(self) -> None:
+        self._close()
+
+    # ------------------------------------------------------------ checks made before a body
+
+    def _precheck(self, name: bytes, params: list[bytes]) -> None:
+        if name == b"PUB" or name == b"DPUB":
+            cmd = name.decode()
+            if len(params) < (2 if name == b"PUB" else 3):
+                raise FatalClientError("E_INVALID", f"{cmd} insufficient number of parameters")
+            if not wire.is_valid_name(params[1]):
+                raise FatalClientError(
+                    "E_BAD_TOPIC", f"{cmd} topic name {go_quote(params[1])} is not valid"
+                )
+            if name == b"DPUB":
+                self._dpub_timeout_ms(params[2])
+        elif name == b"MPUB":
+            if len(params) < 2:
+                raise FatalClientError("E_INVALID", "MPUB insufficient number of parameters")
+            if not wire.is_valid_name(params[1]):
+                # nsqd repeats the code inside the text: "E_BAD_TOPIC E_BAD_TOPIC MPUB ..."
+                raise FatalClientError(
+                    "E_BAD_TOPIC",
+                    f"E_BAD_TOPIC MPUB topic name {go_quote(params[1])} is not valid",
+                )
+        elif name == b"IDENTIFY":
+            if self.state != STATE_INIT:
+                raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
+        elif name == b"AUTH":
+            if self.state != STATE_INIT:
+                raise FatalClientError("E_INVALID", "cannot AUTH in current state")
+            if len(params) != 1:
+                raise FatalClientError("E_INVALID", "AUTH invalid number of parameters")
+
+    def _dpub_timeout_ms(self, raw: bytes) -> int:
+        try:
+            ms = wire.byte_to_base10(raw)
+        except ValueError:
+            raise FatalClientError(
+                "E_INVALID", f"DPUB could not parse timeout {_text(raw)}"
+            ) from None
+        max_ms = self.opts.max_req_timeout_ms
+        if ms > max_ms:
+            raise FatalClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")
+        return ms
+
+    # ------------------------------------------------------------ commands
+
+    def IDENTIFY(self, params: list[bytes], body: Any) -> None:
+        try:
+            data = decode_identify(body)
+        except ValueError:
+            raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+        log.info("[%s] IDENTIFY: %s", self.remote_address, data)
+        opts = self.opts
+        self.client_name = data.get("client_id", "")
+        self.hostname = data.get("hostname", "")
+        self.user_agent = data.get("user_agent", "")
+        self.topology_region = data.get("topology_region", "")
+        self.topology_zone = data.get("topology_zone", "")
+
+        def bad(what: str, v: int) -> FatalClientError:
+            return FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
+
+        hb = data.get("heartbeat_interval", 0)
+        if hb == -1:
+            self.heartbeat_interval_ms = 0
+        elif hb == 0:
+            pass
+        elif 1000 <= hb <= opts.max_heartbeat_interval_ms:
+            self.heartbeat_interval_ms = hb
+        else:
+            raise bad("heartbeat interval", hb)
+
+        obt = data.get("output_buffer_timeout", 0)
+        if obt == -1:
+            self.output_buffer_timeout_ms = 0
+        elif obt == 0:
+            pass
+        elif opts.min_output_buffer_timeout_ms <= obt <= opts.max_output_buffer_timeout_ms:
+            self.output_buffer_timeout_ms = obt
+        else:
+            raise bad("output buffer timeout", obt)
+        obs = data.get("output_buffer_size", 0)
+        if obs == -1:
+            self.output_buffer_size = 1
+            self.output_buffer_timeout_ms = 0
+        elif obs == 0:
+            pass
+        elif 64 <= obs <= opts.max_output_buffer_size:
+            self.output_buffer_size = obs
+        else:
+            raise bad("output buffer size", obs)
+
+        sr = data.get("sample_rate", 0)
+        if not 0 <= sr <= 99:
+            raise bad("sample rate", sr)
+        self.sample_rate = sr
+
+        mt = data.get("msg_timeout", 0)
+        if mt == 0:
+            pass
+        elif 1000 <= mt <= opts.max_msg_timeout_ms:
+            self.msg_timeout_ms = mt
+        else:
+            raise bad("msg timeout", mt)
+
+        self._start_heartbeat()
+
+        if not data.get("feature_negotiation", False):
+            self._write_now(_OK_FRAME)
+            return
+        deflate_level = 6
+        if opts.deflate and data.get("deflate") and data.get("deflate_level", 0) > 0:
+            deflate_level = data["deflate_level"]
+        deflate_level = min(deflate_level, opts.max_deflate_level)
+        resp = {
+            "max_rdy_count": opts.max_rdy_count,
+            "version": NSQ_VERSION,
+            "max_msg_timeout": opts.max_msg_timeout_ms,
+            "msg_timeout": self.msg_timeout_ms,
+            # TLS, snappy and deflate are not built yet: negotiated as off, truthfully.
+            "tls_v1": False,
+            "deflate": False,
+            "deflate_level": deflate_level,
+            "max_deflate_level": opts.max_deflate_level,
+            "snappy": False,
+            "sample_rate": self.sample_rate,
+            "auth_required": False,
+            "output_buffer_size": self.output_buffer_size,
+            "output_buffer_timeout": self.output_buffer_timeout_ms,
+            "topology_region": "",
+            "topology_zone": "",
+        }
+        self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+
+    def AUTH(self, params: list[bytes], body: Any) -> None:
+        raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
+
+    def SUB(self, params: list[bytes], body: Any) -> None:
+        if self.state != STATE_INIT:
+            raise FatalClientError("E_INVALID", "cannot SUB in current state")
+        if self.heartbeat_interval_ms <= 0:
+            raise FatalClientError("E_INVALID", "cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise FatalClientError("E_INVALID", "SUB insufficient number of parameters")
+        if not wire.is_valid_name(params[1]):
+            raise FatalClientError(
+                "E_BAD_TOPIC", f"SUB topic name {go_quote(params[1])} is not valid"
+            )
+        if not wire.is_valid_name(params[2]):
+            raise FatalClientError(
+                "E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid"
+            )
+        topic = self.nsqd.get_topic(params[1].decode())
+        channel = topic.get_channel(params[2].decode())
+        try:
+            channel.add_client(self, self.opts.max_channel_consumers)
+        except ChannelError as e:
+            raise FatalClientError("E_SUB_FAILED", f"SUB failed {e}") from None
+        self.state = STATE_SUBSCRIBED
+        self.channel = channel
+        self._write_now(_OK_FRAME)
+
+    def RDY(self, params: list[bytes], body: Any) -> None:
+        state = self.state
+        if state == STATE_CLOSING:
+            log.info("PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing",
+                     self.remote_address)
+            return
+        if state != STATE_SUBSCRIBED:
+            raise FatalClientError("E_INVALID", "cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            try:
+                count = wire.byte_to_base10(params[1])
+            except ValueError:
+                raise FatalClientError(
+                    "E_INVALID", f"RDY could not parse count {_text(params[1])}"
+                ) from None
+        max_rdy = self.opts.max_rdy_count
+        if count > max_rdy:
+            raise FatalClientError("E_INVALID", f"RDY count {count} out of range 0-{max_rdy}")
+        if count != self.rdy:
+            self.rdy = count
+            assert self.channel is not None
+            self.channel.notify_ready(self)
+
+    def _msg_id(self, cmd: str, params: list[bytes]) -> bytes:
+        state = self.state
+        if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
+            raise FatalClientError("E_INVALID", f"cannot {cmd} in current state")
+        if len(params) < (3 if cmd == "REQ" else 2):
+            raise FatalClientError("E_INVALID", f"{cmd} insufficient number of params")
+        msg_id = params[1]
+        if len(msg_id) != wire.MSG_ID_LENGTH:
+            raise FatalClientError("E_INVALID", "invalid message ID")
+        return msg_id
+
+    def FIN(self, params: list[bytes], body: Any) -> None:
+        msg_id = self._msg_id("FIN", params)
+        ch = self.channel
+        assert ch is not None
+        try:
+            ch.finish(self, msg_id)
+        except ChannelError as e:
+            raise ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}") from None
+        self.finish_count += 1
+        self.in_flight_count -= 1
+        ch.notify_ready(self)
+
+    def REQ(self, params: list[bytes], body: Any) -> None:
+        msg_id = self._msg_id("REQ", params)
+        try:
+            timeout_ms = wire.byte_to_base10(params[2])
+        except ValueError:
+            raise FatalClientError(
+                "E_INVALID", f"REQ could not parse timeout {_text(params[2])}"
+            ) from None
+        max_ms = self.opts.max_req_timeout_ms
+        if timeout_ms > max_ms:
+            log.info("PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+                     self.remote_address, timeout_ms, max_ms, max_ms)
+            timeout_ms = max_ms
+        ch = self.channel
+        assert ch is not None
+        try:
+            ch.requeue(self, msg_id, timeout_ms)
+        except ChannelError as e:
+            raise ClientError("E_REQ_FAILED", f"REQ {_text(msg_id)} failed {e}") from None
+        self.requeue_count += 1
+        self.in_flight_count -= 1
+        ch.notify_ready(self)
+
+    def TOUCH(self, params: list[bytes], body: Any) -> None:
+        msg_id = self._msg_id("TOUCH", params)
+        ch = self.channel
+        assert ch is not None
+        try:
+            ch.touch(self, msg_id, self.msg_timeout_ms)
+        except ChannelError as e:
+            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(msg_id)} failed {e}") from None
+
+    def CLS(self, params: list[bytes], body: Any) -> None:
+        if self.state != STATE_SUBSCRIBED:
+            raise FatalClientError("E_INVALID", "cannot CLS in current state")
+        self.rdy = 0
+        self.state = STATE_CLOSING
+        self._write_now(_CLOSE_WAIT_FRAME)
+
+    def NOP(self, params: list[bytes], body: Any) -> None:
+        return None
+
+    def PUB(self, params: list[bytes], body: Any) -> None:
+        topic_name = params[1].decode()
+        nsqd = self.nsqd
+        topic = nsqd.get_topic(topic_name)
+        try:
+            topic.put(nsqd.new_message(body))
+        except TopicError as e:
+            raise FatalClientError("E_PUB_FAILED", f"PUB failed {e}") from None
+        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + 1
+        self._write_now(_OK_FRAME)
+
+    def MPUB(self, params: list[bytes], body: Any) -> None:
+        topic_name = params[1].decode()
+        nsqd = self.nsqd
+        topic = nsqd.get_topic(topic_name)
+        new = nsqd.new_message
+        msgs = [new(b) for b in body]
+        try:
+            topic.put_many(msgs)
+        except TopicError as e:
+            raise FatalClientError("E_MPUB_FAILED", f"MPUB failed {e}") from None
+        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + len(msgs)
+        self._write_now(_OK_FRAME)
+
+    def DPUB(self, params: list[bytes], body: Any) -> None:
+        topic_name = params[1].decode()
+        delay_ms = self._dpub_timeout_ms(params[2])
+        nsqd = self.nsqd
+        topic = nsqd.get_topic(topic_name)
+        msg = nsqd.new_message(body)
+        msg.deferred_ms = delay_ms
+        try:
+            topic.put(msg)
+        except TopicError as e:
+            raise FatalClientError("E_DPUB_FAILED", f"DPUB failed {e}") from None
+        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + 1
+        self._write_now(_OK_FRAME)

@@ -1,0 +1,227 @@
+# /stats: the same JSON and text shapes as nsqd 1.3 (nsqd/stats.go, nsqd/http.go doStats), so
+# nsq_stat and nsqadmin read nsqpy-d unchanged.
+#
+# Strategy: plain dicts built on request, keys in nsqd's order; Go's nil slices become JSON null
+# where nsqd's would. Memory figures come from Python's allocator and /proc (Go's heap figures
+# have no Python equivalent; the keys are kept so readers do not break).
+from __future__ import annotations
+
+import gc
+import resource
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from .options import NSQ_VERSION, format_go_duration_ms
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .nsqd import NSQD
+    from .topic import Topic
+
+_EMPTY_E2E: dict[str, Any] = {"count": 0, "percentiles": None}
+
+
+def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
+    """One client as nsqd's ClientV2Stats (omitempty fields left out when empty)."""
+    d: dict[str, Any] = {
+        "client_id": c.client_name,
+        "hostname": c.hostname,
+        "version": "V2",
+        "remote_address": c.remote_address,
+        "state": c.state,
+        "ready_count": c.rdy,
+        "in_flight_count": c.in_flight_count,
+        "message_count": c.message_count,
+        "finish_count": c.finish_count,
+        "requeue_count": c.requeue_count,
+        "connect_ts": c.connect_ts,
+        "sample_rate": c.sample_rate,
+        "deflate": False,
+        "snappy": False,
+        "user_agent": c.user_agent,
+        "topology_zone": c.topology_zone,
+        "topology_region": c.topology_region,
+    }
+    pub = [
+        {"topic": t, "count": n}
+        for t, n in c.pub_counts.items()
+        if not topic_filter or t == topic_filter
+    ]
+    if pub:
+        # nsqd stops after the first matching topic (a `break` in ClientV2.Stats); we list all.
+        d["pub_counts"] = pub
+    d.update(
+        {
+            "tls": False,
+            "tls_cipher_suite": "",
+            "tls_version": "",
+            "tls_negotiated_protocol": "",
+            "tls_negotiated_protocol_is_mutual": False,
+        }
+    )
+    return d
+
+
+def channel_stats(ch: Channel, include_clients: bool, topic_filter: str) -> dict[str, Any]:
+    clients = (
+        [client_stats(c, topic_filter) for c in ch.clients.values()] if include_clients else None
+    )
+    return {
+        "channel_name": ch.name,
+        "depth": ch.depth,
+        "backend_depth": 0,
+        "in_flight_count": len(ch.in_flight),
+        "deferred_count": len(ch.deferred),
+        "message_count": ch.message_count,
+        "requeue_count": ch.requeue_count,
+        "timeout_count": ch.timeout_count,
+        "client_count": len(ch.clients),
+        "clients": clients,
+        "paused": ch.paused,
+        "e2e_processing_latency": dict(_EMPTY_E2E),
+    }
+
+
+def topic_stats(t: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "topic_name": t.name,
+        "channels": channels,
+        "depth": t.depth,
+        "backend_depth": 0,
+        "message_count": t.message_count,
+        "message_bytes": t.message_bytes,
+        "paused": t.paused,
+        "e2e_processing_latency": dict(_EMPTY_E2E),
+    }
+
+
+def get_stats(
+    nsqd: NSQD, topic: str = "", channel: str = "", include_clients: bool = True
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+    """(topics, producers) as nsqd's GetStats: sorted by name, filtered by topic/channel."""
+    if topic:
+        t = nsqd.topics.get(topic)
+        if t is None:  # nsqd returns early here: no topics, no producers
+            return None, None
+        real_topics = [t]
+    else:
+        real_topics = sorted(nsqd.topics.values(), key=lambda x: x.name)
+    topics = []
+    for t in real_topics:
+        if channel:
+            ch = t.channels.get(channel)
+            if ch is None:
+                continue
+            chans = [ch]
+        else:
+            chans = sorted(t.channels.values(), key=lambda x: x.name)
+        topics.append(topic_stats(t, [channel_stats(c, include_clients, topic) for c in chans]))
+    return topics, (_producers(nsqd, topic) if include_clients else None)
+
+
+def _producers(nsqd: NSQD, topic: str) -> list[dict[str, Any]] | None:
+    out = [client_stats(c, topic) for c in nsqd.clients.values() if c.pub_counts]  # type: ignore[attr-defined]
+    return out or None
+
+
+def mem_stats() -> dict[str, Any]:
+    """nsqd's memory keys, filled from CPython's allocator, gc and the process RSS."""
+    rss = _rss_bytes()
+    gc_runs = sum(s.get("collections", 0) for s in gc.get_stats())
+    return {
+        "heap_objects": sys.getallocatedblocks(),
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": rss,
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": 0,
+        "gc_pause_usec_99": 0,
+        "gc_pause_usec_95": 0,
+        "next_gc_bytes": 0,
+        "gc_total_runs": gc_runs,
+    }
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def stats_json(
+    nsqd: NSQD, topic: str, channel: str, include_clients: bool, include_mem: bool
+) -> dict[str, Any]:
+    topics, producers = get_stats(nsqd, topic, channel, include_clients)
+    d: dict[str, Any] = {
+        "version": NSQ_VERSION,
+        "health": nsqd.health,
+        "start_time": nsqd.start_time,
+        "topics": topics,
+    }
+    if include_mem:
+        d["memory"] = mem_stats()
+    d["producers"] = producers
+    return d
+
+
+def _client_line(c: dict[str, Any]) -> str:
+    port = c["remote_address"].rpartition(":")[2]
+    ident = f"{c['hostname']}:{port} {c['user_agent']}"
+    connected = format_go_duration_ms((int(time.time()) - c["connect_ts"]) * 1000)
+    if c.get("pub_counts"):
+        total = sum(p["count"] for p in c["pub_counts"])
+        topics = ",".join(f"{p['topic']}={p['count']}" for p in c["pub_counts"])
+        return (f"[{c['version']} {ident:<21}] msgs: {total:<8d} topics: {topics} "
+                f"connected: {connected}")
+    return (
+        f"[{c['version']} {ident:<21}] state: {c['state']} inflt: {c['in_flight_count']:<4d} "
+        f"rdy: {c['ready_count']:<4d} fin: {c['finish_count']:<8d} "
+        f"re-q: {c['requeue_count']:<8d} msgs: {c['message_count']:<8d} connected: {connected}"
+    )
+
+
+def stats_text(
+    nsqd: NSQD, topic: str, channel: str, include_clients: bool, include_mem: bool
+) -> str:
+    """The plain-text /stats page (nsqd's printStats layout)."""
+    topics, producers = get_stats(nsqd, topic, channel, include_clients)
+    uptime_ms = (int(time.time()) - nsqd.start_time) * 1000
+    lines = [
+        f"nsqd v{NSQ_VERSION} (nsqpy)",
+        "start_time " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(nsqd.start_time)),
+        f"uptime {format_go_duration_ms(uptime_ms)}",
+        "",
+        f"Health: {nsqd.health}",
+    ]
+    if include_mem:
+        lines += ["", "Memory:"]
+        lines += [f"   {k:<25}\t{v}" for k, v in mem_stats().items()]
+    if not topics:
+        lines += ["", "Topics: None"]
+    else:
+        lines += ["", "Topics:"]
+    for t in topics or []:
+        prefix = "*P " if t["paused"] else "   "
+        lines.append(
+            f"{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5d} "
+            f"be-depth: {t['backend_depth']:<5d} msgs: {t['message_count']:<8d} e2e%: "
+        )
+        for c in t["channels"]:
+            prefix = "   *P " if c["paused"] else "      "
+            lines.append(
+                f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5d} "
+                f"be-depth: {c['backend_depth']:<5d} inflt: {c['in_flight_count']:<4d} "
+                f"def: {c['deferred_count']:<4d} re-q: {c['requeue_count']:<5d} "
+                f"timeout: {c['timeout_count']:<5d} msgs: {c['message_count']:<8d} e2e%: "
+            )
+            for cl in c["clients"] or []:
+                lines.append("        " + _client_line(cl))
+        lines.append("")
+    if not producers:
+        lines += ["", "Producers: None"]
+    else:
+        lines += ["", "Producers:"]
+        lines += ["   " + _client_line(p) for p in producers]
+    return "\n".join(lines) + "\n"

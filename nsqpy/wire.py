@@ -1,0 +1,359 @@
+# The NSQ TCP V2 wire format, sans-IO.
+#
+# Strategy: bytes in, commands out; frames in, bytes out. No sockets, no asyncio. The parser keeps
+# one bytearray and a read position, checks every size limit before it waits for a body (so a
+# client cannot make us buffer more than --max-body-size), and drops consumed bytes in one
+# `del buf[:n]` per compaction, never per frame. Error types carry nsqd's E_* codes and texts and
+# whether nsqd treats them as fatal (error frame, then close) or not (error frame, go on).
+#
+# Source of truth: https://nsq.io/clients/tcp_protocol_spec.html and nsqd/protocol_v2.go (1.3).
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+
+MAGIC_V2 = b"  V2"
+
+FRAME_TYPE_RESPONSE = 0
+FRAME_TYPE_ERROR = 1
+FRAME_TYPE_MESSAGE = 2
+
+MSG_ID_LENGTH = 16
+#: 8-byte timestamp + 2-byte attempts + 16-byte ID (nsqd's minValidMsgLength).
+MSG_HEADER_LENGTH = 26
+
+HEARTBEAT = b"_heartbeat_"
+OK = b"OK"
+CLOSE_WAIT = b"CLOSE_WAIT"
+
+#: Longest command line we buffer while waiting for its "\n". nsqd reads lines through a 16 KiB
+#: bufio.Reader and drops the connection when a line does not fit; we do the same, but say why.
+MAX_LINE_LENGTH = 16 * 1024
+
+_LEN = struct.Struct(">i")
+_FRAME_HEADER = struct.Struct(">ii")  # size (frame type + data), frame type
+# size, frame type, timestamp (ns), attempts: then the 16-byte ID and the body follow.
+_MESSAGE_HEADER = struct.Struct(">iiqH")
+_MESSAGE_BODY_HEADER = struct.Struct(">qH")
+
+_NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
+
+BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"))
+
+
+class ClientError(Exception):
+    """A non-fatal protocol error: nsqd answers with an error frame and keeps the connection.
+
+    The error frame's data is ``b"<code> <description>"`` (internal/protocol/errors.go).
+    """
+
+    fatal = False
+
+    def __init__(self, code: str, desc: str) -> None:
+        super().__init__(f"{code} {desc}")
+        self.code = code
+        self.desc = desc
+
+    @property
+    def text(self) -> bytes:
+        """The error frame's data, e.g. ``b"E_INVALID invalid command FOO"``."""
+        return f"{self.code} {self.desc}".encode()
+
+
+class FatalClientError(ClientError):
+    """A fatal protocol error: nsqd sends the error frame, then closes the connection."""
+
+    fatal = True
+
+
+def is_valid_name(name: str | bytes) -> bool:
+    """Topic and channel name rule (internal/protocol/names.go).
+
+    1 to 64 characters of ``[.a-zA-Z0-9_-]``, optionally ending in ``#ephemeral``.
+    """
+    if isinstance(name, bytes):
+        try:
+            name = name.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+    if not 1 <= len(name) <= 64:
+        return False
+    return _NAME_RE.fullmatch(name) is not None
+
+
+def byte_to_base10(b: bytes) -> int:
+    """nsqd's ByteToBase10: unsigned decimal digits only; ``b""`` is 0.
+
+    Raises ValueError on any other byte (no sign, no spaces).
+    """
+    if b and not b.isdigit():
+        raise ValueError("failed to convert to Base10")
+    # bytes.isdigit() accepts only ASCII 0-9 for bytes objects.
+    return int(b) if b else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Encoders (server side)
+
+
+def encode_frame(frame_type: int, data: bytes) -> bytes:
+    """One frame: ``[4-byte size][4-byte frame type][data]``, size = 4 + len(data), big-endian."""
+    return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
+
+
+def encode_response(data: bytes) -> bytes:
+    """A response frame (frame type 0), e.g. ``OK``, ``_heartbeat_`` or IDENTIFY's JSON."""
+    return _FRAME_HEADER.pack(len(data) + 4, FRAME_TYPE_RESPONSE) + data
+
+
+def encode_error(err: ClientError) -> bytes:
+    """An error frame (frame type 1) carrying ``b"<code> <desc>"``."""
+    text = err.text
+    return _FRAME_HEADER.pack(len(text) + 4, FRAME_TYPE_ERROR) + text
+
+
+def append_message_frame(
+    out: bytearray, timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes
+) -> None:
+    """Append one message frame (frame type 2) to ``out``.
+
+    Layout (TCP spec, "Data Format" / nsqd message.go WriteTo)::
+
+        [4-byte size][4-byte frame type = 2][8-byte timestamp, ns][2-byte attempts]
+        [16-byte hex message ID][body]
+
+    size = 4 + 26 + len(body). All integers big-endian.
+    """
+    out += _MESSAGE_HEADER.pack(
+        4 + MSG_HEADER_LENGTH + len(body), FRAME_TYPE_MESSAGE, timestamp_ns, attempts
+    )
+    out += msg_id
+    out += body
+
+
+def encode_message(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """The message's payload as nsqd stores it in a diskqueue record: timestamp, attempts, ID,
+    body (no frame header)."""
+    return _MESSAGE_BODY_HEADER.pack(timestamp_ns, attempts) + msg_id + body
+
+
+def decode_message(data: bytes) -> tuple[int, int, bytes, bytes]:
+    """Inverse of :func:`encode_message`: ``(timestamp_ns, attempts, id, body)``.
+
+    Raises ValueError when ``data`` is shorter than the 26-byte header.
+    """
+    if len(data) < MSG_HEADER_LENGTH:
+        raise ValueError(f"invalid message buffer size ({len(data)})")
+    ts, attempts = _MESSAGE_BODY_HEADER.unpack_from(data, 0)
+    return ts, attempts, bytes(data[10:26]), bytes(data[26:])
+
+
+# --------------------------------------------------------------------------------------------
+# Encoders (client side): used by tests, benchmarks and in-process clients.
+
+
+def encode_command(name: bytes, *params: bytes, body: bytes | None = None) -> bytes:
+    """A client command: ``NAME param1 param2\\n`` then, for body commands, a 4-byte size and
+    the body."""
+    line = b" ".join((name, *params)) + b"\n"
+    if body is None:
+        return line
+    return line + _LEN.pack(len(body)) + body
+
+
+def encode_mpub(topic: bytes, bodies: list[bytes]) -> bytes:
+    """``MPUB <topic>\\n[4-byte body size][4-byte count]([4-byte size][bytes])*``."""
+    parts = [_LEN.pack(len(bodies))]
+    for b in bodies:
+        parts.append(_LEN.pack(len(b)))
+        parts.append(b)
+    return encode_command(b"MPUB", topic, body=b"".join(parts))
+
+
+class FrameReader:
+    """Client-side frame splitter: feed bytes, get ``(frame_type, data)`` tuples."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buf = self._buf
+        buf += data
+        frames = []
+        pos = 0
+        while len(buf) - pos >= 8:
+            size, ftype = _FRAME_HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - 4 < size:
+                break
+            frames.append((ftype, bytes(buf[pos + 8 : pos + 4 + size])))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+# --------------------------------------------------------------------------------------------
+# Command parser (server side)
+
+#: A parsed command: ``(name, params, body)``. ``params[0]`` is the name again (nsqd's params).
+#: ``body`` is None for bodiless commands, bytes for IDENTIFY/AUTH/PUB/DPUB, and a list of
+#: bodies for MPUB.
+Command = tuple[bytes, list[bytes], "bytes | list[bytes] | None"]
+
+
+class CommandParser:
+    """Incremental parser for client commands (after the 4-byte magic).
+
+    ``feed(data)`` appends bytes; ``next_command()`` returns one whole command or None when more
+    bytes are needed; ``compact()`` drops consumed bytes (call it once the caller has drained
+    ``next_command``). ``precheck(name, params)``, if given, runs when a body command's line is
+    complete and before its size is read, mirroring the checks nsqd makes before it reads a
+    body (state, parameter count, topic name); it may raise :class:`ClientError`.
+
+    Size checks, with nsqd's texts: PUB/DPUB bodies against ``max_msg_size`` (E_BAD_MESSAGE);
+    IDENTIFY/AUTH/MPUB bodies against ``max_body_size`` (E_BAD_BODY); each MPUB message against
+    ``max_msg_size``. Every parse error raised is fatal.
+    """
+
+    __slots__ = ("_buf", "_pos", "_pending", "_body_len", "max_msg_size", "max_body_size",
+                 "precheck")
+
+    def __init__(
+        self,
+        max_msg_size: int,
+        max_body_size: int,
+        precheck: Callable[[bytes, list[bytes]], None] | None = None,
+    ) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self._pending: tuple[bytes, list[bytes]] | None = None
+        self._body_len = -1
+        self.max_msg_size = max_msg_size
+        self.max_body_size = max_body_size
+        self.precheck = precheck
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def buffered(self) -> int:
+        """Bytes received and not yet consumed."""
+        return len(self._buf) - self._pos
+
+    def compact(self) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+
+    def next_command(self) -> Command | None:
+        buf = self._buf
+        pos = self._pos
+        pending = self._pending
+        if pending is None:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if len(buf) - pos > MAX_LINE_LENGTH:
+                    raise FatalClientError(
+                        "E_INVALID", f"command line longer than {MAX_LINE_LENGTH} bytes"
+                    )
+                return None
+            end = nl
+            if end > pos and buf[end - 1] == 13:  # optional '\r'
+                end -= 1
+            params = bytes(buf[pos:end]).split(b" ")
+            self._pos = pos = nl + 1
+            name = params[0]
+            if name not in BODY_COMMANDS:
+                return name, params, None
+            if self.precheck is not None:
+                self.precheck(name, params)
+            pending = self._pending = (name, params)
+            self._body_len = -1
+        name = pending[0]
+        n = self._body_len
+        if n < 0:
+            if len(buf) - pos < 4:
+                return None
+            n = _LEN.unpack_from(buf, pos)[0]
+            self._check_body_len(name, n)
+            self._body_len = n
+            self._pos = pos = pos + 4
+        if len(buf) - pos < n:
+            return None
+        self._pending = None
+        self._body_len = -1
+        self._pos = pos + n
+        with memoryview(buf) as mv:
+            if name == b"MPUB":
+                return name, pending[1], self._split_mpub(mv[pos : pos + n])
+            return name, pending[1], bytes(mv[pos : pos + n])
+
+    def _check_body_len(self, name: bytes, n: int) -> None:
+        cmd = name.decode()
+        if name == b"PUB" or name == b"DPUB":
+            if n <= 0:
+                raise FatalClientError("E_BAD_MESSAGE", f"{cmd} invalid message body size {n}")
+            if n > self.max_msg_size:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"{cmd} message too big {n} > {self.max_msg_size}"
+                )
+        elif name == b"MPUB":
+            if n <= 0:
+                raise FatalClientError("E_BAD_BODY", f"MPUB invalid body size {n}")
+            if n > self.max_body_size:
+                raise FatalClientError(
+                    "E_BAD_BODY", f"MPUB body too big {n} > {self.max_body_size}"
+                )
+        else:  # IDENTIFY, AUTH: nsqd checks "too big" before "<= 0"
+            if n > self.max_body_size:
+                raise FatalClientError(
+                    "E_BAD_BODY", f"{cmd} body too big {n} > {self.max_body_size}"
+                )
+            if n <= 0:
+                raise FatalClientError("E_BAD_BODY", f"{cmd} invalid body size {n}")
+
+    def _split_mpub(self, mv: memoryview) -> list[bytes]:
+        """Split an MPUB body ``[4-byte count]([4-byte size][bytes])*`` (nsqd readMPUB).
+
+        Beyond nsqd: the body must hold exactly ``count`` messages. nsqd reads ``count``
+        messages from the stream whatever the body size said, so a wrong count makes it read
+        the next command as a message or the rest of this body as commands; we refuse the MPUB
+        with E_BAD_BODY instead.
+        """
+        total = len(mv)
+        if total < 4:
+            raise FatalClientError("E_BAD_BODY", "MPUB failed to read message count")
+        count = _LEN.unpack_from(mv, 0)[0]
+        max_messages = (self.max_body_size - 4) // 5
+        if count <= 0 or count > max_messages:
+            raise FatalClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+        max_msg = self.max_msg_size
+        bodies = []
+        pos = 4
+        unpack = _LEN.unpack_from
+        for i in range(count):
+            if total - pos < 4:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"MPUB failed to read message({i}) body size"
+                )
+            size = unpack(mv, pos)[0]
+            pos += 4
+            if size <= 0:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}"
+                )
+            if size > max_msg:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg}"
+                )
+            if total - pos < size:
+                raise FatalClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
+            bodies.append(bytes(mv[pos : pos + size]))
+            pos += size
+        if pos != total:
+            raise FatalClientError(
+                "E_BAD_BODY",
+                f"MPUB body size {total} does not match its {count} messages "
+                f"({total - pos} bytes left over)",
+            )
+        return bodies
