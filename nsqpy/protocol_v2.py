@@ -498,8 +498,11 @@ class ClientV2(asyncio.Protocol):
         if not data.get("feature_negotiation", False):
             self._write_now(_OK_FRAME)
             return
+        # TLS, snappy and deflate are not built yet: negotiated as off, truthfully (the level is
+        # then nsqd's default, as nsqd answers when deflate is not negotiated).
+        deflate = False
         deflate_level = 6
-        if opts.deflate and data.get("deflate") and data.get("deflate_level", 0) > 0:
+        if deflate and data.get("deflate_level", 0) > 0:
             deflate_level = data["deflate_level"]
         deflate_level = min(deflate_level, opts.max_deflate_level)
         resp = {
@@ -507,9 +510,8 @@ class ClientV2(asyncio.Protocol):
             "version": NSQ_VERSION,
             "max_msg_timeout": opts.max_msg_timeout_ms,
             "msg_timeout": self.msg_timeout_ms,
-            # TLS, snappy and deflate are not built yet: negotiated as off, truthfully.
             "tls_v1": False,
-            "deflate": False,
+            "deflate": deflate,
             "deflate_level": deflate_level,
             "max_deflate_level": opts.max_deflate_level,
             "snappy": False,

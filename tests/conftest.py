@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,7 +113,7 @@ class Daemon:
             return e.code, e.read(), dict(e.headers)
 
     def stats(self, **params: str) -> dict:
-        q = "&".join(f"{k}={v}" for k, v in {"format": "json", **params}.items())
+        q = urllib.parse.urlencode({"format": "json", **params})
         code, body, _ = self.http("GET", f"/stats?{q}")
         assert code == 200, body
         return json.loads(body)

@@ -1,0 +1,478 @@
+"""TCP V2 protocol against the real nsqpy-d process, with raw sockets and exact bytes.
+
+Expected bytes and texts are nsqd 1.3's (nsqd/protocol_v2.go, the TCP protocol spec).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+import pytest
+from conftest import RawClient, pack_len, wait_for
+
+from nsqpy import wire
+
+OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+
+
+def consumer(nsqd, topic: str, channel: str, rdy: int = 10, **identify) -> RawClient:
+    c = nsqd.raw()
+    if identify:
+        c.identify(**identify)
+    c.sub(topic, channel, rdy=rdy)
+    return c
+
+
+def no_message_within(c: RawClient, seconds: float) -> bool:
+    """True when no message frame arrives within ``seconds`` (heartbeats are fine)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        try:
+            ftype, data = c.read_frame(left)
+        except socket.timeout:
+            return True
+        if ftype == wire.FRAME_TYPE_MESSAGE:
+            return False
+
+
+def test_pub_response_exact_bytes(nsqd):
+    c = nsqd.raw()
+    c.send(wire.encode_command(b"PUB", b"t", body=b"hello"))
+    data = c.sock.recv(64)
+    assert data == OK_FRAME
+
+
+def test_publish_consume_and_message_frame(nsqd):
+    p = nsqd.raw()
+    before = time.time_ns()
+    p.pub("t", b"hello world")
+    c = consumer(nsqd, "t", "ch", rdy=1)
+    # Read the raw frame bytes to check the layout byte for byte.
+    ftype, data = c.read_non_heartbeat()
+    assert ftype == wire.FRAME_TYPE_MESSAGE
+    ts, attempts, mid, body = wire.decode_message(data)
+    assert len(data) == 26 + len(b"hello world")
+    assert body == b"hello world"
+    assert attempts == 1
+    assert before - 5_000_000_000 < ts <= time.time_ns()
+    assert len(mid) == 16 and all(ch in b"0123456789abcdef" for ch in mid)
+    c.cmd(b"FIN", mid)
+    c.cmd(b"NOP")
+    assert no_message_within(c, 0.3)
+    st = nsqd.stats(topic="t")
+    ch = st["topics"][0]["channels"][0]
+    assert ch["in_flight_count"] == 0 and ch["depth"] == 0 and ch["message_count"] == 1
+
+
+def test_identify_feature_negotiation_reply(nsqd):
+    c = nsqd.raw()
+    c.cmd(b"IDENTIFY", body=json.dumps({
+        "client_id": "c1", "hostname": "h1", "feature_negotiation": True,
+        "heartbeat_interval": 5000, "output_buffer_size": 8192, "output_buffer_timeout": 100,
+        "msg_timeout": 30000, "sample_rate": 0, "user_agent": "raw/1.0",
+        "tls_v1": True, "snappy": True, "deflate": True, "deflate_level": 3,
+        "unknown_key": [1, 2],
+    }).encode())
+    ftype, data = c.read_non_heartbeat()
+    assert ftype == wire.FRAME_TYPE_RESPONSE
+    assert data == (
+        b'{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,'
+        b'"msg_timeout":30000,"tls_v1":false,"deflate":false,"deflate_level":6,'
+        b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
+        b'"output_buffer_size":8192,"output_buffer_timeout":100,"topology_region":"",'
+        b'"topology_zone":""}'
+    )
+    # Without feature_negotiation the answer is a plain OK.
+    c2 = nsqd.raw()
+    assert c2.identify(client_id="x") == b"OK"
+
+
+def test_fan_out_to_two_channels(nsqd):
+    a = consumer(nsqd, "fan", "a")
+    b = consumer(nsqd, "fan", "b")
+    p = nsqd.raw()
+    for i in range(5):
+        p.pub("fan", b"m%d" % i)
+    got_a = [a.read_message()[3] for _ in range(5)]
+    got_b = [b.read_message()[3] for _ in range(5)]
+    assert got_a == got_b == [b"m%d" % i for i in range(5)]
+
+
+def test_topic_without_channel_keeps_messages_for_first(nsqd):
+    p = nsqd.raw()
+    for i in range(3):
+        p.pub("held", b"h%d" % i)
+    assert nsqd.stats(topic="held")["topics"][0]["depth"] == 3
+    c = consumer(nsqd, "held", "first")
+    assert [c.read_message()[3] for _ in range(3)] == [b"h0", b"h1", b"h2"]
+
+
+def test_two_consumers_share_a_channel(nsqd):
+    c1 = consumer(nsqd, "share", "ch", rdy=100)
+    c2 = consumer(nsqd, "share", "ch", rdy=100)
+    p = nsqd.raw()
+    n = 200
+    p.send(wire.encode_mpub(b"share", [b"s%d" % i for i in range(n)]))
+    p.expect_response()
+    seen: list[bytes] = []
+    counts = []
+    for c in (c1, c2):
+        k = 0
+        while True:
+            try:
+                _, _, mid, body = c.read_message(timeout=1.0)
+            except socket.timeout:
+                break
+            seen.append(body)
+            c.cmd(b"FIN", mid)
+            k += 1
+        counts.append(k)
+    assert sorted(seen) == sorted(b"s%d" % i for i in range(n))
+    assert all(k > 0 for k in counts), counts
+
+
+def test_req_with_delay_redelivers_after_delay(nsqd):
+    c = consumer(nsqd, "req", "ch", rdy=1)
+    nsqd.raw().pub("req", b"again")
+    _, attempts, mid, _ = c.read_message()
+    assert attempts == 1
+    sent = time.monotonic()
+    c.cmd(b"REQ", mid, b"1000")
+    _, attempts2, mid2, body = c.read_message(timeout=5)
+    elapsed = time.monotonic() - sent
+    assert (mid2, body, attempts2) == (mid, b"again", 2)
+    assert elapsed >= 0.95, elapsed
+    st = nsqd.stats(topic="req")["topics"][0]["channels"][0]
+    assert st["requeue_count"] == 1
+
+
+def test_req_zero_redelivers_at_once(nsqd):
+    c = consumer(nsqd, "req0", "ch", rdy=1)
+    nsqd.raw().pub("req0", b"x")
+    mid = c.read_message()[2]
+    c.cmd(b"REQ", mid, b"0")
+    _, attempts, mid2, _ = c.read_message(timeout=1)
+    assert (mid2, attempts) == (mid, 2)
+
+
+def test_no_fin_redelivered_after_identify_msg_timeout(nsqd):
+    c = consumer(nsqd, "to", "ch", rdy=1, msg_timeout=1000)
+    nsqd.raw().pub("to", b"slow")
+    got = time.monotonic()
+    _, _, mid, _ = c.read_message()
+    assert no_message_within(c, 0.8)
+    _, attempts, mid2, _ = c.read_message(timeout=5)
+    elapsed = time.monotonic() - got
+    assert (mid2, attempts) == (mid, 2)
+    assert 0.95 <= elapsed < 4, elapsed
+    st = nsqd.stats(topic="to")["topics"][0]["channels"][0]
+    assert st["timeout_count"] == 1
+
+
+def test_touch_extends_the_timeout(nsqd):
+    c = consumer(nsqd, "touch", "ch", rdy=1, msg_timeout=1000)
+    nsqd.raw().pub("touch", b"t")
+    got = time.monotonic()
+    mid = c.read_message()[2]
+    for _ in range(3):
+        assert no_message_within(c, 0.6)
+        c.cmd(b"TOUCH", mid)
+    # Without the TOUCHes it would have come back about 1 s after delivery.
+    assert no_message_within(c, 0.5)
+    assert time.monotonic() - got > 2.2
+    _, attempts, mid2, _ = c.read_message(timeout=5)
+    assert (mid2, attempts) == (mid, 2)
+
+
+def test_rdy_zero_stops_delivery(nsqd):
+    c = consumer(nsqd, "rdy", "ch", rdy=1)
+    p = nsqd.raw()
+    p.pub("rdy", b"1")
+    mid = c.read_message()[2]
+    c.cmd(b"RDY", b"0")
+    c.cmd(b"FIN", mid)
+    p.pub("rdy", b"2")
+    assert no_message_within(c, 0.5)
+    c.cmd(b"RDY", b"1")
+    assert c.read_message()[3] == b"2"
+
+
+def test_rdy_bounds_in_flight(nsqd):
+    c = consumer(nsqd, "window", "ch", rdy=3)
+    p = nsqd.raw()
+    p.send(wire.encode_mpub(b"window", [b"w%d" % i for i in range(10)]))
+    p.expect_response()
+    first = [c.read_message() for _ in range(3)]
+    assert no_message_within(c, 0.4)
+    c.cmd(b"FIN", first[0][2])
+    assert c.read_message()[3] == b"w3"
+
+
+def test_cls_answers_close_wait(nsqd):
+    c = consumer(nsqd, "cls", "ch", rdy=5)
+    c.cmd(b"CLS")
+    c.expect_response(b"CLOSE_WAIT")
+    nsqd.raw().pub("cls", b"late")
+    assert no_message_within(c, 0.4)
+
+
+def test_dpub_not_delivered_before_delay(nsqd):
+    c = consumer(nsqd, "dpub", "ch", rdy=1)
+    p = nsqd.raw()
+    sent = time.monotonic()
+    p.cmd(b"DPUB", b"dpub", b"1000", body=b"later")
+    p.expect_response()
+    st = nsqd.stats(topic="dpub")["topics"][0]["channels"][0]
+    assert st["deferred_count"] == 1
+    _, attempts, _, body = c.read_message(timeout=5)
+    assert body == b"later" and attempts == 1
+    assert time.monotonic() - sent >= 0.95
+
+
+def test_dpub_timeout_out_of_range(daemon_factory):
+    d = daemon_factory("--max-req-timeout=10s")
+    p = d.raw()
+    p.cmd(b"DPUB", b"t", b"10001", body=b"x")
+    assert p.read_non_heartbeat() == (
+        wire.FRAME_TYPE_ERROR, b"E_INVALID DPUB timeout 10001 out of range 0-10000")
+    assert p.closed_by_server()
+
+
+def test_heartbeats_arrive_and_are_answered(nsqd):
+    c = nsqd.raw()
+    c.identify(heartbeat_interval=1000)
+    t0 = time.monotonic()
+    assert c.read_frame(timeout=3) == (wire.FRAME_TYPE_RESPONSE, b"_heartbeat_")
+    assert 0.8 < time.monotonic() - t0 < 2.5
+    c.cmd(b"NOP")
+    assert c.read_frame(timeout=3) == (wire.FRAME_TYPE_RESPONSE, b"_heartbeat_")
+    c.cmd(b"NOP")
+    assert c.read_frame(timeout=3) == (wire.FRAME_TYPE_RESPONSE, b"_heartbeat_")
+
+
+def test_silent_client_is_dropped(nsqd):
+    c = nsqd.raw()
+    c.identify(heartbeat_interval=1000)
+    t0 = time.monotonic()
+    assert c.closed_by_server(timeout=6)
+    assert 1.8 < time.monotonic() - t0 < 4.5
+
+
+def test_disconnect_requeues_in_flight_at_once(nsqd):
+    a = consumer(nsqd, "drop", "ch", rdy=5)
+    nsqd.raw().pub("drop", b"d")
+    mid = a.read_message()[2]
+    a.close()
+    b = consumer(nsqd, "drop", "ch", rdy=5)
+    _, attempts, mid2, _ = b.read_message(timeout=2)
+    assert (mid2, attempts) == (mid, 2)
+
+
+def test_ephemeral_channel_goes_with_last_client(nsqd):
+    c = consumer(nsqd, "eph", "tmp#ephemeral")
+    st = nsqd.stats(topic="eph")["topics"][0]
+    assert [ch["channel_name"] for ch in st["channels"]] == ["tmp#ephemeral"]
+    c.close()
+    wait_for(lambda: nsqd.stats(topic="eph")["topics"][0]["channels"] == [],
+             what="ephemeral channel deleted")
+
+
+def test_ephemeral_topic_goes_with_last_channel(nsqd):
+    c = consumer(nsqd, "tmp#ephemeral", "c#ephemeral")
+    assert nsqd.stats(topic="tmp#ephemeral")["topics"] is not None
+    c.close()
+    wait_for(lambda: nsqd.stats(topic="tmp#ephemeral")["topics"] is None,
+             what="ephemeral topic deleted")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def expect_fatal(c: RawClient, text: bytes) -> None:
+    assert c.read_non_heartbeat() == (wire.FRAME_TYPE_ERROR, text)
+    assert c.closed_by_server()
+
+
+def test_bad_magic(nsqd):
+    c = nsqd.raw(magic=b"  V1")
+    assert c.sock.recv(64) == b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL"
+    assert c.closed_by_server()
+    assert_serving(nsqd)
+
+
+@pytest.mark.parametrize("cmd,text", [
+    (wire.encode_command(b"PUB", b"bad!topic", body=b"x"),
+     b'E_BAD_TOPIC PUB topic name "bad!topic" is not valid'),
+    (wire.encode_command(b"PUB", b"a" * 65, body=b"x"),
+     b'E_BAD_TOPIC PUB topic name "' + b"a" * 65 + b'" is not valid'),
+    (wire.encode_mpub(b"bad!topic", [b"x"]),
+     b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "bad!topic" is not valid'),
+    (b"SUB t bad:chan\n", b'E_BAD_CHANNEL SUB channel name "bad:chan" is not valid'),
+    (b"SUB t\n", b"E_INVALID SUB insufficient number of parameters"),
+    (b"PUB\n", b"E_INVALID PUB insufficient number of parameters"),
+    (b"BOGUS x\n", b"E_INVALID invalid command BOGUS"),
+    (b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
+    (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
+    (b"CLS\n", b"E_INVALID cannot CLS in current state"),
+    (wire.encode_command(b"IDENTIFY", body=b"{bad}"), b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (wire.encode_command(b"IDENTIFY", body=b'{"heartbeat_interval":"1s"}'),
+     b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (wire.encode_command(b"IDENTIFY", body=b'{"heartbeat_interval":500}'),
+     b"E_BAD_BODY IDENTIFY heartbeat interval (500) is invalid"),
+    (wire.encode_command(b"IDENTIFY", body=b'{"msg_timeout":999}'),
+     b"E_BAD_BODY IDENTIFY msg timeout (999) is invalid"),
+    (wire.encode_command(b"IDENTIFY", body=b'{"sample_rate":100}'),
+     b"E_BAD_BODY IDENTIFY sample rate (100) is invalid"),
+    (b"IDENTIFY\n" + pack_len(0), b"E_BAD_BODY IDENTIFY invalid body size 0"),
+    (b"PUB t\n" + pack_len(0), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+    (b"PUB t\n" + pack_len(1024 * 1024 + 1),
+     b"E_BAD_MESSAGE PUB message too big 1048577 > 1048576"),
+    (b"MPUB t\n" + pack_len(5 * 1024 * 1024 + 1),
+     b"E_BAD_BODY MPUB body too big 5242881 > 5242880"),
+    (b"MPUB t\n" + pack_len(9) + pack_len(2) + pack_len(1) + b"a",
+     b"E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+    (b"MPUB t\n" + pack_len(9) + pack_len(0) + pack_len(1) + b"a",
+     b"E_BAD_BODY MPUB invalid message count 0"),
+    (b"AUTH\n" + pack_len(3) + b"abc", b"E_AUTH_DISABLED AUTH disabled"),
+    (b"DPUB t x\n", b"E_INVALID DPUB could not parse timeout x"),
+])
+def test_bad_input_gets_nsqd_error_and_close(nsqd, cmd, text):
+    c = nsqd.raw()
+    c.send(cmd)
+    expect_fatal(c, text)
+    assert_serving(nsqd)
+
+
+def test_oversize_body_refused_before_it_is_sent(nsqd):
+    # Only the size is sent: the error must come without the daemon waiting for 2 MiB.
+    c = nsqd.raw()
+    c.send(b"PUB t\n" + pack_len(2 * 1024 * 1024))
+    expect_fatal(c, b"E_BAD_MESSAGE PUB message too big 2097152 > 1048576")
+
+
+def test_mpub_with_count_smaller_than_body(nsqd):
+    c = nsqd.raw()
+    body = pack_len(1) + pack_len(1) + b"a" + pack_len(1) + b"b"
+    c.send(b"MPUB t\n" + pack_len(len(body)) + body)
+    ftype, data = c.read_non_heartbeat()
+    assert ftype == wire.FRAME_TYPE_ERROR and data.startswith(b"E_BAD_BODY MPUB body size 14")
+    assert c.closed_by_server()
+    assert nsqd.stats(topic="t")["topics"] is None  # nothing was published
+    assert_serving(nsqd)
+
+
+def test_fin_unknown_id_is_not_fatal(nsqd):
+    c = consumer(nsqd, "fin", "ch", rdy=1)
+    c.cmd(b"FIN", b"0123456789abcdef")
+    assert c.read_non_heartbeat() == (
+        wire.FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight")
+    # Still connected and consuming.
+    nsqd.raw().pub("fin", b"ok")
+    assert c.read_message()[3] == b"ok"
+
+
+def test_fin_of_another_clients_message(nsqd):
+    a = consumer(nsqd, "own", "ch", rdy=1)
+    b = consumer(nsqd, "own", "ch", rdy=1)
+    nsqd.raw().pub("own", b"x")
+    got = None
+    for c, other in ((a, b), (b, a)):
+        try:
+            got = (c.read_message(timeout=0.5)[2], other)
+            break
+        except socket.timeout:
+            continue
+    assert got is not None
+    mid, other = got
+    other.cmd(b"FIN", mid)
+    assert other.read_non_heartbeat() == (
+        wire.FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN " + mid + b" failed client does not own message")
+
+
+def test_fin_bad_id_length_is_fatal(nsqd):
+    c = consumer(nsqd, "finid", "ch", rdy=1)
+    c.cmd(b"FIN", b"abc")
+    expect_fatal(c, b"E_INVALID invalid message ID")
+
+
+def test_rdy_above_max_is_fatal(nsqd):
+    c = consumer(nsqd, "rdymax", "ch")
+    c.cmd(b"RDY", b"2501")
+    expect_fatal(c, b"E_INVALID RDY count 2501 out of range 0-2500")
+    assert_serving(nsqd)
+
+
+def test_rdy_unparsable_is_fatal(nsqd):
+    c = consumer(nsqd, "rdybad", "ch")
+    c.cmd(b"RDY", b"-1")
+    expect_fatal(c, b"E_INVALID RDY could not parse count -1")
+
+
+def test_sub_twice_is_fatal(nsqd):
+    c = consumer(nsqd, "twice", "ch")
+    c.cmd(b"SUB", b"twice", b"ch")
+    expect_fatal(c, b"E_INVALID cannot SUB in current state")
+
+
+def test_identify_after_sub_is_fatal(nsqd):
+    c = consumer(nsqd, "idsub", "ch")
+    c.cmd(b"IDENTIFY", body=b"{}")
+    expect_fatal(c, b"E_INVALID cannot IDENTIFY in current state")
+
+
+def test_sub_with_heartbeats_disabled_is_fatal(nsqd):
+    c = nsqd.raw()
+    c.identify(heartbeat_interval=-1)
+    c.cmd(b"SUB", b"t", b"c")
+    expect_fatal(c, b"E_INVALID cannot SUB with heartbeats disabled")
+
+
+def test_commands_split_across_packets_and_crlf(nsqd):
+    c = nsqd.raw()
+    data = b"PUB split\r\n" + pack_len(5) + b"hello" + b"NOP\n"
+    for i in range(len(data)):
+        c.send(data[i : i + 1])
+        time.sleep(0.001)
+    c.expect_response()
+    d = consumer(nsqd, "split", "ch")
+    assert d.read_message()[3] == b"hello"
+
+
+def test_pipelined_commands_in_one_packet(nsqd):
+    c = nsqd.raw()
+    c.send(b"".join(wire.encode_command(b"PUB", b"pipe", body=b"p%d" % i) for i in range(50)))
+    for _ in range(50):
+        c.expect_response()
+    assert nsqd.stats(topic="pipe")["topics"][0]["message_count"] == 50
+
+
+def assert_serving(nsqd) -> None:
+    """After someone's bad input, another client still publishes and consumes."""
+    p = nsqd.raw()
+    body = b"alive-%d" % time.monotonic_ns()
+    p.pub("alive", body)
+    c = consumer(nsqd, "alive", "c%d" % time.monotonic_ns(), rdy=100)
+    bodies = []
+    while body not in bodies:
+        bodies.append(c.read_message(timeout=3)[3])
+    c.close()
+    p.close()
+    assert nsqd.alive()
+
+
+def test_many_bad_clients_do_not_disturb_a_good_one(nsqd):
+    good = consumer(nsqd, "steady", "ch", rdy=100)
+    p = nsqd.raw()
+    for i in range(20):
+        bad = nsqd.raw()
+        bad.send(struct.pack(">i", -5) + b"\xff\x00garbage\n")
+        bad.closed_by_server(timeout=2)
+        p.pub("steady", b"s%d" % i)
+    got = [good.read_message()[3] for _ in range(20)]
+    assert got == [b"s%d" % i for i in range(20)]
