@@ -196,7 +196,7 @@ def nsqpy_d(**kw: Any) -> None:
 
 def version_string() -> str:
     py = ".".join(str(x) for x in sys.version_info[:3])
-    return f"nsqd v{NSQ_VERSION} (built w/nsqpy{NSQPY_VERSION} python{py})"
+    return f"nsqd v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py})"
 
 
 def _with_port(addr: str, port: int) -> str:

@@ -1,0 +1,117 @@
+"""nsqpy-d's command line: nsqd's flag names, Go flag syntax, version line, start and stop."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, Daemon
+
+from nsqpy.cli import normalize_go_flags
+
+
+def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nsqpy", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_version_line_has_nsqd_shape():
+    r = run_cli("--version")
+    assert r.returncode == 0
+    assert re.fullmatch(r"nsqd v1\.3\.0 \(built w/\S+\)\n", r.stdout), r.stdout
+    assert run_cli("-version").stdout == r.stdout
+
+
+@pytest.mark.parametrize("flag", ["--lookupd-tcp-address=127.0.0.1:4160", "-tls-cert", "--config"])
+def test_unimplemented_nsqd_flag_is_refused_by_name(flag):
+    r = run_cli(flag, "x")
+    assert r.returncode == 2
+    name = flag.lstrip("-").split("=")[0]
+    assert f"--{name}" in r.stderr and "does not implement" in r.stderr
+
+
+def test_unknown_flag_is_refused():
+    r = run_cli("--no-such-flag=1")
+    assert r.returncode == 2 and "no-such-flag" in r.stderr
+
+
+def test_bad_duration_is_refused():
+    r = run_cli("--msg-timeout=10", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0")
+    assert r.returncode == 2 and "msg-timeout" in r.stderr
+
+
+def test_node_id_out_of_range_fails_at_start():
+    r = run_cli("--node-id=1024", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0")
+    assert r.returncode == 1 and "--node-id must be [0,1024)" in r.stderr
+
+
+def test_go_flag_spellings_are_normalised():
+    assert normalize_go_flags(["-msg-timeout", "5s", "-snappy=false", "--deflate=true",
+                               "-tcp-address=1.2.3.4:5"]) == [
+        "--msg-timeout", "5s", "--no-snappy", "--deflate", "--tcp-address=1.2.3.4:5"]
+
+
+def test_flags_take_effect_in_identify_and_info(daemon_factory):
+    d = daemon_factory("-msg-timeout", "1m30s", "--max-rdy-count=100", "-max-msg-timeout=20m",
+                       "--snappy=false", "-node-id=7")
+    c = d.raw()
+    reply = c.identify(feature_negotiation=True)
+    assert b'"max_rdy_count":100' in reply
+    assert b'"msg_timeout":90000' in reply
+    assert b'"max_msg_timeout":1200000' in reply
+    c.cmd(b"PUB", b"t", body=b"x")
+    c.expect_response()
+    s = d.raw()
+    s.sub("t", "c", rdy=1)
+    guid = int(s.read_message()[2], 16)
+    assert (guid >> 12) & 1023 == 7
+
+
+def test_port_shorthands_and_log_lines(tmp_path):
+    import socket
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    tcp_port, http_port = (s.getsockname()[1] for s in socks)
+    for s in socks:
+        s.close()
+    d = Daemon([f"--tcp-port={tcp_port}", "--http-port", str(http_port)], tmp_path / "d")
+    try:
+        assert (d.tcp_port, d.http_port) == (tcp_port, http_port)
+        text = d.log_text()
+        assert re.search(r"^\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} INFO: "
+                         rf"TCP: listening on 127\.0\.0\.1:{tcp_port}$", text, re.M), text
+        assert f"HTTP: listening on 127.0.0.1:{http_port}" in text
+        code, body, _ = d.http("GET", "/ping")
+        assert (code, body) == (200, b"OK")
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_clean_exit_on_signal_with_clients_connected(tmp_path, sig):
+    d = Daemon([], tmp_path / "d")
+    c = d.raw()
+    c.sub("t", "c", rdy=1)
+    t0 = time.monotonic()
+    d.proc.send_signal(sig)
+    assert d.proc.wait(10) == 0
+    assert time.monotonic() - t0 < 5
+    assert c.closed_by_server()
+
+
+def test_starts_quickly(tmp_path):
+    t0 = time.monotonic()
+    d = Daemon([], tmp_path / "d")
+    try:
+        code, body, _ = d.http("GET", "/ping")
+        elapsed = time.monotonic() - t0
+        assert (code, body) == (200, b"OK")
+        # Generous bound for a loaded 2-core CI machine; typically about 0.4 s.
+        assert elapsed < 3, elapsed
+    finally:
+        d.stop()
