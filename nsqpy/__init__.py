@@ -2,5 +2,5 @@
 
 from .options import NSQ_VERSION, NSQPY_VERSION
 
-__all__ = ["NSQ_VERSION", "NSQPY_VERSION"]
+__all__ = ["NSQPY_VERSION", "NSQ_VERSION"]
 __version__ = NSQPY_VERSION

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from .message import Message
 from .pqueue import TimeoutQueue
@@ -68,26 +68,26 @@ class Channel:
     """
 
     __slots__ = (
-        "topic_name",
-        "name",
-        "ephemeral",
-        "paused",
-        "exiting",
-        "clients",
-        "_queue",
-        "_ready",
-        "in_flight",
-        "_in_flight_pq",
-        "deferred",
+        "_clock_ns",
         "_deferred_pq",
+        "_dispatching",
+        "_in_flight_pq",
+        "_on_empty",
+        "_queue",
+        "_rand",
+        "_ready",
+        "clients",
+        "deferred",
+        "ephemeral",
+        "exiting",
+        "in_flight",
+        "max_msg_timeout_ns",
         "message_count",
+        "name",
+        "paused",
         "requeue_count",
         "timeout_count",
-        "max_msg_timeout_ns",
-        "_clock_ns",
-        "_on_empty",
-        "_dispatching",
-        "_rand",
+        "topic_name",
     )
 
     def __init__(
@@ -350,8 +350,7 @@ class Channel:
                 n = len(queue)
                 if ready:  # share a short queue fairly among the ready consumers
                     n = max(1, n // (len(ready) + 1))
-                if n > room:
-                    n = room
+                n = min(n, room)
                 timeout_ns = c.msg_timeout_ms * 1_000_000
                 sample = c.sample_rate
                 send = c.send_message

@@ -20,12 +20,30 @@ from .options import NSQ_VERSION, NSQPY_VERSION, Options, parse_go_duration_ms
 
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
 UNIMPLEMENTED_FLAGS = frozenset(
-    """config lookupd-tcp-address auth-http-address auth-http-request-method
-    topology-region topology-zone max-bytes-per-file sync-every sync-timeout
-    statsd-address statsd-interval statsd-mem-stats statsd-prefix statsd-udp-packet-size
-    statsd-exclude-ephemeral e2e-processing-latency-percentile
-    e2e-processing-latency-window-time tls-cert tls-key tls-client-auth-policy
-    tls-root-ca-file tls-required tls-min-version enable-experiment""".split()
+    [
+        "config",
+        "lookupd-tcp-address",
+        "auth-http-address",
+        "auth-http-request-method",
+        "max-bytes-per-file",
+        "sync-every",
+        "sync-timeout",
+        "statsd-address",
+        "statsd-interval",
+        "statsd-mem-stats",
+        "statsd-prefix",
+        "statsd-udp-packet-size",
+        "statsd-exclude-ephemeral",
+        "e2e-processing-latency-percentile",
+        "e2e-processing-latency-window-time",
+        "tls-cert",
+        "tls-key",
+        "tls-client-auth-policy",
+        "tls-root-ca-file",
+        "tls-required",
+        "tls-min-version",
+        "enable-experiment",
+    ]
 )
 
 BOOL_FLAGS = frozenset(("version", "verbose", "deflate", "snappy", "worker-id"))
@@ -113,8 +131,11 @@ class GoDuration(click.ParamType):
         try:
             return parse_go_duration_ms(str(value))
         except ValueError:
-            self.fail(f'invalid value "{value}" for flag -{param.name.replace("_", "-")}: '
-                      "parse error", param, ctx)
+            self.fail(
+                f'invalid value "{value}" for flag -{param.name.replace("_", "-")}: parse error',
+                param,
+                ctx,
+            )
 
 
 DURATION = GoDuration()
@@ -127,56 +148,115 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, help="print version string")
-@_opt("log-level", click.Choice(sorted(_LEVELS), case_sensitive=False), "info",
-      "set log verbosity: debug, info, warn, error, or fatal")
+@_opt(
+    "log-level",
+    click.Choice(sorted(_LEVELS), case_sensitive=False),
+    "info",
+    "set log verbosity: debug, info, warn, error, or fatal",
+)
 @_opt("log-prefix", str, "[nsqd] ", "log message prefix")
 @click.option("--verbose/--no-verbose", default=False, help="[deprecated] has no effect")
-@click.option("--node-id", type=int, default=None,
-              help="unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)")
+@click.option(
+    "--node-id",
+    type=int,
+    default=None,
+    help="unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
+)
 @_opt("tcp-address", str, _D.tcp_address, "<addr>:<port> to listen on for TCP clients")
 @_opt("http-address", str, _D.http_address, "<addr>:<port> to listen on for HTTP clients")
-@_opt("https-address", str, _D.https_address,
-      "<addr>:<port> to listen on for HTTPS clients (used once TLS is configured)")
+@_opt(
+    "https-address",
+    str,
+    _D.https_address,
+    "<addr>:<port> to listen on for HTTPS clients (used once TLS is configured)",
+)
 @click.option("--tcp-port", type=int, default=None, help="shorthand: port of --tcp-address")
 @click.option("--http-port", type=int, default=None, help="shorthand: port of --http-address")
-@click.option("--broadcast-address", type=str, default=None,
-              help="address that will be registered with lookupd (defaults to the OS hostname)")
+@click.option(
+    "--broadcast-address",
+    type=str,
+    default=None,
+    help="address that will be registered with lookupd (defaults to the OS hostname)",
+)
 @_opt("broadcast-tcp-port", int, 0, "TCP port that will be registered with lookupd")
 @_opt("broadcast-http-port", int, 0, "HTTP port that will be registered with lookupd")
 @_opt("http-client-connect-timeout", DURATION, "2s", "timeout for HTTP connect")
 @_opt("http-client-request-timeout", DURATION, "5s", "timeout for HTTP request")
 @_opt("data-path", str, "", "path to store disk-backed messages")
-@_opt("mem-queue-size", int, _D.mem_queue_size,
-      "number of messages to keep in memory (per topic/channel)")
-@_opt("queue-scan-worker-pool-max", int, _D.queue_scan_worker_pool_max,
-      "max concurrency for checking in-flight and deferred message timeouts")
-@_opt("queue-scan-selection-count", int, _D.queue_scan_selection_count,
-      "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts")
+@_opt(
+    "mem-queue-size",
+    int,
+    _D.mem_queue_size,
+    "number of messages to keep in memory (per topic/channel)",
+)
+@_opt(
+    "queue-scan-worker-pool-max",
+    int,
+    _D.queue_scan_worker_pool_max,
+    "max concurrency for checking in-flight and deferred message timeouts",
+)
+@_opt(
+    "queue-scan-selection-count",
+    int,
+    _D.queue_scan_selection_count,
+    "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts",
+)
 @_opt("msg-timeout", DURATION, "1m0s", "default duration to wait before auto-requeing a message")
 @_opt("max-msg-timeout", DURATION, "15m0s", "maximum duration before a message will timeout")
 @_opt("max-msg-size", int, _D.max_msg_size, "maximum size of a single message in bytes")
 @_opt("max-req-timeout", DURATION, "1h0m0s", "maximum requeuing timeout for a message")
 @_opt("max-body-size", int, _D.max_body_size, "maximum size of a single command body")
-@_opt("max-heartbeat-interval", DURATION, "1m0s",
-      "maximum client configurable duration of time between client heartbeats")
+@_opt(
+    "max-heartbeat-interval",
+    DURATION,
+    "1m0s",
+    "maximum client configurable duration of time between client heartbeats",
+)
 @_opt("max-rdy-count", int, _D.max_rdy_count, "maximum RDY count for a client")
-@_opt("max-output-buffer-size", int, _D.max_output_buffer_size,
-      "maximum client configurable size (in bytes) for a client output buffer")
-@_opt("max-output-buffer-timeout", DURATION, "30s",
-      "maximum client configurable duration of time between flushing to a client")
-@_opt("min-output-buffer-timeout", DURATION, "25ms",
-      "minimum client configurable duration of time between flushing to a client")
-@_opt("output-buffer-timeout", DURATION, "250ms",
-      "default duration of time between flushing data to clients")
-@_opt("max-channel-consumers", int, 0,
-      "maximum channel consumer connection count per nsqd instance (0 = unlimited)")
-@click.option("--deflate/--no-deflate", default=True,
-              help="enable deflate feature negotiation (client compression)")
+@_opt(
+    "max-output-buffer-size",
+    int,
+    _D.max_output_buffer_size,
+    "maximum client configurable size (in bytes) for a client output buffer",
+)
+@_opt(
+    "max-output-buffer-timeout",
+    DURATION,
+    "30s",
+    "maximum client configurable duration of time between flushing to a client",
+)
+@_opt(
+    "min-output-buffer-timeout",
+    DURATION,
+    "25ms",
+    "minimum client configurable duration of time between flushing to a client",
+)
+@_opt(
+    "output-buffer-timeout",
+    DURATION,
+    "250ms",
+    "default duration of time between flushing data to clients",
+)
+@_opt(
+    "max-channel-consumers",
+    int,
+    0,
+    "maximum channel consumer connection count per nsqd instance (0 = unlimited)",
+)
+@click.option(
+    "--deflate/--no-deflate",
+    default=True,
+    help="enable deflate feature negotiation (client compression)",
+)
 @_opt("max-deflate-level", int, 6, "max deflate compression level a client can negotiate")
-@click.option("--snappy/--no-snappy", default=True,
-              help="enable snappy feature negotiation (client compression)")
-@click.option("--worker-id/--no-worker-id", default=False, hidden=True,
-              help="[deprecated] use --node-id")
+@click.option(
+    "--snappy/--no-snappy",
+    default=True,
+    help="enable snappy feature negotiation (client compression)",
+)
+@click.option(
+    "--worker-id/--no-worker-id", default=False, hidden=True, help="[deprecated] use --node-id"
+)
 def nsqpy_d(**kw: Any) -> None:
     """nsqpy-d: a drop-in nsqd (NSQ 1.3) in Python."""
     if kw["version"]:

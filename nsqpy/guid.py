@@ -32,7 +32,7 @@ class GUIDFactory:
     nanoseconds (default ``time.time_ns``); tests inject their own.
     """
 
-    __slots__ = ("_node_bits", "_clock_ns", "_last_ts", "_sequence")
+    __slots__ = ("_clock_ns", "_last_ts", "_node_bits", "_sequence")
 
     def __init__(self, node_id: int, clock_ns: Callable[[], int] = time.time_ns) -> None:
         if not 0 <= node_id < 1024:

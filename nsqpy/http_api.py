@@ -172,8 +172,6 @@ class HTTPAPI:
             "max_output_buffer_size": opts.max_output_buffer_size,
             "max_output_buffer_timeout": opts.max_output_buffer_timeout_ms * 1_000_000,
             "max_deflate_level": opts.max_deflate_level,
-            "topology_zone": "",
-            "topology_region": "",
         }
 
     async def pub(self, request: web.Request) -> Any:
@@ -217,7 +215,8 @@ class HTTPAPI:
                 raise NsqHTTPError(413, e.code[2:]) from None
             if cmd is None:  # an empty body
                 raise NsqHTTPError(413, "BAD_BODY")
-            bodies = cmd[2]
+            assert isinstance(cmd[2], list)
+            bodies: list[bytes] = cmd[2]
         else:
             bodies = []
             for line in body.split(b"\n"):
@@ -228,7 +227,7 @@ class HTTPAPI:
                 bodies.append(line)
         new = self.nsqd.new_message
         try:
-            topic.put_many([new(b) for b in bodies])  # type: ignore[union-attr]
+            topic.put_many([new(b) for b in bodies])
         except TopicError:
             raise NsqHTTPError(503, "EXITING") from None
         return "OK"
@@ -325,5 +324,5 @@ async def start_http(nsqd: NSQD, host: str | None, port: int) -> tuple[web.AppRu
     await site.start()
     server = site._server
     assert server is not None
-    sock = server.sockets[0].getsockname()  # type: ignore[union-attr]
+    sock = server.sockets[0].getsockname()  # type: ignore[attr-defined]
     return runner, sock

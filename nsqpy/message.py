@@ -19,15 +19,15 @@ class Message:
     """
 
     __slots__ = (
-        "id",
-        "body",
-        "timestamp",
         "attempts",
+        "body",
         "client",
-        "pri",
-        "delivery_ts",
         "deferred_ms",
+        "delivery_ts",
+        "id",
         "pq_entry",
+        "pri",
+        "timestamp",
     )
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:

@@ -63,7 +63,7 @@ class NSQD:
 
     @property
     def health(self) -> str:
-        """"OK" or "NOK - <error>", as nsqd's GetHealth."""
+        """ "OK" or "NOK - <error>", as nsqd's GetHealth."""
         return "OK" if self._health_error is None else f"NOK - {self._health_error}"
 
     def is_healthy(self) -> bool:

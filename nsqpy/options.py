@@ -34,7 +34,7 @@ _DURATION_UNITS_NS = {
     "m": 60 * 1_000_000_000,
     "h": 3600 * 1_000_000_000,
 }
-_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?(ns|us|µs|μs|ms|s|m|h)")
 
 
 def parse_go_duration_ns(text: str) -> int:
@@ -43,7 +43,7 @@ def parse_go_duration_ns(text: str) -> int:
     Follows Go's time.ParseDuration: an optional sign, then one or more decimal numbers each with
     a unit (ns, us/µs, ms, s, m, h); a bare "0" is allowed. Raises ValueError on anything else.
     """
-    s = text.strip()
+    s = text
     if not s:
         raise ValueError(f"invalid duration {text!r}")
     sign = 1
@@ -53,21 +53,26 @@ def parse_go_duration_ns(text: str) -> int:
     if s == "0":
         return 0
     pos = 0
-    total = 0.0
+    total = 0
     while pos < len(s):
         m = _DURATION_PART.match(s, pos)
-        if m is None or m.group(1) in ("", "."):
+        whole, frac, unit = m.groups() if m else ("", None, "")
+        if m is None or (not whole and not frac):
             raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _DURATION_UNITS_NS[m.group(2)]
+        scale = _DURATION_UNITS_NS[unit]
+        total += int(whole or "0") * scale
+        if frac:  # integer arithmetic, exact as Go's
+            total += int(frac) * scale // 10 ** len(frac)
         pos = m.end()
     if pos == 0:
         raise ValueError(f"invalid duration {text!r}")
-    return sign * int(total)
+    return sign * total
 
 
 def parse_go_duration_ms(text: str) -> int:
     """Go duration string to whole milliseconds (truncated toward zero)."""
-    return int(parse_go_duration_ns(text) / 1_000_000)
+    ns = parse_go_duration_ns(text)
+    return ns // 1_000_000 if ns >= 0 else -(-ns // 1_000_000)
 
 
 def format_go_duration_ms(ms: int) -> str:

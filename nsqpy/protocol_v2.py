@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import wire
 from .channel import Channel, ChannelError
@@ -58,8 +58,6 @@ _IDENTIFY_FIELDS: dict[str, type] = {
     "sample_rate": int,
     "user_agent": str,
     "msg_timeout": int,
-    "topology_region": str,
-    "topology_zone": str,
 }
 
 
@@ -74,8 +72,17 @@ def go_quote(b: bytes) -> str:
         elif 0xDC80 <= o <= 0xDCFF:  # an invalid UTF-8 byte
             out.append(f"\\x{o - 0xDC00:02x}")
         elif ch in "\a\b\f\n\r\t\v":
-            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-                        "\t": "\\t", "\v": "\\v"}[ch])
+            out.append(
+                {
+                    "\a": "\\a",
+                    "\b": "\\b",
+                    "\f": "\\f",
+                    "\n": "\\n",
+                    "\r": "\\r",
+                    "\t": "\\t",
+                    "\v": "\\v",
+                }[ch]
+            )
         elif o < 0x20 or o == 0x7F:
             out.append(f"\\x{o:02x}")
         elif not ch.isprintable():
@@ -122,49 +129,47 @@ class ClientV2(asyncio.Protocol):
     """One V2 client connection; also the channel's Consumer (see channel.Consumer)."""
 
     __slots__ = (
+        "_deadline_handle",
+        "_flush_scheduled",
+        "_handlers",
+        "_hb_handle",
+        "_magic",
+        "channel",
+        "client_id",
+        "client_name",
+        "closed",
+        "connect_ts",
+        "finish_count",
+        "heartbeat_interval_ms",
+        "hostname",
+        "in_flight_count",
+        "in_ready",
+        "last_read",
+        "loop",
+        "message_count",
+        "msg_timeout_ms",
         "nsqd",
         "opts",
-        "loop",
-        "transport",
-        "client_id",
-        "remote_address",
-        "state",
-        "parser",
-        "_magic",
         "out",
-        "_flush_scheduled",
         "output_buffer_size",
         "output_buffer_timeout_ms",
-        "heartbeat_interval_ms",
-        "msg_timeout_ms",
-        "sample_rate",
-        "rdy",
-        "in_flight_count",
-        "message_count",
-        "finish_count",
-        "requeue_count",
-        "channel",
-        "in_ready",
-        "client_name",
-        "hostname",
-        "user_agent",
-        "topology_region",
-        "topology_zone",
-        "connect_ts",
+        "parser",
         "pub_counts",
+        "rdy",
+        "remote_address",
+        "requeue_count",
+        "sample_rate",
+        "state",
+        "transport",
+        "user_agent",
         "write_paused",
-        "last_read",
-        "_hb_handle",
-        "_deadline_handle",
-        "closed",
-        "_handlers",
     )
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
         opts = self.opts = nsqd.opts
         self.loop = asyncio.get_event_loop()
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.WriteTransport | None = None
         self.client_id = nsqd.next_client_id()
         self.remote_address = ""
         self.state = STATE_INIT
@@ -187,8 +192,6 @@ class ClientV2(asyncio.Protocol):
         self.client_name = ""
         self.hostname = ""
         self.user_agent = ""
-        self.topology_region = ""
-        self.topology_zone = ""
         self.connect_ts = int(time.time())
         self.pub_counts: dict[str, int] = {}
         self.write_paused = False
@@ -217,13 +220,17 @@ class ClientV2(asyncio.Protocol):
     # ------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # uvloop's TCPTransport is a write transport without subclassing asyncio's.
+        transport = cast(asyncio.WriteTransport, transport)
+        self.transport = transport
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
             self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             self.client_name = self.hostname = host
-        transport.set_write_buffer_limits(high=max(256 * 1024, 4 * self.opts.max_output_buffer_size))
+        transport.set_write_buffer_limits(
+            high=max(256 * 1024, 4 * self.opts.max_output_buffer_size)
+        )
         self.last_read = self.loop.time()
         self.nsqd.add_client(self)
         log.info("TCP: new client(%s)", self.remote_address)
@@ -258,11 +265,17 @@ class ClientV2(asyncio.Protocol):
             data = data[need:]
             if len(self._magic) < 4:
                 return
-            log.info("CLIENT(%s): desired protocol magic %r", self.remote_address,
-                     self._magic.decode("latin-1"))
+            log.info(
+                "CLIENT(%s): desired protocol magic %r",
+                self.remote_address,
+                self._magic.decode("latin-1"),
+            )
             if self._magic != wire.MAGIC_V2:
-                log.error("client(%s) bad protocol magic %r", self.remote_address,
-                          self._magic.decode("latin-1"))
+                log.error(
+                    "client(%s) bad protocol magic %r",
+                    self.remote_address,
+                    self._magic.decode("latin-1"),
+                )
                 self._write_now(wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL"))
                 self._close()
                 return
@@ -341,16 +354,20 @@ class ClientV2(asyncio.Protocol):
         if self.closed:
             return
         self._write_now(_HEARTBEAT_FRAME)
-        self._hb_handle = self.loop.call_later(self.heartbeat_interval_ms / 1000,
-                                               self._on_heartbeat)
+        self._hb_handle = self.loop.call_later(
+            self.heartbeat_interval_ms / 1000, self._on_heartbeat
+        )
 
     def _on_read_deadline(self) -> None:
         if self.closed:
             return
         due = self.last_read + 2 * self.heartbeat_interval_ms / 1000
         if self.loop.time() >= due:
-            log.error("client(%s) - failed to read command - i/o timeout (no data for %d ms)",
-                      self.remote_address, 2 * self.heartbeat_interval_ms)
+            log.error(
+                "client(%s) - failed to read command - i/o timeout (no data for %d ms)",
+                self.remote_address,
+                2 * self.heartbeat_interval_ms,
+            )
             self._close()
             return
         self._deadline_handle = self.loop.call_at(due, self._on_read_deadline)
@@ -444,8 +461,6 @@ class ClientV2(asyncio.Protocol):
         self.client_name = data.get("client_id", "")
         self.hostname = data.get("hostname", "")
         self.user_agent = data.get("user_agent", "")
-        self.topology_region = data.get("topology_region", "")
-        self.topology_zone = data.get("topology_zone", "")
 
         def bad(what: str, v: int) -> FatalClientError:
             return FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
@@ -519,8 +534,6 @@ class ClientV2(asyncio.Protocol):
             "auth_required": False,
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": self.output_buffer_timeout_ms,
-            "topology_region": "",
-            "topology_zone": "",
         }
         self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
 
@@ -555,8 +568,10 @@ class ClientV2(asyncio.Protocol):
     def RDY(self, params: list[bytes], body: Any) -> None:
         state = self.state
         if state == STATE_CLOSING:
-            log.info("PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing",
-                     self.remote_address)
+            log.info(
+                "PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing",
+                self.remote_address,
+            )
             return
         if state != STATE_SUBSCRIBED:
             raise FatalClientError("E_INVALID", "cannot RDY in current state")
@@ -609,8 +624,13 @@ class ClientV2(asyncio.Protocol):
             ) from None
         max_ms = self.opts.max_req_timeout_ms
         if timeout_ms > max_ms:
-            log.info("PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
-                     self.remote_address, timeout_ms, max_ms, max_ms)
+            log.info(
+                "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+                self.remote_address,
+                timeout_ms,
+                max_ms,
+                max_ms,
+            )
             timeout_ms = max_ms
         ch = self.channel
         assert ch is not None

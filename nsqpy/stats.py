@@ -40,8 +40,6 @@ def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
         "deflate": False,
         "snappy": False,
         "user_agent": c.user_agent,
-        "topology_zone": c.topology_zone,
-        "topology_region": c.topology_region,
     }
     pub = [
         {"topic": t, "count": n}
@@ -49,7 +47,8 @@ def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
         if not topic_filter or t == topic_filter
     ]
     if pub:
-        # nsqd stops after the first matching topic (a `break` in ClientV2.Stats); we list all.
+        # nsqd stops after the first topic its map yields (a `break` in ClientV2.Stats), so it
+        # shows one random topic per producer; we list them all.
         d["pub_counts"] = pub
     d.update(
         {
@@ -173,8 +172,10 @@ def _client_line(c: dict[str, Any]) -> str:
     if c.get("pub_counts"):
         total = sum(p["count"] for p in c["pub_counts"])
         topics = ",".join(f"{p['topic']}={p['count']}" for p in c["pub_counts"])
-        return (f"[{c['version']} {ident:<21}] msgs: {total:<8d} topics: {topics} "
-                f"connected: {connected}")
+        return (
+            f"[{c['version']} {ident:<21}] msgs: {total:<8d} topics: {topics} "
+            f"connected: {connected}"
+        )
     return (
         f"[{c['version']} {ident:<21}] state: {c['state']} inflt: {c['in_flight_count']:<4d} "
         f"rdy: {c['ready_count']:<4d} fin: {c['finish_count']:<8d} "

@@ -25,17 +25,17 @@ class Topic:
     """One topic: ``channels`` by name, counters ``message_count`` and ``message_bytes``."""
 
     __slots__ = (
-        "name",
-        "ephemeral",
-        "paused",
-        "exiting",
-        "channels",
-        "_queue",
-        "message_count",
-        "message_bytes",
         "_new_channel",
         "_on_channels_changed",
         "_on_last_channel_gone",
+        "_queue",
+        "channels",
+        "ephemeral",
+        "exiting",
+        "message_bytes",
+        "message_count",
+        "name",
+        "paused",
     )
 
     def __init__(

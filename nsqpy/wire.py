@@ -216,8 +216,15 @@ class CommandParser:
     ``max_msg_size``. Every parse error raised is fatal.
     """
 
-    __slots__ = ("_buf", "_pos", "_pending", "_body_len", "max_msg_size", "max_body_size",
-                 "precheck")
+    __slots__ = (
+        "_body_len",
+        "_buf",
+        "_pending",
+        "_pos",
+        "max_body_size",
+        "max_msg_size",
+        "precheck",
+    )
 
     def __init__(
         self,
@@ -257,6 +264,10 @@ class CommandParser:
                         "E_INVALID", f"command line longer than {MAX_LINE_LENGTH} bytes"
                     )
                 return None
+            if nl - pos > MAX_LINE_LENGTH:
+                raise FatalClientError(
+                    "E_INVALID", f"command line longer than {MAX_LINE_LENGTH} bytes"
+                )
             end = nl
             if end > pos and buf[end - 1] == 13:  # optional '\r'
                 end -= 1
@@ -343,9 +354,7 @@ class CommandParser:
                     "E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}"
                 )
             if size > max_msg:
-                raise FatalClientError(
-                    "E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg}"
-                )
+                raise FatalClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg}")
             if total - pos < size:
                 raise FatalClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
             bodies.append(bytes(mv[pos : pos + size]))

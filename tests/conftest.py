@@ -42,7 +42,9 @@ class Daemon:
         self.http_port = 0
         self._ready = threading.Event()
         cmd = [
-            sys.executable, "-m", "nsqpy",
+            sys.executable,
+            "-m",
+            "nsqpy",
             "--tcp-address=127.0.0.1:0",
             "--http-address=127.0.0.1:0",
             f"--data-path={data_path}",
@@ -95,17 +97,16 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-                raise AssertionError("nsqpy-d did not exit on SIGTERM")
+                raise AssertionError("nsqpy-d did not exit on SIGTERM") from None
         self._reader.join(5)
         return self.proc.returncode
 
     # ------------------------------------------------------------ HTTP
 
-    def http(self, method: str, path: str, body: bytes | None = None,
-             timeout: float = 10) -> tuple[int, bytes, dict[str, str]]:
-        req = urllib.request.Request(
-            f"http://{self.http_address}{path}", data=body, method=method
-        )
+    def http(
+        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
+    ) -> tuple[int, bytes, dict[str, str]]:
+        req = urllib.request.Request(f"http://{self.http_address}{path}", data=body, method=method)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.read(), dict(r.headers)
@@ -145,7 +146,7 @@ class RawClient:
         while not self.pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout("no frame")
+                raise TimeoutError("no frame")
             self.sock.settimeout(left)
             data = self.sock.recv(65536)
             if not data:
@@ -191,7 +192,7 @@ class RawClient:
                 self.read_frame(timeout)
         except ConnectionError:
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
         except OSError:
             return True

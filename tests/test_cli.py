@@ -15,8 +15,13 @@ from nsqpy.cli import normalize_go_flags
 
 
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nsqpy", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "nsqpy", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_version_line_has_nsqd_shape():
@@ -50,14 +55,20 @@ def test_node_id_out_of_range_fails_at_start():
 
 
 def test_go_flag_spellings_are_normalised():
-    assert normalize_go_flags(["-msg-timeout", "5s", "-snappy=false", "--deflate=true",
-                               "-tcp-address=1.2.3.4:5"]) == [
-        "--msg-timeout", "5s", "--no-snappy", "--deflate", "--tcp-address=1.2.3.4:5"]
+    assert normalize_go_flags(
+        ["-msg-timeout", "5s", "-snappy=false", "--deflate=true", "-tcp-address=1.2.3.4:5"]
+    ) == ["--msg-timeout", "5s", "--no-snappy", "--deflate", "--tcp-address=1.2.3.4:5"]
 
 
 def test_flags_take_effect_in_identify_and_info(daemon_factory):
-    d = daemon_factory("-msg-timeout", "1m30s", "--max-rdy-count=100", "-max-msg-timeout=20m",
-                       "--snappy=false", "-node-id=7")
+    d = daemon_factory(
+        "-msg-timeout",
+        "1m30s",
+        "--max-rdy-count=100",
+        "-max-msg-timeout=20m",
+        "--snappy=false",
+        "-node-id=7",
+    )
     c = d.raw()
     reply = c.identify(feature_negotiation=True)
     assert b'"max_rdy_count":100' in reply
@@ -73,6 +84,7 @@ def test_flags_take_effect_in_identify_and_info(daemon_factory):
 
 def test_port_shorthands_and_log_lines(tmp_path):
     import socket
+
     socks = [socket.socket() for _ in range(2)]
     for s in socks:
         s.bind(("127.0.0.1", 0))
@@ -83,8 +95,12 @@ def test_port_shorthands_and_log_lines(tmp_path):
     try:
         assert (d.tcp_port, d.http_port) == (tcp_port, http_port)
         text = d.log_text()
-        assert re.search(r"^\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} INFO: "
-                         rf"TCP: listening on 127\.0\.0\.1:{tcp_port}$", text, re.M), text
+        assert re.search(
+            r"^\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} INFO: "
+            rf"TCP: listening on 127\.0\.0\.1:{tcp_port}$",
+            text,
+            re.MULTILINE,
+        ), text
         assert f"HTTP: listening on 127.0.0.1:{http_port}" in text
         code, body, _ = d.http("GET", "/ping")
         assert (code, body) == (200, b"OK")

@@ -91,24 +91,41 @@ def test_gnsq_roundtrip_pub_mpub_dpub_two_channels(nsqd) -> None:
     t0 = time.monotonic()
     proc = subprocess.run(
         [
-            sys.executable, str(SCRIPT),
-            "--tcp", nsqd.tcp_address,
-            "--http", nsqd.http_address,
-            "--topic", topic,
-            "--channels", "ch1,ch2",
-            "--readers", "2",
-            "--count", str(count),
-            "--batch", "100",
-            "--dpub", "5",
-            "--defer-ms", "200",
-            "--max-in-flight", "200",
-            "--timeout", "25",
+            sys.executable,
+            str(SCRIPT),
+            "--tcp",
+            nsqd.tcp_address,
+            "--http",
+            nsqd.http_address,
+            "--topic",
+            topic,
+            "--channels",
+            "ch1,ch2",
+            "--readers",
+            "2",
+            "--count",
+            str(count),
+            "--batch",
+            "100",
+            "--dpub",
+            "5",
+            "--defer-ms",
+            "200",
+            "--max-in-flight",
+            "200",
+            "--timeout",
+            "25",
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=50,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
     )
     elapsed = time.monotonic() - t0
-    diag = (f"rc={proc.returncode} after {elapsed:.1f}s\nstdout:\n{proc.stdout}\n"
-            f"stderr:\n{proc.stderr[-3000:]}\ndaemon log:\n{nsqd.log_text()[-4000:]}")
+    diag = (
+        f"rc={proc.returncode} after {elapsed:.1f}s\nstdout:\n{proc.stdout}\n"
+        f"stderr:\n{proc.stderr[-3000:]}\ndaemon log:\n{nsqd.log_text()[-4000:]}"
+    )
     assert proc.stdout.strip(), diag
     report = json.loads(proc.stdout)
     assert report["ok"] is True, diag
@@ -123,8 +140,13 @@ def test_gnsq_roundtrip_pub_mpub_dpub_two_channels(nsqd) -> None:
     assert report["redelivered"] == 0, diag
     for ch in ("ch1", "ch2"):
         r = report["channels"][ch]
-        assert r == {"received": count, "distinct": count, "missing": 0,
-                     "duplicates": 0, "unexpected": 0}, diag
+        assert r == {
+            "received": count,
+            "distinct": count,
+            "missing": 0,
+            "duplicates": 0,
+            "unexpected": 0,
+        }, diag
     # Both consumers of each channel got a share (the channel load-balances between them).
     for name in ("ch1/0", "ch1/1", "ch2/0", "ch2/1"):
         assert report["per_reader"].get(name, 0) > 0, diag
@@ -138,8 +160,12 @@ def test_gnsq_roundtrip_pub_mpub_dpub_two_channels(nsqd) -> None:
         if set(chans) != {"ch1", "ch2"}:
             return None
         for c in chans.values():
-            if (c["message_count"], c["depth"], c["in_flight_count"],
-                    c["deferred_count"]) != (count, 0, 0, 0):
+            if (c["message_count"], c["depth"], c["in_flight_count"], c["deferred_count"]) != (
+                count,
+                0,
+                0,
+                0,
+            ):
                 return None
         return t
 
@@ -173,15 +199,18 @@ class _Recorder:
 
     def attach(self, consumer: gnsq.Consumer) -> None:
         consumer.on_error.connect(
-            lambda sender, error: self.errors.append(f"error: {error!r}"), weak=False)
+            lambda sender, error: self.errors.append(f"error: {error!r}"), weak=False
+        )
         consumer.on_exception.connect(
-            lambda sender, message, error: self.errors.append(f"exception: {error!r}"),
-            weak=False)
+            lambda sender, message, error: self.errors.append(f"exception: {error!r}"), weak=False
+        )
 
 
 def _consumer(nsqd, topic: str, channel: str, handler) -> gnsq.Consumer:
     return gnsq.Consumer(
-        topic, channel, [nsqd.tcp_address],
+        topic,
+        channel,
+        [nsqd.tcp_address],
         message_handler=handler,
         max_in_flight=1,
         # Keep the Consumer's own backoff out of the picture.
@@ -213,9 +242,19 @@ def test_gnsq_requeue_with_delay_redelivers_with_attempts_2(nsqd) -> None:
         # No third delivery shows up after the FIN.
         gevent.sleep(0.3)
         c = _gpoll(
-            lambda: _channel_settled(nsqd, topic, channel, message_count=1, depth=0,
-                                     in_flight_count=0, deferred_count=0, requeue_count=1),
-            5, "channel stats after REQ + FIN")
+            lambda: _channel_settled(
+                nsqd,
+                topic,
+                channel,
+                message_count=1,
+                depth=0,
+                in_flight_count=0,
+                deferred_count=0,
+                requeue_count=1,
+            ),
+            5,
+            "channel stats after REQ + FIN",
+        )
     finally:
         consumer.close()
         consumer.join(timeout=5)
@@ -251,9 +290,19 @@ def test_gnsq_unfinished_message_times_out_and_returns_with_attempts_2(daemon_fa
         _publish_one(nsqd, topic, b"forget-me")
         assert rec.done.wait(timeout=10), (rec.deliveries, rec.errors, nsqd.log_text()[-3000:])
         c = _gpoll(
-            lambda: _channel_settled(nsqd, topic, channel, message_count=1, depth=0,
-                                     in_flight_count=0, deferred_count=0, timeout_count=1),
-            5, "channel stats after timeout + FIN")
+            lambda: _channel_settled(
+                nsqd,
+                topic,
+                channel,
+                message_count=1,
+                depth=0,
+                in_flight_count=0,
+                deferred_count=0,
+                timeout_count=1,
+            ),
+            5,
+            "channel stats after timeout + FIN",
+        )
     finally:
         consumer.close()
         consumer.join(timeout=5)
@@ -302,9 +351,12 @@ def test_gnsq_touch_keeps_message_in_flight_past_msg_timeout(daemon_factory) -> 
         # Give a (wrong) timeout redelivery the chance to show up.
         gevent.sleep(0.5)
         c = _gpoll(
-            lambda: _channel_settled(nsqd, topic, channel, message_count=1, depth=0,
-                                     in_flight_count=0, deferred_count=0),
-            5, "channel stats after TOUCHes + FIN")
+            lambda: _channel_settled(
+                nsqd, topic, channel, message_count=1, depth=0, in_flight_count=0, deferred_count=0
+            ),
+            5,
+            "channel stats after TOUCHes + FIN",
+        )
     finally:
         consumer.close()
         consumer.join(timeout=5)

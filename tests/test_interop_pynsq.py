@@ -12,10 +12,28 @@ from conftest import ROOT, wait_for
 
 def run_roundtrip(nsqd, count: int, timeout: float, topic: str = "roundtrip") -> dict:
     proc = subprocess.run(
-        [sys.executable, "tests/clients/pynsq_roundtrip.py", "--tcp", nsqd.tcp_address,
-         "--http", nsqd.http_address, "--topic", topic, "--channels", "ch1,ch2",
-         "--readers", "2", "--count", str(count), "--timeout", str(timeout)],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout + 30,
+        [
+            sys.executable,
+            "tests/clients/pynsq_roundtrip.py",
+            "--tcp",
+            nsqd.tcp_address,
+            "--http",
+            nsqd.http_address,
+            "--topic",
+            topic,
+            "--channels",
+            "ch1,ch2",
+            "--readers",
+            "2",
+            "--count",
+            str(count),
+            "--timeout",
+            str(timeout),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 30,
     )
     report = json.loads(proc.stdout)
     assert proc.returncode == 0, (report, proc.stderr[-2000:])
@@ -48,8 +66,9 @@ def test_pynsq_writer_and_readers(nsqd):
         r = report["channels"][ch]
         assert (r["received"], r["distinct"], r["missing"], r["duplicates"]) == (count, count, 0, 0)
     # Both readers of each channel took a share.
-    assert all(report["per_reader"].get(f"{ch}/{i}", 0) > 0 for ch in ("ch1", "ch2")
-               for i in (0, 1)), report["per_reader"]
+    assert all(
+        report["per_reader"].get(f"{ch}/{i}", 0) > 0 for ch in ("ch1", "ch2") for i in (0, 1)
+    ), report["per_reader"]
     check_stats_agree(nsqd, "roundtrip", count)
 
 

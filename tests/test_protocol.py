@@ -6,7 +6,6 @@ Expected bytes and texts are nsqd 1.3's (nsqd/protocol_v2.go, the TCP protocol s
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import time
 
@@ -35,7 +34,7 @@ def no_message_within(c: RawClient, seconds: float) -> bool:
             return True
         try:
             ftype, data = c.read_frame(left)
-        except socket.timeout:
+        except TimeoutError:
             return True
         if ftype == wire.FRAME_TYPE_MESSAGE:
             return False
@@ -72,21 +71,34 @@ def test_publish_consume_and_message_frame(nsqd):
 
 def test_identify_feature_negotiation_reply(nsqd):
     c = nsqd.raw()
-    c.cmd(b"IDENTIFY", body=json.dumps({
-        "client_id": "c1", "hostname": "h1", "feature_negotiation": True,
-        "heartbeat_interval": 5000, "output_buffer_size": 8192, "output_buffer_timeout": 100,
-        "msg_timeout": 30000, "sample_rate": 0, "user_agent": "raw/1.0",
-        "tls_v1": True, "snappy": True, "deflate": True, "deflate_level": 3,
-        "unknown_key": [1, 2],
-    }).encode())
+    c.cmd(
+        b"IDENTIFY",
+        body=json.dumps(
+            {
+                "client_id": "c1",
+                "hostname": "h1",
+                "feature_negotiation": True,
+                "heartbeat_interval": 5000,
+                "output_buffer_size": 8192,
+                "output_buffer_timeout": 100,
+                "msg_timeout": 30000,
+                "sample_rate": 0,
+                "user_agent": "raw/1.0",
+                "tls_v1": True,
+                "snappy": True,
+                "deflate": True,
+                "deflate_level": 3,
+                "unknown_key": [1, 2],
+            }
+        ).encode(),
+    )
     ftype, data = c.read_non_heartbeat()
     assert ftype == wire.FRAME_TYPE_RESPONSE
     assert data == (
         b'{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,'
         b'"msg_timeout":30000,"tls_v1":false,"deflate":false,"deflate_level":6,'
         b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
-        b'"output_buffer_size":8192,"output_buffer_timeout":100,"topology_region":"",'
-        b'"topology_zone":""}'
+        b'"output_buffer_size":8192,"output_buffer_timeout":100}'
     )
     # Without feature_negotiation the answer is a plain OK.
     c2 = nsqd.raw()
@@ -127,7 +139,7 @@ def test_two_consumers_share_a_channel(nsqd):
         while True:
             try:
                 _, _, mid, body = c.read_message(timeout=1.0)
-            except socket.timeout:
+            except TimeoutError:
                 break
             seen.append(body)
             c.cmd(b"FIN", mid)
@@ -240,7 +252,9 @@ def test_dpub_timeout_out_of_range(daemon_factory):
     p = d.raw()
     p.cmd(b"DPUB", b"t", b"10001", body=b"x")
     assert p.read_non_heartbeat() == (
-        wire.FRAME_TYPE_ERROR, b"E_INVALID DPUB timeout 10001 out of range 0-10000")
+        wire.FRAME_TYPE_ERROR,
+        b"E_INVALID DPUB timeout 10001 out of range 0-10000",
+    )
     assert p.closed_by_server()
 
 
@@ -279,16 +293,19 @@ def test_ephemeral_channel_goes_with_last_client(nsqd):
     st = nsqd.stats(topic="eph")["topics"][0]
     assert [ch["channel_name"] for ch in st["channels"]] == ["tmp#ephemeral"]
     c.close()
-    wait_for(lambda: nsqd.stats(topic="eph")["topics"][0]["channels"] == [],
-             what="ephemeral channel deleted")
+    wait_for(
+        lambda: nsqd.stats(topic="eph")["topics"][0]["channels"] == [],
+        what="ephemeral channel deleted",
+    )
 
 
 def test_ephemeral_topic_goes_with_last_channel(nsqd):
     c = consumer(nsqd, "tmp#ephemeral", "c#ephemeral")
     assert nsqd.stats(topic="tmp#ephemeral")["topics"] is not None
     c.close()
-    wait_for(lambda: nsqd.stats(topic="tmp#ephemeral")["topics"] is None,
-             what="ephemeral topic deleted")
+    wait_for(
+        lambda: nsqd.stats(topic="tmp#ephemeral")["topics"] is None, what="ephemeral topic deleted"
+    )
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -306,42 +323,70 @@ def test_bad_magic(nsqd):
     assert_serving(nsqd)
 
 
-@pytest.mark.parametrize("cmd,text", [
-    (wire.encode_command(b"PUB", b"bad!topic", body=b"x"),
-     b'E_BAD_TOPIC PUB topic name "bad!topic" is not valid'),
-    (wire.encode_command(b"PUB", b"a" * 65, body=b"x"),
-     b'E_BAD_TOPIC PUB topic name "' + b"a" * 65 + b'" is not valid'),
-    (wire.encode_mpub(b"bad!topic", [b"x"]),
-     b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "bad!topic" is not valid'),
-    (b"SUB t bad:chan\n", b'E_BAD_CHANNEL SUB channel name "bad:chan" is not valid'),
-    (b"SUB t\n", b"E_INVALID SUB insufficient number of parameters"),
-    (b"PUB\n", b"E_INVALID PUB insufficient number of parameters"),
-    (b"BOGUS x\n", b"E_INVALID invalid command BOGUS"),
-    (b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
-    (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
-    (b"CLS\n", b"E_INVALID cannot CLS in current state"),
-    (wire.encode_command(b"IDENTIFY", body=b"{bad}"), b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (wire.encode_command(b"IDENTIFY", body=b'{"heartbeat_interval":"1s"}'),
-     b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (wire.encode_command(b"IDENTIFY", body=b'{"heartbeat_interval":500}'),
-     b"E_BAD_BODY IDENTIFY heartbeat interval (500) is invalid"),
-    (wire.encode_command(b"IDENTIFY", body=b'{"msg_timeout":999}'),
-     b"E_BAD_BODY IDENTIFY msg timeout (999) is invalid"),
-    (wire.encode_command(b"IDENTIFY", body=b'{"sample_rate":100}'),
-     b"E_BAD_BODY IDENTIFY sample rate (100) is invalid"),
-    (b"IDENTIFY\n" + pack_len(0), b"E_BAD_BODY IDENTIFY invalid body size 0"),
-    (b"PUB t\n" + pack_len(0), b"E_BAD_MESSAGE PUB invalid message body size 0"),
-    (b"PUB t\n" + pack_len(1024 * 1024 + 1),
-     b"E_BAD_MESSAGE PUB message too big 1048577 > 1048576"),
-    (b"MPUB t\n" + pack_len(5 * 1024 * 1024 + 1),
-     b"E_BAD_BODY MPUB body too big 5242881 > 5242880"),
-    (b"MPUB t\n" + pack_len(9) + pack_len(2) + pack_len(1) + b"a",
-     b"E_BAD_MESSAGE MPUB failed to read message(1) body size"),
-    (b"MPUB t\n" + pack_len(9) + pack_len(0) + pack_len(1) + b"a",
-     b"E_BAD_BODY MPUB invalid message count 0"),
-    (b"AUTH\n" + pack_len(3) + b"abc", b"E_AUTH_DISABLED AUTH disabled"),
-    (b"DPUB t x\n", b"E_INVALID DPUB could not parse timeout x"),
-])
+@pytest.mark.parametrize(
+    "cmd,text",
+    [
+        (
+            wire.encode_command(b"PUB", b"bad!topic", body=b"x"),
+            b'E_BAD_TOPIC PUB topic name "bad!topic" is not valid',
+        ),
+        (
+            wire.encode_command(b"PUB", b"a" * 65, body=b"x"),
+            b'E_BAD_TOPIC PUB topic name "' + b"a" * 65 + b'" is not valid',
+        ),
+        (
+            wire.encode_mpub(b"bad!topic", [b"x"]),
+            b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "bad!topic" is not valid',
+        ),
+        (b"SUB t bad:chan\n", b'E_BAD_CHANNEL SUB channel name "bad:chan" is not valid'),
+        (b"SUB t\n", b"E_INVALID SUB insufficient number of parameters"),
+        (b"PUB\n", b"E_INVALID PUB insufficient number of parameters"),
+        (b"BOGUS x\n", b"E_INVALID invalid command BOGUS"),
+        (b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
+        (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
+        (b"CLS\n", b"E_INVALID cannot CLS in current state"),
+        (
+            wire.encode_command(b"IDENTIFY", body=b"{bad}"),
+            b"E_BAD_BODY IDENTIFY failed to decode JSON body",
+        ),
+        (
+            wire.encode_command(b"IDENTIFY", body=b'{"heartbeat_interval":"1s"}'),
+            b"E_BAD_BODY IDENTIFY failed to decode JSON body",
+        ),
+        (
+            wire.encode_command(b"IDENTIFY", body=b'{"heartbeat_interval":500}'),
+            b"E_BAD_BODY IDENTIFY heartbeat interval (500) is invalid",
+        ),
+        (
+            wire.encode_command(b"IDENTIFY", body=b'{"msg_timeout":999}'),
+            b"E_BAD_BODY IDENTIFY msg timeout (999) is invalid",
+        ),
+        (
+            wire.encode_command(b"IDENTIFY", body=b'{"sample_rate":100}'),
+            b"E_BAD_BODY IDENTIFY sample rate (100) is invalid",
+        ),
+        (b"IDENTIFY\n" + pack_len(0), b"E_BAD_BODY IDENTIFY invalid body size 0"),
+        (b"PUB t\n" + pack_len(0), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+        (
+            b"PUB t\n" + pack_len(1024 * 1024 + 1),
+            b"E_BAD_MESSAGE PUB message too big 1048577 > 1048576",
+        ),
+        (
+            b"MPUB t\n" + pack_len(5 * 1024 * 1024 + 1),
+            b"E_BAD_BODY MPUB body too big 5242881 > 5242880",
+        ),
+        (
+            b"MPUB t\n" + pack_len(9) + pack_len(2) + pack_len(1) + b"a",
+            b"E_BAD_MESSAGE MPUB failed to read message(1) body size",
+        ),
+        (
+            b"MPUB t\n" + pack_len(9) + pack_len(0) + pack_len(1) + b"a",
+            b"E_BAD_BODY MPUB invalid message count 0",
+        ),
+        (b"AUTH\n" + pack_len(3) + b"abc", b"E_AUTH_DISABLED AUTH disabled"),
+        (b"DPUB t x\n", b"E_INVALID DPUB could not parse timeout x"),
+    ],
+)
 def test_bad_input_gets_nsqd_error_and_close(nsqd, cmd, text):
     c = nsqd.raw()
     c.send(cmd)
@@ -371,7 +416,9 @@ def test_fin_unknown_id_is_not_fatal(nsqd):
     c = consumer(nsqd, "fin", "ch", rdy=1)
     c.cmd(b"FIN", b"0123456789abcdef")
     assert c.read_non_heartbeat() == (
-        wire.FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight")
+        wire.FRAME_TYPE_ERROR,
+        b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight",
+    )
     # Still connected and consuming.
     nsqd.raw().pub("fin", b"ok")
     assert c.read_message()[3] == b"ok"
@@ -386,13 +433,15 @@ def test_fin_of_another_clients_message(nsqd):
         try:
             got = (c.read_message(timeout=0.5)[2], other)
             break
-        except socket.timeout:
+        except TimeoutError:
             continue
     assert got is not None
     mid, other = got
     other.cmd(b"FIN", mid)
     assert other.read_non_heartbeat() == (
-        wire.FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN " + mid + b" failed client does not own message")
+        wire.FRAME_TYPE_ERROR,
+        b"E_FIN_FAILED FIN " + mid + b" failed client does not own message",
+    )
 
 
 def test_fin_bad_id_length_is_fatal(nsqd):
@@ -457,7 +506,7 @@ def assert_serving(nsqd) -> None:
     p = nsqd.raw()
     body = b"alive-%d" % time.monotonic_ns()
     p.pub("alive", body)
-    c = consumer(nsqd, "alive", "c%d" % time.monotonic_ns(), rdy=100)
+    c = consumer(nsqd, "alive", f"c{time.monotonic_ns()}", rdy=100)
     bodies = []
     while body not in bodies:
         bodies.append(c.read_message(timeout=3)[3])

@@ -22,19 +22,19 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import argparse  # noqa: E402
-import collections  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import re  # noqa: E402
-import signal  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import urllib.request  # noqa: E402
+import argparse
+import collections
+import json
+import logging
+import re
+import signal
+import sys
+import time
+import urllib.request
 
-import gevent  # noqa: E402
-import gevent.event  # noqa: E402
-import gnsq  # noqa: E402
+import gevent
+import gevent.event
+import gnsq
 
 ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
@@ -55,8 +55,12 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=50000)
     ap.add_argument("--batch", type=int, default=100, help="bodies per MPUB")
     ap.add_argument("--pub-every", type=int, default=10, help="one PUB per this many batches")
-    ap.add_argument("--dpub", type=int, default=5,
-                    help="publish the last N messages with DPUB (publish(..., defer=ms))")
+    ap.add_argument(
+        "--dpub",
+        type=int,
+        default=5,
+        help="publish the last N messages with DPUB (publish(..., defer=ms))",
+    )
     ap.add_argument("--defer-ms", type=int, default=200, help="DPUB defer in milliseconds")
     ap.add_argument("--max-in-flight", type=int, default=200)
     ap.add_argument("--timeout", type=float, default=120)
@@ -142,7 +146,8 @@ def main() -> int:
                 else:
                     end = min(plain, start + args.batch)
                     producer.multipublish(
-                        args.topic, [b"msg-%d" % i for i in range(start, end)], timeout=10)
+                        args.topic, [b"msg-%d" % i for i in range(start, end)], timeout=10
+                    )
                     state["mpubs"] += 1
                     state["acked"] = end
             except Exception as e:  # noqa: BLE001 - report and retry the same batch

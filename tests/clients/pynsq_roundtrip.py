@@ -117,8 +117,9 @@ def main() -> int:
             end = min(args.count, start + args.batch)
             state["next"] = end
             state["mpubs"] += 1
-            writer.mpub(args.topic, [b"msg-%d" % i for i in range(start, end)],
-                        callback=publish_next)
+            writer.mpub(
+                args.topic, [b"msg-%d" % i for i in range(start, end)], callback=publish_next
+            )
 
     def finish() -> None:
         # Let the last FINs reach the daemon before the loop stops.

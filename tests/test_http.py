@@ -1,0 +1,862 @@
+"""The HTTP API of nsqpy-d against nsqd 1.3's behaviour (nsqd/http.go, internal/http_api).
+
+Every test drives a real daemon process (the ``nsqd`` / ``daemon_factory`` fixtures) over
+loopback HTTP, and, where delivery matters, a raw TCP V2 consumer. Every socket read has a
+timeout and the module carries a pytest-timeout bound, so no test can hang.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import struct
+import time
+
+import pytest
+from conftest import Daemon, RawClient, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+NSQ_CT = "nsq; version=1.0"
+JSON_CT = "application/json; charset=utf-8"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _lower(headers: dict[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def assert_ok(resp: tuple[int, bytes, dict[str, str]], body: bytes = b"OK") -> None:
+    """A V1 200 answer with exactly ``body`` and the X-NSQ-Content-Type header."""
+    code, data, headers = resp
+    assert (code, data) == (200, body)
+    assert _lower(headers).get("x-nsq-content-type") == NSQ_CT, headers
+
+
+def assert_err(resp: tuple[int, bytes, dict[str, str]], code: int, text: str) -> None:
+    """A V1 error: status ``code``, JSON body {"message": text}, JSON content type, NSQ header."""
+    got_code, data, headers = resp
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        payload = data
+    assert (got_code, payload) == (code, {"message": text})
+    h = _lower(headers)
+    assert h.get("content-type") == JSON_CT, headers
+    assert h.get("x-nsq-content-type") == NSQ_CT, headers
+
+
+def topic_stats(d: Daemon, topic: str) -> dict | None:
+    for t in d.stats(topic=topic)["topics"] or []:
+        if t["topic_name"] == topic:
+            return t
+    return None
+
+
+def channel_stats(d: Daemon, topic: str, channel: str) -> dict | None:
+    t = topic_stats(d, topic)
+    if t is None:
+        return None
+    for c in t["channels"]:
+        if c["channel_name"] == channel:
+            return c
+    return None
+
+
+def consumer(d: Daemon, topic: str, channel: str, rdy: int = 10, **identify: object) -> RawClient:
+    """A raw V2 consumer: IDENTIFY, SUB, RDY; returns once nsqd reports its RDY count."""
+    c = d.raw()
+    c.identify(**identify)
+    c.sub(topic, channel, rdy)
+
+    def ready() -> bool:
+        ch = channel_stats(d, topic, channel)
+        return bool(ch and ch["clients"] and ch["clients"][0]["ready_count"] == rdy)
+
+    wait_for(ready, timeout=5, what=f"RDY {rdy} on {topic}/{channel}")
+    return c
+
+
+def assert_no_message(c: RawClient, within: float) -> None:
+    with pytest.raises(socket.timeout):
+        c.read_message(timeout=within)
+
+
+def binary_mpub(bodies: list[bytes], count: int | None = None) -> bytes:
+    n = len(bodies) if count is None else count
+    return struct.pack(">i", n) + b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+
+
+def post_chunked(d: Daemon, path: str, chunks: list[bytes]) -> tuple[int, bytes, dict[str, str]]:
+    """POST with Transfer-Encoding: chunked (no Content-Length)."""
+    conn = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=10)
+    try:
+        conn.request("POST", path, body=iter(chunks), encode_chunked=True)
+        r = conn.getresponse()
+        return r.status, r.read(), dict(r.getheaders())
+    finally:
+        conn.close()
+
+
+# ----------------------------------------------------------------------------- /ping, /info
+
+
+def test_ping_is_plain_ok(nsqd):
+    code, body, headers = nsqd.http("GET", "/ping")
+    assert (code, body) == (200, b"OK")
+    h = _lower(headers)
+    # /ping uses nsqd's PlainText decorator, not V1: no X-NSQ-Content-Type, no JSON
+    assert "x-nsq-content-type" not in h
+    assert h.get("content-type", "").startswith("text/plain")
+
+
+def test_info(nsqd):
+    before = int(time.time())
+    code, body, headers = nsqd.http("GET", "/info")
+    assert code == 200
+    h = _lower(headers)
+    assert h.get("x-nsq-content-type") == NSQ_CT
+    assert h.get("content-type") == JSON_CT
+    info = json.loads(body)
+    expected_keys = {
+        "version",
+        "broadcast_address",
+        "hostname",
+        "http_port",
+        "tcp_port",
+        "start_time",
+        "max_heartbeat_interval",
+        "max_output_buffer_size",
+        "max_output_buffer_timeout",
+        "max_deflate_level",
+    }
+    assert expected_keys <= set(info), sorted(expected_keys - set(info))
+    assert info["version"] == "1.3.0"
+    assert info["hostname"] == socket.gethostname()
+    assert info["broadcast_address"] == socket.gethostname()  # nsqd's default
+    assert info["http_port"] == nsqd.http_port
+    assert info["tcp_port"] == nsqd.tcp_port
+    assert isinstance(info["start_time"], int)
+    assert before - 60 <= info["start_time"] <= before + 1
+    # Go time.Duration encodes as integer nanoseconds
+    assert info["max_heartbeat_interval"] == 60_000_000_000
+    assert info["max_output_buffer_size"] == 65536
+    assert info["max_output_buffer_timeout"] == 30_000_000_000
+    assert info["max_deflate_level"] == 6
+
+
+def test_info_start_time_matches_stats(nsqd):
+    info = json.loads(nsqd.http("GET", "/info")[1])
+    assert nsqd.stats()["start_time"] == info["start_time"]
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "/pub"),
+        ("GET", "/mpub"),
+        ("GET", "/topic/create"),
+        ("GET", "/channel/pause"),
+        ("POST", "/stats"),
+        ("POST", "/info"),
+        ("POST", "/ping"),
+    ],
+)
+def test_wrong_method_is_405(nsqd, method, path):
+    assert_err(
+        nsqd.http(method, path, b"x" if method == "POST" else None), 405, "METHOD_NOT_ALLOWED"
+    )
+
+
+@pytest.mark.parametrize("path", ["/nonexistent", "/topic", "/topic/nope", "/pub/extra"])
+def test_unknown_path_is_404(nsqd, path):
+    assert_err(nsqd.http("GET", path), 404, "NOT_FOUND")
+
+
+# ----------------------------------------------------------------------------- /pub
+
+
+def test_pub_ok_counts_message(nsqd):
+    assert_ok(nsqd.http("POST", "/pub?topic=pubt", b"hello"))
+    assert_ok(nsqd.http("POST", "/pub?topic=pubt", b"world!"))
+    t = topic_stats(nsqd, "pubt")
+    assert t is not None
+    assert t["message_count"] == 2
+    assert t["message_bytes"] == len(b"hello") + len(b"world!")
+    assert t["depth"] == 2  # no channel yet: messages wait in the topic
+
+
+def test_pub_delivers_exact_body_to_consumer(nsqd):
+    c = consumer(nsqd, "pubd", "ch", rdy=5)
+    try:
+        body = bytes(range(256)) + b"\n\x00tail"
+        assert_ok(nsqd.http("POST", "/pub?topic=pubd", body))
+        ts, attempts, msg_id, got = c.read_message(timeout=5)
+        assert got == body
+        assert attempts == 1
+        assert len(msg_id) == 16
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    "query,body,code,text",
+    [
+        ("?topic=pe", b"", 400, "MSG_EMPTY"),
+        ("", b"x", 400, "MISSING_ARG_TOPIC"),
+        ("?channel=c", b"x", 400, "MISSING_ARG_TOPIC"),
+        ("?topic=bad!name", b"x", 400, "INVALID_TOPIC"),
+        ("?topic=" + "a" * 65, b"x", 400, "INVALID_TOPIC"),
+        ("?topic=", b"x", 400, "INVALID_TOPIC"),
+        ("?topic=pe&defer=abc", b"x", 400, "INVALID_DEFER"),
+        ("?topic=pe&defer=-1", b"x", 400, "INVALID_DEFER"),
+        ("?topic=pe&defer=1.5", b"x", 400, "INVALID_DEFER"),
+        ("?topic=pe&defer=3600001", b"x", 400, "INVALID_DEFER"),  # > --max-req-timeout (1h)
+    ],
+)
+def test_pub_errors(nsqd, query, body, code, text):
+    assert_err(nsqd.http("POST", "/pub" + query, body), code, text)
+    t = topic_stats(nsqd, "pe")
+    assert t is None or t["message_count"] == 0
+
+
+def test_pub_defer_at_max_req_timeout_is_accepted(nsqd):
+    assert_ok(nsqd.http("POST", "/pub?topic=pdmax&defer=3600000", b"x"))
+
+
+def test_pub_too_big(daemon_factory):
+    d = daemon_factory("--max-msg-size=100")
+    assert_ok(d.http("POST", "/pub?topic=big", b"x" * 100))
+    assert_err(d.http("POST", "/pub?topic=big", b"x" * 101), 413, "MSG_TOO_BIG")
+    # too big is checked before the topic (nsqd reads the body first)
+    assert_err(d.http("POST", "/pub?topic=bad!name", b"x" * 101), 413, "MSG_TOO_BIG")
+    t = topic_stats(d, "big")
+    assert t is not None and t["message_count"] == 1
+
+
+def test_pub_too_big_chunked(daemon_factory):
+    """No Content-Length: nsqd reads at most max-msg-size+1 bytes and refuses the rest."""
+    d = daemon_factory("--max-msg-size=100")
+    assert_ok(post_chunked(d, "/pub?topic=bigc", [b"x" * 60, b"y" * 40]))
+    assert_err(post_chunked(d, "/pub?topic=bigc", [b"x" * 60, b"y" * 41]), 413, "MSG_TOO_BIG")
+    t = topic_stats(d, "bigc")
+    assert t is not None and t["message_count"] == 1
+
+
+def test_pub_defer_delays_delivery(nsqd):
+    c = consumer(nsqd, "deft", "ch", rdy=5)
+    try:
+        t0 = time.monotonic()
+        assert_ok(nsqd.http("POST", "/pub?topic=deft&defer=500", b"later"))
+        if time.monotonic() - t0 < 0.3:  # only meaningful while surely still deferred
+            ch = channel_stats(nsqd, "deft", "ch")
+            assert ch is not None
+            assert (ch["deferred_count"], ch["in_flight_count"]) == (1, 0)
+        # not delivered within the first 400 ms after the request was sent
+        left = 0.4 - (time.monotonic() - t0)
+        if left > 0:
+            assert_no_message(c, left)
+        _, attempts, _, body = c.read_message(timeout=5)
+        elapsed = time.monotonic() - t0
+        assert body == b"later"
+        assert attempts == 1
+        # the message was published after t0, so it cannot be due before t0 + 0.5 s
+        assert elapsed >= 0.48, f"deferred message delivered after only {elapsed:.3f}s"
+        assert elapsed < 5
+    finally:
+        c.close()
+
+
+# ----------------------------------------------------------------------------- /mpub
+
+
+def test_mpub_text(nsqd):
+    c = consumer(nsqd, "mpt", "ch", rdy=10)
+    try:
+        body = b"one\ntwo\n\n\nthree\n"
+        assert_ok(nsqd.http("POST", "/mpub?topic=mpt", body))
+        got = [c.read_message(timeout=5)[3] for _ in range(3)]
+        assert got == [b"one", b"two", b"three"]
+        assert_no_message(c, 0.3)
+        t = topic_stats(nsqd, "mpt")
+        assert t is not None
+        assert t["message_count"] == 3
+        assert t["message_bytes"] == len(b"onetwothree")
+    finally:
+        c.close()
+
+
+def test_mpub_text_without_trailing_newline(nsqd):
+    assert_ok(nsqd.http("POST", "/mpub?topic=mpn", b"a\nbb\nccc"))
+    t = topic_stats(nsqd, "mpn")
+    assert t is not None
+    assert (t["message_count"], t["message_bytes"], t["depth"]) == (3, 6, 3)
+
+
+def test_mpub_binary(nsqd):
+    c = consumer(nsqd, "mpb", "ch", rdy=10)
+    try:
+        bodies = [b"bin\none", b"\x00\x01\x02", b"x" * 1000]
+        assert_ok(nsqd.http("POST", "/mpub?topic=mpb&binary=true", binary_mpub(bodies)))
+        got = [c.read_message(timeout=5)[3] for _ in range(3)]
+        assert got == bodies
+        assert_no_message(c, 0.3)
+        t = topic_stats(nsqd, "mpb")
+        assert t is not None and t["message_count"] == 3
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    "body,text",
+    [
+        (binary_mpub([b"a"], count=0), "BAD_BODY"),
+        (binary_mpub([b"a"], count=-1), "BAD_BODY"),
+        (binary_mpub([b"a"], count=2**31 - 1), "BAD_BODY"),  # > (max-body-size - 4) / 5
+        (b"", "BAD_BODY"),
+        (b"\x00\x00", "BAD_BODY"),  # count cannot be read
+        # count says 2 but only one message follows: nsqd fails reading message(1)'s size
+        (binary_mpub([b"a"], count=2), "BAD_MESSAGE"),
+    ],
+    ids=["count0", "count-1", "count-huge", "empty", "short-count", "missing-message"],
+)
+def test_mpub_binary_bad(nsqd, body, text):
+    assert_err(nsqd.http("POST", "/mpub?topic=mpbad&binary=true", body), 413, text)
+    t = topic_stats(nsqd, "mpbad")
+    assert t is None or t["message_count"] == 0
+
+
+def test_mpub_binary_message_too_big(daemon_factory):
+    d = daemon_factory("--max-msg-size=100")
+    body = binary_mpub([b"ok", b"x" * 101])
+    assert_err(d.http("POST", "/mpub?topic=mpbig&binary=true", body), 413, "BAD_MESSAGE")
+    assert_ok(d.http("POST", "/mpub?topic=mpbig&binary=true", binary_mpub([b"x" * 100])))
+    t = topic_stats(d, "mpbig")
+    assert t is not None and t["message_count"] == 1
+
+
+def test_mpub_text_line_too_big(daemon_factory):
+    d = daemon_factory("--max-msg-size=100")
+    body = b"short\n" + b"x" * 101 + b"\nafter\n"
+    assert_err(d.http("POST", "/mpub?topic=mptb", body), 413, "MSG_TOO_BIG")
+    t = topic_stats(d, "mptb")
+    # all or nothing: the short line before the big one is not published either
+    assert t is None or t["message_count"] == 0
+    assert_ok(d.http("POST", "/mpub?topic=mptb", b"y" * 100 + b"\nz\n"))
+    t = topic_stats(d, "mptb")
+    assert t is not None and t["message_count"] == 2
+
+
+@pytest.mark.parametrize(
+    "query,text", [("", "MISSING_ARG_TOPIC"), ("?topic=no%20good", "INVALID_TOPIC")]
+)
+def test_mpub_topic_errors(nsqd, query, text):
+    assert_err(nsqd.http("POST", "/mpub" + query, b"a\nb\n"), 400, text)
+
+
+# ----------------------------------------------------------------------------- /topic/*
+
+
+def test_topic_create(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=tc"), body=b"")
+    t = topic_stats(nsqd, "tc")
+    assert t is not None
+    assert (t["channels"], t["depth"], t["message_count"], t["paused"]) == ([], 0, 0, False)
+    # creating again is fine
+    assert_ok(nsqd.http("POST", "/topic/create?topic=tc"), body=b"")
+    assert [t["topic_name"] for t in nsqd.stats()["topics"]] == ["tc"]
+
+
+def test_topic_create_ephemeral_name_is_valid(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=eph%23ephemeral"), body=b"")
+    assert [t["topic_name"] for t in nsqd.stats()["topics"]] == ["eph#ephemeral"]
+
+
+@pytest.mark.parametrize(
+    "query,text",
+    [
+        ("", "MISSING_ARG_TOPIC"),
+        ("?topic=bad!name", "INVALID_TOPIC"),
+        ("?topic=" + "a" * 65, "INVALID_TOPIC"),
+    ],
+)
+def test_topic_create_errors(nsqd, query, text):
+    assert_err(nsqd.http("POST", "/topic/create" + query), 400, text)
+    assert nsqd.stats()["topics"] == []
+
+
+def test_topic_delete(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=td"), body=b"")
+    assert_ok(nsqd.http("POST", "/pub?topic=td", b"m"))
+    assert_ok(nsqd.http("POST", "/topic/delete?topic=td"), body=b"")
+    assert topic_stats(nsqd, "td") is None
+    assert_err(nsqd.http("POST", "/topic/delete?topic=td"), 404, "TOPIC_NOT_FOUND")
+    assert_err(nsqd.http("POST", "/topic/delete?topic=never"), 404, "TOPIC_NOT_FOUND")
+    assert_err(nsqd.http("POST", "/topic/delete"), 400, "MISSING_ARG_TOPIC")
+
+
+def test_topic_delete_disconnects_consumers(nsqd):
+    c = consumer(nsqd, "tdc", "ch", rdy=1)
+    try:
+        assert_ok(nsqd.http("POST", "/topic/delete?topic=tdc"), body=b"")
+        assert c.closed_by_server(timeout=5)
+        assert topic_stats(nsqd, "tdc") is None
+    finally:
+        c.close()
+
+
+def test_topic_empty(nsqd):
+    for i in range(3):
+        assert_ok(nsqd.http("POST", "/pub?topic=te", b"m%d" % i))
+    t = topic_stats(nsqd, "te")
+    assert t is not None and t["depth"] == 3
+    assert_ok(nsqd.http("POST", "/topic/empty?topic=te"), body=b"")
+    t = topic_stats(nsqd, "te")
+    assert t is not None
+    assert t["depth"] == 0
+    assert t["message_count"] == 3  # counters are not reset
+    assert_err(nsqd.http("POST", "/topic/empty?topic=nope"), 404, "TOPIC_NOT_FOUND")
+    assert_err(nsqd.http("POST", "/topic/empty?topic=bad!name"), 400, "INVALID_TOPIC")
+    assert_err(nsqd.http("POST", "/topic/empty"), 400, "MISSING_ARG_TOPIC")
+
+
+def test_topic_pause_unpause_flags_and_errors(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=tp"), body=b"")
+    assert_ok(nsqd.http("POST", "/topic/pause?topic=tp"), body=b"")
+    assert topic_stats(nsqd, "tp")["paused"] is True
+    assert_ok(nsqd.http("POST", "/topic/unpause?topic=tp"), body=b"")
+    assert topic_stats(nsqd, "tp")["paused"] is False
+    for path in ("/topic/pause", "/topic/unpause"):
+        assert_err(nsqd.http("POST", f"{path}?topic=nope"), 404, "TOPIC_NOT_FOUND")
+        assert_err(nsqd.http("POST", path), 400, "MISSING_ARG_TOPIC")
+
+
+def test_topic_pause_holds_messages_in_topic(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=tph"), body=b"")
+    assert_ok(nsqd.http("POST", "/channel/create?topic=tph&channel=ch"), body=b"")
+    assert_ok(nsqd.http("POST", "/topic/pause?topic=tph"), body=b"")
+    assert_ok(nsqd.http("POST", "/pub?topic=tph", b"a"))
+    assert_ok(nsqd.http("POST", "/mpub?topic=tph", b"b\nc\n"))
+    time.sleep(0.2)
+    t = topic_stats(nsqd, "tph")
+    assert t is not None
+    assert (t["paused"], t["depth"], t["message_count"]) == (True, 3, 3)
+    assert t["channels"][0]["depth"] == 0
+    assert t["channels"][0]["message_count"] == 0
+    assert_ok(nsqd.http("POST", "/topic/unpause?topic=tph"), body=b"")
+
+    def flowed() -> bool:
+        t = topic_stats(nsqd, "tph")
+        return t["depth"] == 0 and t["channels"][0]["depth"] == 3
+
+    wait_for(flowed, timeout=5, what="messages to flow to the channel after unpause")
+    assert topic_stats(nsqd, "tph")["paused"] is False
+
+
+def test_topic_pause_blocks_delivery_to_consumer(nsqd):
+    c = consumer(nsqd, "tpc", "ch", rdy=5)
+    try:
+        assert_ok(nsqd.http("POST", "/topic/pause?topic=tpc"), body=b"")
+        assert_ok(nsqd.http("POST", "/pub?topic=tpc", b"held"))
+        assert_no_message(c, 0.5)
+        t = topic_stats(nsqd, "tpc")
+        assert (t["depth"], t["channels"][0]["depth"], t["channels"][0]["in_flight_count"]) == (
+            1,
+            0,
+            0,
+        )
+        assert_ok(nsqd.http("POST", "/topic/unpause?topic=tpc"), body=b"")
+        assert c.read_message(timeout=5)[3] == b"held"
+        assert topic_stats(nsqd, "tpc")["depth"] == 0
+    finally:
+        c.close()
+
+
+# ----------------------------------------------------------------------------- /channel/*
+
+
+def test_channel_create(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=cc"), body=b"")
+    assert_ok(nsqd.http("POST", "/channel/create?topic=cc&channel=c1"), body=b"")
+    assert_ok(nsqd.http("POST", "/channel/create?topic=cc&channel=c0"), body=b"")
+    t = topic_stats(nsqd, "cc")
+    assert [c["channel_name"] for c in t["channels"]] == ["c0", "c1"]  # sorted by name
+    ch = t["channels"][1]
+    assert (ch["depth"], ch["client_count"], ch["clients"], ch["paused"]) == (0, 0, [], False)
+
+
+def test_channel_create_takes_messages_held_by_topic(nsqd):
+    assert_ok(nsqd.http("POST", "/mpub?topic=cch", b"1\n2\n"))
+    assert topic_stats(nsqd, "cch")["depth"] == 2
+    assert_ok(nsqd.http("POST", "/channel/create?topic=cch&channel=ch"), body=b"")
+
+    def flowed() -> bool:
+        t = topic_stats(nsqd, "cch")
+        return t["depth"] == 0 and t["channels"][0]["depth"] == 2
+
+    wait_for(flowed, timeout=5, what="held topic messages to reach the new channel")
+
+
+@pytest.mark.parametrize(
+    "query,code,text",
+    [
+        ("?topic=nope&channel=c", 404, "TOPIC_NOT_FOUND"),
+        ("?topic=cce", 400, "MISSING_ARG_CHANNEL"),
+        ("?channel=c", 400, "MISSING_ARG_TOPIC"),
+        ("?topic=cce&channel=bad!chan", 400, "INVALID_ARG_CHANNEL"),
+        ("?topic=cce&channel=" + "c" * 65, 400, "INVALID_ARG_CHANNEL"),
+        ("?topic=bad!topic&channel=c", 400, "INVALID_ARG_TOPIC"),
+    ],
+)
+def test_channel_create_errors(nsqd, query, code, text):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=cce"), body=b"")
+    assert_err(nsqd.http("POST", "/channel/create" + query), code, text)
+    assert [t["topic_name"] for t in nsqd.stats()["topics"]] == ["cce"]
+    assert topic_stats(nsqd, "cce")["channels"] == []
+
+
+def test_channel_delete(nsqd):
+    c = consumer(nsqd, "cd", "ch", rdy=1)
+    try:
+        assert_ok(nsqd.http("POST", "/channel/create?topic=cd&channel=other"), body=b"")
+        assert_ok(nsqd.http("POST", "/channel/delete?topic=cd&channel=ch"), body=b"")
+        assert c.closed_by_server(timeout=5), "consumer of a deleted channel stays connected"
+        t = topic_stats(nsqd, "cd")
+        assert t is not None
+        assert [ch["channel_name"] for ch in t["channels"]] == ["other"]
+    finally:
+        c.close()
+    assert_err(nsqd.http("POST", "/channel/delete?topic=cd&channel=ch"), 404, "CHANNEL_NOT_FOUND")
+    assert_err(nsqd.http("POST", "/channel/delete?topic=nope&channel=ch"), 404, "TOPIC_NOT_FOUND")
+    assert_err(nsqd.http("POST", "/channel/delete?topic=cd"), 400, "MISSING_ARG_CHANNEL")
+
+
+def test_channel_empty(nsqd):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=ce"), body=b"")
+    assert_ok(nsqd.http("POST", "/channel/create?topic=ce&channel=ch"), body=b"")
+    assert_ok(nsqd.http("POST", "/mpub?topic=ce", b"1\n2\n3\n"))
+    assert_ok(nsqd.http("POST", "/pub?topic=ce&defer=60000", b"later"))
+    wait_for(
+        lambda: channel_stats(nsqd, "ce", "ch")["depth"] == 3, timeout=5, what="channel depth 3"
+    )
+    assert channel_stats(nsqd, "ce", "ch")["deferred_count"] == 1
+    assert_ok(nsqd.http("POST", "/channel/empty?topic=ce&channel=ch"), body=b"")
+    ch = channel_stats(nsqd, "ce", "ch")
+    assert (ch["depth"], ch["deferred_count"], ch["in_flight_count"]) == (0, 0, 0)
+    assert_err(nsqd.http("POST", "/channel/empty?topic=ce&channel=nope"), 404, "CHANNEL_NOT_FOUND")
+    assert_err(nsqd.http("POST", "/channel/empty?topic=nope&channel=ch"), 404, "TOPIC_NOT_FOUND")
+
+
+def test_channel_empty_drops_in_flight(nsqd):
+    c = consumer(nsqd, "cei", "ch", rdy=1)
+    try:
+        assert_ok(nsqd.http("POST", "/mpub?topic=cei", b"1\n2\n"))
+        assert c.read_message(timeout=5)[3] == b"1"
+        ch = channel_stats(nsqd, "cei", "ch")
+        assert (ch["in_flight_count"], ch["depth"]) == (1, 1)
+        assert_ok(nsqd.http("POST", "/channel/empty?topic=cei&channel=ch"), body=b"")
+        ch = channel_stats(nsqd, "cei", "ch")
+        assert (ch["in_flight_count"], ch["depth"], ch["deferred_count"]) == (0, 0, 0)
+        assert ch["clients"][0]["in_flight_count"] == 0
+        # the consumer's RDY room is free again: a new message is delivered
+        assert_ok(nsqd.http("POST", "/pub?topic=cei", b"3"))
+        assert c.read_message(timeout=5)[3] == b"3"
+    finally:
+        c.close()
+
+
+def test_channel_pause_unpause(nsqd):
+    c = consumer(nsqd, "cp", "ch", rdy=5)
+    try:
+        assert_ok(nsqd.http("POST", "/channel/pause?topic=cp&channel=ch"), body=b"")
+        assert channel_stats(nsqd, "cp", "ch")["paused"] is True
+        assert_ok(nsqd.http("POST", "/pub?topic=cp", b"waiting"))
+        assert_no_message(c, 0.5)
+        ch = channel_stats(nsqd, "cp", "ch")
+        assert (ch["depth"], ch["in_flight_count"]) == (1, 0)
+        assert_ok(nsqd.http("POST", "/channel/unpause?topic=cp&channel=ch"), body=b"")
+        assert c.read_message(timeout=5)[3] == b"waiting"
+        ch = channel_stats(nsqd, "cp", "ch")
+        assert (ch["paused"], ch["depth"], ch["in_flight_count"]) == (False, 0, 1)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("path", ["/channel/pause", "/channel/unpause"])
+def test_channel_pause_errors(nsqd, path):
+    assert_ok(nsqd.http("POST", "/topic/create?topic=cpe"), body=b"")
+    assert_err(nsqd.http("POST", f"{path}?topic=cpe&channel=nope"), 404, "CHANNEL_NOT_FOUND")
+    assert_err(nsqd.http("POST", f"{path}?topic=nope&channel=ch"), 404, "TOPIC_NOT_FOUND")
+    assert_err(nsqd.http("POST", f"{path}?topic=cpe"), 400, "MISSING_ARG_CHANNEL")
+
+
+# ----------------------------------------------------------------------------- /stats
+
+
+TOPIC_KEYS = {
+    "topic_name",
+    "channels",
+    "depth",
+    "backend_depth",
+    "message_count",
+    "message_bytes",
+    "paused",
+    "e2e_processing_latency",
+}
+CHANNEL_KEYS = {
+    "channel_name",
+    "depth",
+    "backend_depth",
+    "in_flight_count",
+    "deferred_count",
+    "message_count",
+    "requeue_count",
+    "timeout_count",
+    "client_count",
+    "clients",
+    "paused",
+    "e2e_processing_latency",
+}
+CLIENT_KEYS = {
+    "client_id",
+    "hostname",
+    "version",
+    "remote_address",
+    "state",
+    "ready_count",
+    "in_flight_count",
+    "message_count",
+    "finish_count",
+    "requeue_count",
+    "connect_ts",
+    "sample_rate",
+    "deflate",
+    "snappy",
+    "user_agent",
+    "tls",
+}
+EMPTY_E2E = {"count": 0, "percentiles": None}
+
+
+def test_stats_json_shape(nsqd):
+    now = int(time.time())
+    c = consumer(
+        nsqd, "st", "ch", rdy=3, client_id="cid-1", hostname="host-1", user_agent="test-agent/1.0"
+    )
+    p = nsqd.raw()
+    try:
+        p.identify(client_id="prod", hostname="phost", user_agent="producer/2")
+        p.pub("st", b"abc")
+        p.pub("st", b"defg")
+        _, _, msg_id, body = c.read_message(timeout=5)
+        assert body == b"abc"
+        c.cmd(b"FIN", msg_id)
+        assert c.read_message(timeout=5)[3] == b"defg"
+
+        def settled() -> dict | None:
+            s = nsqd.stats()
+            ch = s["topics"][0]["channels"][0]
+            return s if ch["clients"][0]["finish_count"] == 1 else None
+
+        s = wait_for(settled, timeout=5, what="FIN to be counted")
+        code, raw_body, headers = nsqd.http("GET", "/stats?format=json")
+        assert code == 200
+        assert _lower(headers).get("x-nsq-content-type") == NSQ_CT
+        assert _lower(headers).get("content-type") == JSON_CT
+        json.loads(raw_body)
+
+        assert {"version", "health", "start_time", "topics", "memory", "producers"} <= set(s)
+        assert s["version"] == "1.3.0"
+        assert s["health"] == "OK"
+        assert now - 60 <= s["start_time"] <= now + 1
+        assert isinstance(s["memory"], dict)
+        for k in (
+            "heap_objects",
+            "heap_idle_bytes",
+            "heap_in_use_bytes",
+            "heap_released_bytes",
+            "gc_pause_usec_100",
+            "gc_pause_usec_99",
+            "gc_pause_usec_95",
+            "next_gc_bytes",
+            "gc_total_runs",
+        ):
+            assert isinstance(s["memory"].get(k), int), k
+
+        [t] = s["topics"]
+        assert TOPIC_KEYS <= set(t), sorted(TOPIC_KEYS - set(t))
+        assert t["topic_name"] == "st"
+        assert (t["depth"], t["backend_depth"], t["message_count"], t["message_bytes"]) == (
+            0,
+            0,
+            2,
+            7,
+        )
+        assert t["paused"] is False
+        assert t["e2e_processing_latency"] == EMPTY_E2E
+
+        [ch] = t["channels"]
+        assert CHANNEL_KEYS <= set(ch), sorted(CHANNEL_KEYS - set(ch))
+        assert ch["channel_name"] == "ch"
+        assert (
+            ch["depth"],
+            ch["backend_depth"],
+            ch["in_flight_count"],
+            ch["deferred_count"],
+            ch["message_count"],
+            ch["requeue_count"],
+            ch["timeout_count"],
+            ch["client_count"],
+        ) == (0, 0, 1, 0, 2, 0, 0, 1)
+        assert ch["paused"] is False
+        assert ch["e2e_processing_latency"] == EMPTY_E2E
+
+        [cl] = ch["clients"]
+        assert CLIENT_KEYS <= set(cl), sorted(CLIENT_KEYS - set(cl))
+        local = c.sock.getsockname()
+        assert cl["client_id"] == "cid-1"
+        assert cl["hostname"] == "host-1"
+        assert cl["user_agent"] == "test-agent/1.0"
+        assert cl["version"] == "V2"
+        assert cl["remote_address"] == f"{local[0]}:{local[1]}"
+        assert cl["state"] == 3  # stateSubscribed
+        assert (
+            cl["ready_count"],
+            cl["in_flight_count"],
+            cl["message_count"],
+            cl["finish_count"],
+            cl["requeue_count"],
+        ) == (3, 1, 2, 1, 0)
+        assert now - 60 <= cl["connect_ts"] <= int(time.time()) + 1
+        assert cl["sample_rate"] == 0
+        assert (cl["deflate"], cl["snappy"], cl["tls"]) == (False, False, False)
+        assert "pub_counts" not in cl  # omitempty: this client never published
+
+        [prod] = s["producers"]
+        plocal = p.sock.getsockname()
+        assert prod["remote_address"] == f"{plocal[0]}:{plocal[1]}"
+        assert (prod["client_id"], prod["hostname"], prod["user_agent"]) == (
+            "prod",
+            "phost",
+            "producer/2",
+        )
+        assert prod["version"] == "V2"
+        assert prod["pub_counts"] == [{"topic": "st", "count": 2}]
+    finally:
+        c.close()
+        p.close()
+
+
+def test_stats_producers_null_without_publishers(nsqd):
+    assert_ok(nsqd.http("POST", "/pub?topic=np", b"x"))  # HTTP publishes are not producers
+    s = nsqd.stats()
+    assert s["producers"] is None
+    assert [t["topic_name"] for t in s["topics"]] == ["np"]
+
+
+def test_stats_topics_empty_list_when_no_topics(nsqd):
+    s = nsqd.stats()
+    assert s["topics"] == []
+    assert s["health"] == "OK"
+
+
+def test_stats_filters(nsqd):
+    for t in ("fa", "fb"):
+        assert_ok(nsqd.http("POST", f"/topic/create?topic={t}"), body=b"")
+        assert_ok(nsqd.http("POST", f"/channel/create?topic={t}&channel=c2"), body=b"")
+    assert_ok(nsqd.http("POST", "/channel/create?topic=fa&channel=c1"), body=b"")
+
+    s = nsqd.stats()
+    assert [t["topic_name"] for t in s["topics"]] == ["fa", "fb"]
+    assert [c["channel_name"] for c in s["topics"][0]["channels"]] == ["c1", "c2"]
+
+    s = nsqd.stats(topic="fb")
+    assert [t["topic_name"] for t in s["topics"]] == ["fb"]
+
+    s = nsqd.stats(topic="fa", channel="c1")
+    assert [t["topic_name"] for t in s["topics"]] == ["fa"]
+    assert [c["channel_name"] for c in s["topics"][0]["channels"]] == ["c1"]
+
+    # channel filter alone: topics without that channel are left out
+    s = nsqd.stats(channel="c1")
+    assert [t["topic_name"] for t in s["topics"]] == ["fa"]
+    s = nsqd.stats(channel="c2")
+    assert [t["topic_name"] for t in s["topics"]] == ["fa", "fb"]
+    assert all([c["channel_name"] for c in t["channels"]] == ["c2"] for t in s["topics"])
+
+    s = nsqd.stats(topic="unknown")
+    assert s["topics"] is None
+    assert s["producers"] is None
+    assert s["health"] == "OK"
+
+
+def test_stats_include_clients_and_mem(nsqd):
+    c = consumer(nsqd, "inc", "ch", rdy=1)
+    p = nsqd.raw()
+    try:
+        p.pub("inc", b"x")
+        s = nsqd.stats()
+        assert len(s["topics"][0]["channels"][0]["clients"]) == 1
+        assert s["producers"] is not None and len(s["producers"]) == 1
+
+        s = nsqd.stats(include_clients="false")
+        ch = s["topics"][0]["channels"][0]
+        assert ch["clients"] is None
+        assert ch["client_count"] == 1  # still counted
+        assert s["producers"] is None
+        assert "memory" in s
+
+        s = nsqd.stats(include_mem="false")
+        assert "memory" not in s
+        assert len(s["topics"][0]["channels"][0]["clients"]) == 1
+
+        s = nsqd.stats(include_clients="0", include_mem="0")
+        assert "memory" not in s
+        assert s["producers"] is None
+    finally:
+        c.close()
+        p.close()
+
+
+def test_stats_producer_pub_counts_filtered_by_topic(nsqd):
+    p = nsqd.raw()
+    try:
+        p.pub("pa", b"1")
+        p.pub("pa", b"2")
+        p.pub("pa", b"3")
+        p.pub("pb", b"4")
+        [prod] = nsqd.stats(topic="pa")["producers"]
+        assert prod["pub_counts"] == [{"topic": "pa", "count": 3}]
+        [prod] = nsqd.stats(topic="pb")["producers"]
+        assert prod["pub_counts"] == [{"topic": "pb", "count": 1}]
+    finally:
+        p.close()
+
+
+def test_stats_text(nsqd):
+    assert_ok(nsqd.http("POST", "/pub?topic=txtopic", b"x"))
+    assert_ok(nsqd.http("POST", "/channel/create?topic=txtopic&channel=txchan"), body=b"")
+    code, body, headers = nsqd.http("GET", "/stats")
+    assert code == 200
+    assert _lower(headers).get("x-nsq-content-type") == NSQ_CT
+    text = body.decode()
+    assert "Health: OK" in text
+    assert "[txtopic" in text
+    assert "[txchan" in text
+    assert "Memory:" in text
+    with pytest.raises(ValueError):
+        json.loads(body)
+
+    assert_ok(nsqd.http("POST", "/topic/pause?topic=txtopic"), body=b"")
+    text = nsqd.http("GET", "/stats")[1].decode()
+    assert "*P [txtopic" in text
+
+    text = nsqd.http("GET", "/stats?include_mem=false")[1].decode()
+    assert "Memory:" not in text
+    assert "Health: OK" in text
