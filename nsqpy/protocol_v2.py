@@ -137,6 +137,7 @@ class ClientV2(asyncio.Protocol):
         "channel",
         "client_id",
         "client_name",
+        "_room_changed",
         "closed",
         "connect_ts",
         "finish_count",
@@ -199,6 +200,7 @@ class ClientV2(asyncio.Protocol):
         self._hb_handle: asyncio.TimerHandle | None = None
         self._deadline_handle: asyncio.TimerHandle | None = None
         self.closed = False
+        self._room_changed = False
         self._handlers = {
             b"FIN": self.FIN,
             b"RDY": self.RDY,
@@ -303,6 +305,12 @@ class ClientV2(asyncio.Protocol):
         finally:
             if not self.closed:
                 parser.compact()
+                # FIN/REQ/RDY only mark that this consumer may have room: one dispatch pass for
+                # the whole batch of commands, not one per FIN.
+                if self._room_changed:
+                    self._room_changed = False
+                    if self.channel is not None:
+                        self.channel.notify_ready(self)
 
     # ------------------------------------------------------------ output
 
@@ -588,8 +596,7 @@ class ClientV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", f"RDY count {count} out of range 0-{max_rdy}")
         if count != self.rdy:
             self.rdy = count
-            assert self.channel is not None
-            self.channel.notify_ready(self)
+            self._room_changed = True
 
     def _msg_id(self, cmd: str, params: list[bytes]) -> bytes:
         state = self.state
@@ -612,7 +619,7 @@ class ClientV2(asyncio.Protocol):
             raise ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}") from None
         self.finish_count += 1
         self.in_flight_count -= 1
-        ch.notify_ready(self)
+        self._room_changed = True
 
     def REQ(self, params: list[bytes], body: Any) -> None:
         msg_id = self._msg_id("REQ", params)
@@ -640,7 +647,7 @@ class ClientV2(asyncio.Protocol):
             raise ClientError("E_REQ_FAILED", f"REQ {_text(msg_id)} failed {e}") from None
         self.requeue_count += 1
         self.in_flight_count -= 1
-        ch.notify_ready(self)
+        self._room_changed = True
 
     def TOUCH(self, params: list[bytes], body: Any) -> None:
         msg_id = self._msg_id("TOUCH", params)
