@@ -8,6 +8,12 @@
 # their timeout (TimeoutQueue keyed on monotonic ns); REQ with a delay and DPUB go to the
 # deferred queue. The queue-scan loop (queue_scan.py) calls process_in_flight/process_deferred.
 #
+# Storage: at most ``mem_queue_size`` messages wait in memory; the rest spill to the channel's
+# backend (a DiskQueue named "<topic>:<channel>", nsqd's layout: wire.encode_message records), and
+# dispatch reads from memory and backend in turn so neither starves. A record read from the
+# backend counts as consumed only once it is handed to a consumer. Ephemeral channels have no
+# backend: past mem_queue_size their messages are dropped, as nsqd does.
+#
 # Consumers are seen through a small interface (see `Consumer`), implemented by the TCP client in
 # protocol_v2.py; this module never touches a socket.
 #
@@ -15,13 +21,20 @@
 # its in-flight messages are requeued at once (nsqd leaves them to time out, msg_timeout later).
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from . import wire
 from .message import Message
 from .pqueue import TimeoutQueue
+
+if TYPE_CHECKING:
+    from .diskqueue import DiskQueue
+
+log = logging.getLogger("nsqpy")
 
 
 class Consumer(Protocol):
@@ -88,6 +101,10 @@ class Channel:
         "requeue_count",
         "timeout_count",
         "topic_name",
+        "mem_queue_size",
+        "backend",
+        "_disk_turn",
+        "_on_spill",
     )
 
     def __init__(
@@ -99,6 +116,9 @@ class Channel:
         clock_ns: Callable[[], int] = time.monotonic_ns,
         on_last_client_gone: Callable[[Channel], None] | None = None,
         rand: Callable[[int], int] | None = None,
+        mem_queue_size: int = 10000,
+        backend: DiskQueue | None = None,
+        on_spill: Callable[[DiskQueue], None] | None = None,
     ) -> None:
         self.topic_name = topic_name
         self.name = name
@@ -124,12 +144,22 @@ class Channel:
 
             rand = random.randrange
         self._rand = rand
+        self.mem_queue_size = mem_queue_size
+        self.backend = backend
+        self._disk_turn = False
+        self._on_spill = on_spill
 
     # ---------------------------------------------------------------- state
 
     @property
     def depth(self) -> int:
-        return len(self._queue)
+        """Messages waiting for a consumer: in memory plus in the backend."""
+        backend = self.backend
+        return len(self._queue) + (backend.depth if backend is not None else 0)
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
 
     def __repr__(self) -> str:
         return f"Channel({self.topic_name}:{self.name})"
@@ -137,18 +167,58 @@ class Channel:
     # ---------------------------------------------------------------- producers side
 
     def put(self, msg: Message) -> None:
-        """Queue one message for delivery (counted in message_count)."""
+        """Queue one message for delivery (counted in message_count). Raises OSError when it
+        had to go to the backend and the write failed."""
         self.message_count += 1
-        self._queue.append(msg)
+        self._enqueue(msg)
         if self._ready:
             self._dispatch()
 
-    def put_many(self, msgs: Iterable[Message]) -> None:
-        n = len(self._queue)
-        self._queue.extend(msgs)
-        self.message_count += len(self._queue) - n
+    def put_many(self, msgs: list[Message]) -> None:
+        """Queue a batch; as put()."""
+        self.message_count += len(msgs)
+        queue = self._queue
+        room = self.mem_queue_size - len(queue)
+        if room >= len(msgs):
+            queue.extend(msgs)
+        else:
+            if room > 0:
+                queue.extend(msgs[:room])
+                msgs = msgs[room:]
+            self._spill(msgs)
         if self._ready:
             self._dispatch()
+
+    def _enqueue(self, msg: Message) -> None:
+        if len(self._queue) < self.mem_queue_size:
+            self._queue.append(msg)
+        else:
+            self._spill((msg,))
+
+    def _spill(self, msgs: Iterable[Message]) -> None:
+        backend = self.backend
+        if backend is None:
+            return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
+        enc = wire.encode_message
+        backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in msgs])
+        if self._on_spill is not None:
+            self._on_spill(backend)
+
+    def _read_backend(self) -> Message | None:
+        """The next backend record as a Message (consumed), or None if there is none."""
+        backend = self.backend
+        assert backend is not None
+        while True:
+            data = backend.peek()
+            if data is None:
+                return None
+            backend.advance()
+            try:
+                ts, attempts, msg_id, body = wire.decode_message(data)
+            except ValueError as e:
+                log.error("CHANNEL(%s): failed to decode message - %s", self.name, e)
+                continue
+            return Message(msg_id, body, ts, attempts)
 
     def put_deferred(self, msg: Message, delay_ms: int) -> None:
         """Hold a message back for ``delay_ms`` ms (DPUB), then queue it."""
@@ -193,7 +263,7 @@ class Channel:
         if not c.in_ready and c.ready_room() > 0 and c.client_id in self.clients:
             c.in_ready = True
             self._ready.append(c)
-            if self._queue:
+            if self._queue or (self.backend is not None and self.backend.depth):
                 self._dispatch()
 
     def finish(self, c: Consumer, msg_id: bytes) -> Message:
@@ -210,7 +280,10 @@ class Channel:
         if delay_ms <= 0:
             if self.exiting:
                 raise ChannelError("exiting")
-            self._queue.append(msg)
+            try:
+                self._enqueue(msg)
+            except OSError as e:
+                raise ChannelError(str(e)) from None
             if self._ready:
                 self._dispatch()
         else:
@@ -248,7 +321,7 @@ class Channel:
             if client is not None and client.client_id in self.clients:
                 client.timed_out_message()
         self.timeout_count += len(due)
-        self._queue.extend(due)
+        self._requeue_all(due)
         self._dispatch()
         return True
 
@@ -262,7 +335,7 @@ class Channel:
         deferred = self.deferred
         for msg in due:
             del deferred[msg.id]
-        self._queue.extend(due)
+        self._requeue_all(due)
         self._dispatch()
         return True
 
@@ -282,6 +355,8 @@ class Channel:
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message (nsqd Channel.Empty)."""
         self._queue.clear()
+        if self.backend is not None:
+            self.backend.empty()
         self.in_flight.clear()
         for m in self._in_flight_pq.clear():
             m.client = None
@@ -303,6 +378,34 @@ class Channel:
         self.deferred.clear()
         self._deferred_pq.clear()
         self._ready.clear()
+        if self.backend is not None:
+            self.backend.delete()
+
+    def drain_for_exit(self) -> list[Message]:
+        """Clean exit: every in-flight and queued message goes to the backend (nsqd's flush),
+        and the deferred messages are returned (``pri`` = due time, this clock) for the caller
+        to keep with their remaining delay. The channel stops."""
+        self.exiting = True
+        msgs = list(self._queue)
+        self._queue.clear()
+        in_flight = sorted(self.in_flight.values(), key=_by_delivery)
+        self.in_flight.clear()
+        self._in_flight_pq.clear()
+        for m in in_flight:
+            m.client = None
+        deferred = self._deferred_pq.clear()
+        self.deferred.clear()
+        deferred.sort(key=lambda m: m.pri)
+        if self.backend is not None:
+            enc = wire.encode_message
+            self.backend.put_many(
+                [enc(m.timestamp, m.attempts, m.id, m.body) for m in (*in_flight, *msgs)]
+            )
+        return deferred
+
+    def restore_deferred(self, msg: Message, delay_ms: int) -> None:
+        """Put back a deferred message kept across a restart (not counted again)."""
+        self._start_deferred(msg, max(0, delay_ms))
 
     def client_in_flight_count(self, c: Consumer) -> int:
         return sum(1 for m in self.in_flight.values() if m.client is c)
@@ -319,6 +422,23 @@ class Channel:
         msg.client = None
         return msg
 
+    def _requeue_all(self, msgs: list[Message]) -> None:
+        """Timed-out or due messages go back to the queue; a backend failure is logged (nothing
+        else can be done from the queue-scan loop) and the messages stay in memory."""
+        queue = self._queue
+        room = self.mem_queue_size - len(queue)
+        if room >= len(msgs) or self.backend is None:
+            queue.extend(msgs)
+            return
+        if room > 0:
+            queue.extend(msgs[:room])
+            msgs = msgs[room:]
+        try:
+            self._spill(msgs)
+        except OSError as e:
+            log.error("CHANNEL(%s): failed to write message to backend - %s", self.name, e)
+            queue.extend(msgs)
+
     def _start_deferred(self, msg: Message, delay_ms: int) -> None:
         if msg.id in self.deferred:
             raise ChannelError("ID already deferred")
@@ -333,7 +453,8 @@ class Channel:
             return
         queue = self._queue
         ready = self._ready
-        if not queue or not ready:
+        backend = self.backend
+        if not ready or not (queue or (backend is not None and backend.depth)):
             return
         self._dispatching = True
         try:
@@ -341,21 +462,40 @@ class Channel:
             in_flight = self.in_flight
             push = self._in_flight_pq.push
             popleft = queue.popleft
-            while queue and ready:
+            clients = self.clients
+            while ready:
+                on_disk = backend.depth if backend is not None else 0
+                avail = len(queue) + on_disk
+                if not avail:
+                    break
                 c = ready.popleft()
                 c.in_ready = False
                 room = c.ready_room()
-                if room <= 0 or c.client_id not in self.clients:
+                if room <= 0 or c.client_id not in clients:
                     continue
-                n = len(queue)
+                n = avail
                 if ready:  # share a short queue fairly among the ready consumers
                     n = max(1, n // (len(ready) + 1))
-                n = min(n, room)
+                if n > room:
+                    n = room
                 timeout_ns = c.msg_timeout_ms * 1_000_000
                 sample = c.sample_rate
                 send = c.send_message
                 for _ in range(n):
-                    msg = popleft()
+                    if on_disk and (self._disk_turn or not queue):
+                        # Memory and disk take turns (nsqd selects on both at random).
+                        self._disk_turn = False
+                        msg = self._read_backend()
+                        if msg is None:
+                            on_disk = 0
+                            if not queue:
+                                break
+                            msg = popleft()
+                        else:
+                            on_disk -= 1
+                    else:
+                        self._disk_turn = True
+                        msg = popleft()
                     if sample and self._rand(100) > sample:
                         continue  # nsqd drops sampled-out messages for this channel
                     msg.attempts += 1

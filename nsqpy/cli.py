@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from typing import Any
@@ -25,9 +24,6 @@ UNIMPLEMENTED_FLAGS = frozenset(
         "lookupd-tcp-address",
         "auth-http-address",
         "auth-http-request-method",
-        "max-bytes-per-file",
-        "sync-every",
-        "sync-timeout",
         "statsd-address",
         "statsd-interval",
         "statsd-mem-stats",
@@ -190,6 +186,14 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
     "number of messages to keep in memory (per topic/channel)",
 )
 @_opt(
+    "max-bytes-per-file",
+    int,
+    100 * 1024 * 1024,
+    "number of bytes per diskqueue file before rolling",
+)
+@_opt("sync-every", int, 2500, "number of messages per diskqueue fsync")
+@_opt("sync-timeout", DURATION, "2s", "duration of time per diskqueue fsync")
+@_opt(
     "queue-scan-worker-pool-max",
     int,
     _D.queue_scan_worker_pool_max,
@@ -269,8 +273,6 @@ def nsqpy_d(**kw: Any) -> None:
     except ValueError as e:
         logging.getLogger("nsqpy").critical("failed to instantiate nsqd - %s", e)
         sys.exit(1)
-    if opts.data_path:
-        os.makedirs(opts.data_path, exist_ok=True)
     run(opts)
 
 
@@ -303,6 +305,9 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
     o.broadcast_http_port = kw["broadcast_http_port"]
     o.data_path = kw["data_path"]
     o.mem_queue_size = kw["mem_queue_size"]
+    o.max_bytes_per_file = kw["max_bytes_per_file"]
+    o.sync_every = kw["sync_every"]
+    o.sync_timeout_ms = kw["sync_timeout"]
     o.queue_scan_worker_pool_max = kw["queue_scan_worker_pool_max"]
     o.queue_scan_selection_count = kw["queue_scan_selection_count"]
     o.msg_timeout_ms = kw["msg_timeout"]
@@ -341,8 +346,9 @@ def run(opts: Options) -> None:
             loop.add_signal_handler(sig, stop.set)
         try:
             await nsqd.start()
-        except OSError as e:
-            log.critical("failed to start nsqd - %s", e)
+        except (OSError, ValueError) as e:
+            log.critical("failed to instantiate nsqd - %s", e)
+            await nsqd.stop()
             return 1
         await stop.wait()
         log.info("NSQ: received signal, exiting")

@@ -192,8 +192,12 @@ class HTTPAPI:
         msg.deferred_ms = deferred
         try:
             topic.put(msg)
+            self.nsqd.flush_backends()
         except TopicError:
             raise NsqHTTPError(503, "EXITING") from None
+        except OSError:
+            # nsqd answers 503 EXITING for any put error; a disk failure is not "exiting".
+            raise NsqHTTPError(500, "PUB_FAILED") from None
         return "OK"
 
     async def mpub(self, request: web.Request) -> Any:
@@ -228,8 +232,11 @@ class HTTPAPI:
         new = self.nsqd.new_message
         try:
             topic.put_many([new(b) for b in bodies])
+            self.nsqd.flush_backends()
         except TopicError:
             raise NsqHTTPError(503, "EXITING") from None
+        except OSError:
+            raise NsqHTTPError(500, "MPUB_FAILED") from None
         return "OK"
 
     async def stats(self, request: web.Request) -> Any:

@@ -1,24 +1,51 @@
 # NSQD: the core owner.
 #
-# Strategy: one object owns the topics, the GUID factory, the connected clients and the
-# health string, and starts the TCP listener, the HTTP API and the queue-scan loop on one event
-# loop. Transports call into it; it never reaches into a socket itself. Topic and channel
-# creation and deletion bump ``channels_version`` so the queue scanner refreshes its sample set.
+# Strategy: one object owns the topics, the GUID factory, the connected clients, the data
+# directory and the health string, and starts the TCP listener, the HTTP API, the queue-scan
+# loop and the diskqueue sync loop on one event loop. Transports call into it; it never reaches
+# into a socket itself. Topic and channel creation and deletion bump ``channels_version`` (the
+# queue scanner refreshes its sample set) and rewrite nsqd.dat.
+#
+# Data directory (nsqd 1.3's layout, so Go nsqd and nsqpy-d can open each other's):
+#   nsqd.dat                                   JSON metadata: topics, channels, paused flags
+#   <topic>.diskqueue.*                        a topic's backend (go-diskqueue files)
+#   <topic>:<channel>.diskqueue.*              a channel's backend
+#   nsqpy.deferred.dat                         ours: deferred messages kept across a clean exit
+#                                              (msgpack; nsqd forgets their delay)
+# The directory is locked with flock while the daemon runs, like nsqd's dirlock, so a second
+# daemon (nsqpy-d or Go nsqd) cannot open it.
+#
+# Publishing to disk: a PUB/MPUB/DPUB whose messages went to a backend is answered only after
+# those bytes were handed to the OS (flush_backends), so a crash of the process (kill -9) loses
+# no acknowledged message; fsync runs in a worker thread on --sync-every / --sync-timeout.
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
+import json
 import logging
+import os
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import msgpack
+
+from . import wire
 from .channel import Channel
+from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .message import Message
-from .options import Options
+from .options import NSQ_VERSION, Options
 from .queue_scan import QueueScanner
 from .topic import Topic, TopicError
 
 log = logging.getLogger("nsqpy")
+
+METADATA_FILE = "nsqd.dat"
+DEFERRED_FILE = "nsqpy.deferred.dat"
 
 
 def _split_host_port(addr: str) -> tuple[str, int]:
@@ -39,6 +66,24 @@ def format_addr(sockname: tuple) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def write_sync_file(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temp file, fsync, rename over (nsqd's way)."""
+    tmp = f"{path}.{random.getrandbits(62)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+class DataDirLocked(OSError):
+    """Another daemon holds the data directory."""
+
+
 class NSQD:
     """The daemon's state: ``topics`` by name, ``clients`` by id, options, health."""
 
@@ -46,18 +91,24 @@ class NSQD:
         opts.validate()
         self.opts = opts
         self.topics: dict[str, Topic] = {}
-        self.clients: dict[int, object] = {}
+        self.clients: dict[int, Any] = {}
         self.guid = GUIDFactory(opts.node_id)
         self.start_time = int(time.time())
         self.channels_version = 0
         self._client_seq = 0
         self._health_error: str | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: object | None = None
-        self._scan_task: asyncio.Task[None] | None = None
+        self._http_runner: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.tcp_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
         self.scanner = QueueScanner(opts, self.channels, lambda: self.channels_version)
+        self.data_path = opts.data_path or "."
+        self._lock_fd: int | None = None
+        self._loading = False
+        self._dirty: set[DiskQueue] = set()
+        self._syncing: set[DiskQueue] = set()
+        self._schedule: Callable[[Callable[[], None]], None] | None = None
 
     # ------------------------------------------------------------ health
 
@@ -70,7 +121,12 @@ class NSQD:
         return self._health_error is None
 
     def set_health(self, err: Exception | None) -> None:
-        self._health_error = None if err is None else str(err)
+        if err is None:
+            if self._health_error is not None:
+                log.info("NSQ: health OK again")
+            self._health_error = None
+        else:
+            self._health_error = str(err)
 
     # ------------------------------------------------------------ clients
 
@@ -78,11 +134,11 @@ class NSQD:
         self._client_seq += 1
         return self._client_seq
 
-    def add_client(self, client: object) -> None:
-        self.clients[client.client_id] = client  # type: ignore[attr-defined]
+    def add_client(self, client: Any) -> None:
+        self.clients[client.client_id] = client
 
-    def remove_client(self, client: object) -> None:
-        self.clients.pop(client.client_id, None)  # type: ignore[attr-defined]
+    def remove_client(self, client: Any) -> None:
+        self.clients.pop(client.client_id, None)
 
     # ------------------------------------------------------------ messages, topics, channels
 
@@ -90,13 +146,38 @@ class NSQD:
         """A new Message with a fresh ID, stamped now (Unix ns)."""
         return Message(self.guid.new_id(), body, time.time_ns())
 
+    def _backend(self, name: str) -> DiskQueue:
+        o = self.opts
+        return DiskQueue(
+            name,
+            self.data_path,
+            o.max_bytes_per_file,
+            wire.MSG_HEADER_LENGTH,
+            o.max_msg_size + wire.MSG_HEADER_LENGTH,
+            o.sync_every,
+            o.sync_timeout_ms,
+            logger=log,
+        )
+
     def get_topic(self, name: str) -> Topic:
         """The topic ``name``, created if needed (the name must already be valid)."""
         t = self.topics.get(name)
         if t is None:
-            t = Topic(name, self._new_channel, self._channels_changed, self._ephemeral_topic_gone)
+            ephemeral = name.endswith("#ephemeral")
+            t = Topic(
+                name,
+                self._new_channel,
+                self._channels_changed,
+                self._ephemeral_topic_gone,
+                mem_queue_size=self.opts.mem_queue_size,
+                backend=None if ephemeral else self._backend(name),
+                on_spill=self._dirty.add,
+                schedule=self._schedule,
+            )
             self.topics[name] = t
             log.info("TOPIC(%s): created", name)
+            if not ephemeral:
+                self.persist_metadata()
         return t
 
     def get_existing_topic(self, name: str) -> Topic:
@@ -110,7 +191,14 @@ class NSQD:
         if t is None:
             raise TopicError("topic does not exist")
         log.info("TOPIC(%s): deleting", name)
+        if t.backend is not None:
+            self._dirty.discard(t.backend)
+        for ch in t.channels.values():
+            if ch.backend is not None:
+                self._dirty.discard(ch.backend)
         t.close()
+        if not t.ephemeral:
+            self.persist_metadata()
 
     def channels(self) -> list[Channel]:
         return [c for t in self.topics.values() for c in t.channels.values()]
@@ -120,15 +208,20 @@ class NSQD:
 
     def _new_channel(self, topic: Topic, name: str) -> Channel:
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
+        ephemeral = name.endswith("#ephemeral")
         return Channel(
             topic.name,
             name,
             max_msg_timeout_ms=self.opts.max_msg_timeout_ms,
             on_last_client_gone=self._ephemeral_channel_gone,
+            mem_queue_size=self.opts.mem_queue_size,
+            backend=None if ephemeral else self._backend(f"{topic.name}:{name}"),
+            on_spill=self._dirty.add,
         )
 
     def _channels_changed(self) -> None:
         self.channels_version += 1
+        self.persist_metadata()
 
     def _ephemeral_channel_gone(self, ch: Channel) -> None:
         t = self.topics.get(ch.topic_name)
@@ -140,17 +233,198 @@ class NSQD:
         if self.topics.get(t.name) is t:
             self.delete_existing_topic(t.name)
 
+    # ------------------------------------------------------------ durability
+
+    def flush_backends(self) -> None:
+        """Hand every buffered backend write to the OS (before a publish is acknowledged).
+
+        Raises OSError (and marks the daemon unhealthy) when a write fails; a later success
+        makes it healthy again.
+        """
+        dirty = self._dirty
+        if not dirty:
+            return
+        error: OSError | None = None
+        for dq in list(dirty):
+            if dq.closed:
+                dirty.discard(dq)
+                continue
+            try:
+                dq.flush()
+                dirty.discard(dq)
+            except OSError as e:
+                error = error or e
+        self.set_health(error)
+        if error is not None:
+            raise error
+
+    def metadata(self) -> dict[str, Any]:
+        """nsqd.dat's content, in nsqd's JSON shape (ephemeral topics/channels left out)."""
+        topics = []
+        for t in self.topics.values():
+            if t.ephemeral:
+                continue
+            chans = [
+                {"name": c.name, "paused": c.paused} for c in t.channels.values() if not c.ephemeral
+            ]
+            topics.append({"name": t.name, "paused": t.paused, "channels": chans or None})
+        return {"topics": topics or None, "version": NSQ_VERSION}
+
+    def persist_metadata(self) -> None:
+        """Rewrite nsqd.dat (temp file, fsync, rename), as nsqd does on every change."""
+        if self._loading or self._lock_fd is None:
+            return
+        path = os.path.join(self.data_path, METADATA_FILE)
+        log.info("NSQ: persisting topic/channel metadata to %s", path)
+        try:
+            data = json.dumps(self.metadata(), separators=(",", ":")).encode()
+            write_sync_file(path, data)
+        except OSError as e:
+            log.error("failed to persist metadata - %s", e)
+
+    def _lock_data_path(self) -> None:
+        os.makedirs(self.data_path, exist_ok=True)
+        fd = os.open(self.data_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise DataDirLocked(
+                    f"failed to lock data-path: cannot flock directory {self.data_path} - "
+                    f"{e.strerror} (possibly in use by another instance of nsqd)"
+                ) from None
+            raise
+        self._lock_fd = fd
+
+    def load_metadata(self) -> None:
+        """Recreate the topics and channels of nsqd.dat (with their backends and paused
+        state) and the deferred messages kept at the last clean exit."""
+        path = os.path.join(self.data_path, METADATA_FILE)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        self._loading = True
+        try:
+            if raw:
+                try:
+                    meta = json.loads(raw)
+                except ValueError as e:
+                    raise ValueError(f"failed to parse metadata in {path} - {e}") from None
+                for tm in (meta or {}).get("topics") or []:
+                    name = tm.get("name", "")
+                    if not wire.is_valid_name(name):
+                        log.warning("skipping creation of invalid topic %s", name)
+                        continue
+                    t = self.get_topic(name)
+                    if tm.get("paused"):
+                        t.pause()
+                    for cm in tm.get("channels") or []:
+                        cname = cm.get("name", "")
+                        if not wire.is_valid_name(cname):
+                            log.warning("skipping creation of invalid channel %s", cname)
+                            continue
+                        ch = t.get_channel(cname)
+                        if cm.get("paused"):
+                            ch.pause()
+            self._load_deferred()
+        finally:
+            self._loading = False
+
+    def _load_deferred(self) -> None:
+        path = os.path.join(self.data_path, DEFERRED_FILE)
+        try:
+            with open(path, "rb") as f:
+                records = msgpack.unpackb(f.read())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, msgpack.UnpackException) as e:
+            log.error("failed to read deferred messages from %s - %s", path, e)
+            return
+        now_ms = time.time_ns() // 1_000_000
+        n = 0
+        for topic_name, channel_name, msg_id, body, ts, attempts, due_ms in records:
+            if not wire.is_valid_name(topic_name):
+                continue
+            t = self.get_topic(topic_name)
+            msg = Message(msg_id, body, ts, attempts)
+            delay = max(0, due_ms - now_ms)
+            if channel_name is None:
+                msg.deferred_ms = max(1, delay)
+                t._queue.append(msg)
+            elif wire.is_valid_name(channel_name):
+                t.get_channel(channel_name).restore_deferred(msg, delay)
+            n += 1
+        os.remove(path)
+        log.info("NSQ: restored %d deferred messages from %s", n, path)
+
+    def _save_deferred(self, records: list[list[Any]]) -> None:
+        path = os.path.join(self.data_path, DEFERRED_FILE)
+        if not records:
+            return
+        write_sync_file(path, msgpack.packb(records))
+        log.info("NSQ: kept %d deferred messages in %s", len(records), path)
+
+    async def _sync_loop(self) -> None:
+        """fsync backends on --sync-every / --sync-timeout in a worker thread, and flush what
+        requeues and timeouts spilled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(0.05)
+            try:
+                self.flush_backends()
+            except OSError as e:
+                log.error("NSQ: failed to write to a diskqueue - %s", e)
+            for t in list(self.topics.values()):
+                self._maybe_sync(loop, t.backend)
+                for ch in list(t.channels.values()):
+                    self._maybe_sync(loop, ch.backend)
+
+    def _maybe_sync(self, loop: asyncio.AbstractEventLoop, dq: DiskQueue | None) -> None:
+        if dq is None or dq in self._syncing or dq.closed or not dq.needs_sync():
+            return
+        try:
+            job = dq.prepare_sync()
+        except OSError as e:
+            self.set_health(e)
+            log.error("DISKQUEUE(%s): failed to sync - %s", dq.name, e)
+            return
+        self._syncing.add(dq)
+        fut = loop.run_in_executor(None, job)
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._syncing.discard(dq)
+            exc = f.exception()
+            if exc is not None:
+                log.error("DISKQUEUE(%s): failed to sync - %s", dq.name, exc)
+                if isinstance(exc, OSError):
+                    self.set_health(exc)
+
+        fut.add_done_callback(done)
+
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Listen on --tcp-address and --http-address and start the queue-scan loop.
+        """Lock the data path, load nsqd.dat, listen on --tcp-address and --http-address and
+        start the loops.
 
-        Raises OSError (with nsqd's "listen (addr) failed - ..." text) when a port is taken.
+        Raises DataDirLocked, ValueError (bad nsqd.dat) or OSError (with nsqd's
+        "listen (addr) failed - ..." text when a port is taken).
         """
         from .http_api import start_http
         from .protocol_v2 import ClientV2
 
         loop = asyncio.get_running_loop()
+
+        def schedule(callback: Callable[[], None]) -> None:
+            loop.call_soon(callback)
+
+        self._schedule = schedule
+        self._lock_data_path()
+        self.load_metadata()
+
         host, port = _split_host_port(self.opts.tcp_address)
         try:
             self._tcp_server = await loop.create_server(
@@ -170,23 +444,76 @@ class NSQD:
         self.http_address = (sock[0], sock[1])
         log.info("HTTP: listening on %s", format_addr(sock))
 
-        self._scan_task = asyncio.create_task(self.scanner.run())
+        self._tasks = [
+            asyncio.create_task(self.scanner.run()),
+            asyncio.create_task(self._sync_loop()),
+        ]
 
     async def stop(self) -> None:
-        """Stop accepting, close every client, stop the loops (SIGTERM/SIGINT)."""
-        log.info("NSQ: closing topics")
+        """Clean exit (SIGTERM/SIGINT): stop accepting, close every client, write memory,
+        in-flight and deferred messages to disk, persist metadata, sync and close backends."""
         if self._tcp_server is not None:
             self._tcp_server.close()
             if self.tcp_address is not None:
                 log.info("TCP: closing %s", format_addr(self.tcp_address))
         for c in list(self.clients.values()):
-            c.close()  # type: ignore[attr-defined]
-        if self._scan_task is not None:
-            self._scan_task.cancel()
+            c.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             try:
-                await self._scan_task
+                await task
             except asyncio.CancelledError:
                 pass
         if self._http_runner is not None:
-            await self._http_runner.cleanup()  # type: ignore[attr-defined]
+            await self._http_runner.cleanup()
+        if self._lock_fd is not None:
+            self.persist_metadata()
+            log.info("NSQ: closing topics")
+            self._close_topics()
+            os.close(self._lock_fd)
+            self._lock_fd = None
         log.info("NSQ: bye")
+
+    def _close_topics(self) -> None:
+        now_ns = time.monotonic_ns()
+        now_ms = time.time_ns() // 1_000_000
+        kept: list[list[Any]] = []
+        for t in self.topics.values():
+            for m in t.drain_for_exit():
+                if not t.ephemeral:
+                    kept.append(
+                        [
+                            t.name,
+                            None,
+                            m.id,
+                            m.body,
+                            m.timestamp,
+                            m.attempts,
+                            now_ms + m.deferred_ms,
+                        ]
+                    )
+            for ch in t.channels.values():
+                try:
+                    deferred = ch.drain_for_exit()
+                except OSError as e:
+                    log.error("CHANNEL(%s): failed to flush to disk - %s", ch.name, e)
+                    continue
+                if ch.backend is None:
+                    continue
+                for m in deferred:
+                    due_ms = now_ms + max(0, m.pri - now_ns) // 1_000_000
+                    kept.append([t.name, ch.name, m.id, m.body, m.timestamp, m.attempts, due_ms])
+                try:
+                    ch.backend.close()
+                except OSError as e:
+                    log.error("CHANNEL(%s): failed to close diskqueue - %s", ch.name, e)
+            if t.backend is not None:
+                try:
+                    t.backend.close()
+                except OSError as e:
+                    log.error("TOPIC(%s): failed to close diskqueue - %s", t.name, e)
+        try:
+            self._save_deferred(kept)
+        except OSError as e:
+            log.error("failed to keep deferred messages - %s", e)

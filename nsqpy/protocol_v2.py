@@ -674,7 +674,8 @@ class ClientV2(asyncio.Protocol):
         topic = nsqd.get_topic(topic_name)
         try:
             topic.put(nsqd.new_message(body))
-        except TopicError as e:
+            nsqd.flush_backends()
+        except (TopicError, OSError) as e:
             raise FatalClientError("E_PUB_FAILED", f"PUB failed {e}") from None
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + 1
         self._write_now(_OK_FRAME)
@@ -687,7 +688,8 @@ class ClientV2(asyncio.Protocol):
         msgs = [new(b) for b in body]
         try:
             topic.put_many(msgs)
-        except TopicError as e:
+            nsqd.flush_backends()
+        except (TopicError, OSError) as e:
             raise FatalClientError("E_MPUB_FAILED", f"MPUB failed {e}") from None
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + len(msgs)
         self._write_now(_OK_FRAME)
@@ -701,7 +703,8 @@ class ClientV2(asyncio.Protocol):
         msg.deferred_ms = delay_ms
         try:
             topic.put(msg)
-        except TopicError as e:
+            nsqd.flush_backends()
+        except (TopicError, OSError) as e:
             raise FatalClientError("E_DPUB_FAILED", f"DPUB failed {e}") from None
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + 1
         self._write_now(_OK_FRAME)

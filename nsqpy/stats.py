@@ -69,7 +69,7 @@ def channel_stats(ch: Channel, include_clients: bool, topic_filter: str) -> dict
     return {
         "channel_name": ch.name,
         "depth": ch.depth,
-        "backend_depth": 0,
+        "backend_depth": ch.backend_depth,
         "in_flight_count": len(ch.in_flight),
         "deferred_count": len(ch.deferred),
         "message_count": ch.message_count,
@@ -87,7 +87,7 @@ def topic_stats(t: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:
         "topic_name": t.name,
         "channels": channels,
         "depth": t.depth,
-        "backend_depth": 0,
+        "backend_depth": t.backend_depth,
         "message_count": t.message_count,
         "message_bytes": t.message_bytes,
         "paused": t.paused,

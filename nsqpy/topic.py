@@ -6,15 +6,30 @@
 # as soon as there is one (or on unpause), as nsqd's topic messagePump does. DPUB messages carry
 # ``deferred_ms`` and enter each channel's deferred queue.
 #
-# Behaviour follows nsqd/topic.go. The in-memory queue is not bounded yet (the diskqueue spill
-# of --mem-queue-size is tracked separately).
+# Storage: at most ``mem_queue_size`` held messages stay in memory, the rest go to the topic's
+# backend (a DiskQueue named after the topic); when channels appear the backend is drained into
+# them a chunk per event-loop pass, so a large backlog never stalls other clients. DPUB messages
+# held by the topic stay in memory so they keep their delay. Ephemeral topics have no backend.
+#
+# Behaviour follows nsqd/topic.go.
 from __future__ import annotations
 
+import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from . import wire
 from .channel import Channel
 from .message import Message
+
+if TYPE_CHECKING:
+    from .diskqueue import DiskQueue
+
+log = logging.getLogger("nsqpy")
+
+#: Backend records moved to the channels per event-loop pass while a topic drains its backlog.
+DRAIN_CHUNK = 2000
 
 
 class TopicError(Exception):
@@ -25,7 +40,12 @@ class Topic:
     """One topic: ``channels`` by name, counters ``message_count`` and ``message_bytes``."""
 
     __slots__ = (
+        "_drain_scheduled",
         "_new_channel",
+        "_on_spill",
+        "_schedule",
+        "backend",
+        "mem_queue_size",
         "_on_channels_changed",
         "_on_last_channel_gone",
         "_queue",
@@ -44,6 +64,11 @@ class Topic:
         new_channel: Callable[[Topic, str], Channel],
         on_channels_changed: Callable[[], None] | None = None,
         on_last_channel_gone: Callable[[Topic], None] | None = None,
+        *,
+        mem_queue_size: int = 10000,
+        backend: DiskQueue | None = None,
+        on_spill: Callable[[DiskQueue], None] | None = None,
+        schedule: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
@@ -56,11 +81,21 @@ class Topic:
         self._new_channel = new_channel
         self._on_channels_changed = on_channels_changed
         self._on_last_channel_gone = on_last_channel_gone
+        self.mem_queue_size = mem_queue_size
+        self.backend = backend
+        self._on_spill = on_spill
+        self._schedule = schedule
+        self._drain_scheduled = False
 
     @property
     def depth(self) -> int:
-        """Messages held by the topic itself (no channel yet, or paused)."""
-        return len(self._queue)
+        """Messages held by the topic itself (no channel yet, or paused): memory + backend."""
+        backend = self.backend
+        return len(self._queue) + (backend.depth if backend is not None else 0)
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -76,7 +111,7 @@ class Topic:
         if self.channels and not self.paused:
             self._fan_out((msg,))
         else:
-            self._queue.append(msg)
+            self._hold((msg,))
 
     def put_many(self, msgs: list[Message]) -> None:
         """Publish a batch (MPUB): all or nothing."""
@@ -87,32 +122,108 @@ class Topic:
         if self.channels and not self.paused:
             self._fan_out(msgs)
         else:
-            self._queue.extend(msgs)
+            self._hold(msgs)
 
-    def _fan_out(self, msgs: tuple[Message, ...] | list[Message]) -> None:
+    def _hold(self, msgs: Sequence[Message]) -> None:
+        """Keep messages for later channels: memory first, then the backend (raises OSError
+        when that write fails). Deferred messages stay in memory to keep their delay."""
+        queue = self._queue
+        room = self.mem_queue_size - len(queue)
+        if room >= len(msgs):
+            queue.extend(msgs)
+            return
+        spill = []
+        for m in msgs:
+            if room > 0 or m.deferred_ms:
+                queue.append(m)
+                room -= 1
+            else:
+                spill.append(m)
+        backend = self.backend
+        if backend is None:
+            return  # ephemeral: dropped past --mem-queue-size (as nsqd)
+        enc = wire.encode_message
+        backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in spill])
+        if self._on_spill is not None:
+            self._on_spill(backend)
+
+    def _fan_out(self, msgs: Sequence[Message]) -> None:
+        """Give each channel its copy; a backend write failure on one channel does not stop the
+        others, and is raised once all were tried."""
         chans = list(self.channels.values())
+        error: OSError | None = None
         # Make every channel's copy before any channel can deliver (and so change) a message.
         batches = [msgs] + [[m.copy() for m in msgs] for _ in range(len(chans) - 1)]
         for ch, batch in zip(chans, batches):
-            if len(batch) == 1:
-                m = batch[0]
-                if m.deferred_ms:
-                    ch.put_deferred(m, m.deferred_ms)
-                else:
-                    ch.put(m)
-                continue
-            plain = [m for m in batch if not m.deferred_ms]
-            if len(plain) != len(batch):
-                for m in batch:
+            try:
+                if len(batch) == 1:
+                    m = batch[0]
                     if m.deferred_ms:
                         ch.put_deferred(m, m.deferred_ms)
-            ch.put_many(plain)
+                    else:
+                        ch.put(m)
+                    continue
+                plain = [m for m in batch if not m.deferred_ms]
+                if len(plain) != len(batch):
+                    for m in batch:
+                        if m.deferred_ms:
+                            ch.put_deferred(m, m.deferred_ms)
+                ch.put_many(plain)
+            except OSError as e:
+                log.error(
+                    "TOPIC(%s) ERROR: failed to put msg to channel(%s) - %s", self.name, ch.name, e
+                )
+                error = error or e
+        if error is not None:
+            raise error
 
     def _flush_queue(self) -> None:
-        if self._queue and self.channels and not self.paused:
+        if not self.channels or self.paused:
+            return
+        if self._queue:
             held = list(self._queue)
             self._queue.clear()
-            self._fan_out(held)
+            try:
+                self._fan_out(held)
+            except OSError:
+                pass  # logged per channel by _fan_out; nothing more to do off a publish
+        if self.backend is not None and self.backend.depth and not self._drain_scheduled:
+            if self._schedule is None:
+                while self._drain_step():
+                    pass
+            else:
+                self._drain_scheduled = True
+                self._schedule(self._drain_later)
+
+    def _drain_later(self) -> None:
+        self._drain_scheduled = False
+        if self._drain_step() and self._schedule is not None:
+            self._drain_scheduled = True
+            self._schedule(self._drain_later)
+
+    def _drain_step(self) -> bool:
+        """Move up to DRAIN_CHUNK backend records to the channels; True if more remain."""
+        backend = self.backend
+        if backend is None or self.exiting or not self.channels or self.paused:
+            return False
+        msgs: list[Message] = []
+        while len(msgs) < DRAIN_CHUNK:
+            data = backend.peek()
+            if data is None:
+                break
+            backend.advance()
+            try:
+                ts, attempts, msg_id, body = wire.decode_message(data)
+            except ValueError as e:
+                log.error("TOPIC(%s): failed to decode message - %s", self.name, e)
+                continue
+            msgs.append(Message(msg_id, body, ts, attempts))
+        if msgs:
+            try:
+                self._fan_out(msgs)
+            except OSError:
+                pass  # logged per channel
+        return backend.depth > 0
 
     # ---------------------------------------------------------------- channels
 
@@ -156,6 +267,21 @@ class Topic:
     def empty(self) -> None:
         """Drop the messages the topic itself holds (channels keep theirs), as nsqd."""
         self._queue.clear()
+        if self.backend is not None:
+            self.backend.empty()
+
+    def drain_for_exit(self) -> list[Message]:
+        """Clean exit: held messages go to the backend; held deferred messages are returned
+        (``deferred_ms`` = their delay) for the caller to keep. The topic stops."""
+        self.exiting = True
+        held = list(self._queue)
+        self._queue.clear()
+        deferred = [m for m in held if m.deferred_ms]
+        plain = [m for m in held if not m.deferred_ms]
+        if self.backend is not None and plain:
+            enc = wire.encode_message
+            self.backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in plain])
+        return deferred
 
     def close(self) -> None:
         """Delete: every channel is closed and dropped."""
@@ -165,5 +291,7 @@ class Topic:
         for ch in chans:
             ch.close()
         self._queue.clear()
+        if self.backend is not None:
+            self.backend.delete()
         if self._on_channels_changed is not None:
             self._on_channels_changed()

@@ -1,0 +1,919 @@
+# The on-disk FIFO behind every topic and channel, file-compatible with go-diskqueue (nsqd 1.3).
+#
+# Strategy: one object owned by the event-loop thread; no asyncio here. A put packs the record
+# into an in-memory write buffer and moves the positions at once; flush() hands the buffer to the
+# OS with pwrite at the buffer's file offset. Reading is a pread of a 64 KiB chunk that is parsed
+# record by record; peek() caches the record, advance() consumes it, so a record counts as
+# consumed only when the caller has handed it on. Durability is split in two: prepare_sync()
+# (loop thread: flush and snapshot the positions) returns a job (any thread: fsync a dup of the
+# write fd, then write the meta file atomically). The meta file is the commit point and the
+# rules below keep it honest.
+#
+# On-disk format (go-diskqueue v1.1.0, the version nsqd 1.3 uses):
+#   <data_path>/<name>.diskqueue.<%06d file number>.dat   records [int32 big-endian size][bytes]
+#   <data_path>/<name>.diskqueue.meta.dat                 "%d\n%d,%d\n%d,%d\n" =
+#       depth \n readFileNum,readPos \n writeFileNum,writePos \n
+#   The meta file is replaced by writing "<meta>.<random int63>.tmp", fsync, rename over.
+#   A file rolls *before* the write that would take it past max_bytes_per_file, and only when it
+#   already holds something (writePos > 0 and writePos + 4 + len > max): so a file never exceeds
+#   the limit except when it holds a single record bigger than the limit. No size is recorded:
+#   the reader of a finished file ("complete": number < writeFileNum) reads to the file's actual
+#   size, so files written with another max_bytes_per_file read fine.
+#
+# Guarantees (what a reader of this file may rely on):
+#   * The meta file never names data that is not durable: the data fsync comes before the meta
+#     rename, and a roll fsyncs the old file before the meta naming the new one is written.
+#   * The meta file never goes backwards: snapshots are numbered and an older snapshot is never
+#     written over a newer one (a slow sync job loses the race silently).
+#   * A consumed data file is removed only once a meta file naming a later read file is durable.
+#   * After a crash the queue reopens at the last durable meta: records consumed since then come
+#     back again (at-least-once). Records written since then and present in the files (all that
+#     was flush()ed, for a process crash; all that was synced, for a power loss) are kept: as
+#     go-diskqueue does, when the write file is longer than the meta's writePos the writer moves
+#     to a new file and the reader reads the old one to its end; beyond go-diskqueue, data files
+#     numbered after the meta's write file are read too, and the salvaged records are counted
+#     into depth (go leaves depth short and lets the tail check reset it). A torn record at the
+#     end of a salvaged file is corruption (below): only that tail is lost.
+#   * A missing meta file is an empty queue at file 0. If a data file 0 exists anyway (a crash
+#     before the first meta write), its records are salvaged, not overwritten.
+#
+# Corruption (go-diskqueue handleReadError): a size outside [min_msg_size, max_msg_size], a
+# record cut short by the end of the file, or a file that cannot be read: the file is renamed to
+# "<file>.bad", errors are logged, reading goes on at the next file; if the bad file is the write
+# file, writing moves to a new file too. depth is then approximate, exactly as in go: the records
+# lost in the bad file stay counted until the reader reaches the end of the queue, where a
+# non-zero depth is logged and reset to 0. A file truncated exactly at a record boundary cannot
+# be told from a shorter file: its lost records are found only by that tail check.
+#
+# Deliberate differences from go-diskqueue, all invisible in the file format:
+#   * A reader that is exactly at the end of a finished file moves to the next file; go reads
+#     there, gets EOF and renames a healthy file to .bad (nsqio/go-diskqueue#42, still open).
+#   * empty() writes the meta file (with the new, empty positions) instead of removing it.
+#   * A meta file whose read position is past its write position is logged at open and the
+#     queue restarts on a fresh file, removing the files between (go's checkTailCorruption does
+#     the same, but only once a read or a read error happens to call it). A meta file with a
+#     negative number, or one that does not parse, is logged and treated as missing.
+#   * The directory is not fsynced after the meta rename (go does not either).
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+__all__ = ["DiskQueue", "DiskQueueClosed"]
+
+_LEN = struct.Struct(">i")
+_pack_len = _LEN.pack
+_unpack_len = _LEN.unpack_from
+
+#: Bytes asked for per pread; several records are parsed out of one chunk.
+READ_CHUNK = 64 * 1024
+#: put() flushes the write buffer before it grows past this.
+WRITE_BUFFER_LIMIT = 1 << 20
+#: A record's size field is an int32 and the record must fit in a Python slice comfortably.
+MAX_RECORD_SIZE = (1 << 31) - 5
+
+# go reads the meta file with fmt.Fscanf("%d\n%d,%d\n%d,%d\n"): signed decimals, spaces before
+# a number allowed, the newlines required (the last one may be missing at end of file).
+_META_RE = re.compile(
+    rb"[ \t]*([+-]?\d+)[ \t]*\n"
+    rb"[ \t]*([+-]?\d+)[ \t]*,[ \t]*([+-]?\d+)[ \t]*\n"
+    rb"[ \t]*([+-]?\d+)[ \t]*,[ \t]*([+-]?\d+)[ \t]*(?:\n|\Z)"
+)
+
+_default_logger = logging.getLogger("nsqpy.diskqueue")
+
+
+class DiskQueueClosed(OSError):
+    """An operation on a diskqueue after close() or delete() (go-diskqueue: "exiting")."""
+
+
+class DiskQueue:
+    """A FIFO of byte records on disk in go-diskqueue's format.
+
+    Every method except the job returned by :meth:`prepare_sync` belongs to one thread (the
+    event loop's). The job may run in any thread while that thread carries on.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_closed",
+        "_depth",
+        "_durable_read_num",
+        "_pending_since",
+        "_log",
+        "_meta_closed",
+        "_meta_lock",
+        "_meta_path",
+        "_meta_seq",
+        "_meta_seq_written",
+        "_need_sync",
+        "_next_pos",
+        "_obsolete",
+        "_obsolete_lock",
+        "_ops",
+        "_peeked",
+        "_rbuf",
+        "_rbuf_off",
+        "_read_fd",
+        "_read_num",
+        "_read_pos",
+        "_read_size",
+        "_sync_timeout",
+        "_wbuf",
+        "_wbuf_start",
+        "_write_fd",
+        "_write_num",
+        "_write_pos",
+        "data_path",
+        "max_bytes_per_file",
+        "max_msg_size",
+        "min_msg_size",
+        "name",
+        "sync_every",
+        "sync_timeout_ms",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        data_path: str,
+        max_bytes_per_file: int,
+        min_msg_size: int,
+        max_msg_size: int,
+        sync_every: int,
+        sync_timeout_ms: int,
+        logger: logging.Logger | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_bytes_per_file <= 0:
+            raise ValueError(f"max_bytes_per_file must be positive, not {max_bytes_per_file}")
+        if not 0 <= min_msg_size <= max_msg_size <= MAX_RECORD_SIZE:
+            raise ValueError(f"bad record size bounds [{min_msg_size}, {max_msg_size}]")
+        self.name = name
+        self.data_path = data_path
+        self.max_bytes_per_file = max_bytes_per_file
+        self.min_msg_size = min_msg_size
+        self.max_msg_size = max_msg_size
+        self.sync_every = max(1, sync_every)
+        self.sync_timeout_ms = sync_timeout_ms
+        self._sync_timeout = sync_timeout_ms / 1000.0
+        self._log = logger if logger is not None else _default_logger
+        self._clock = clock
+        self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
+
+        # Positions. The read position is what has been consumed; _next_pos is where the
+        # peeked record ends. Invariant: _write_pos == _wbuf_start + len(_wbuf).
+        self._depth = 0
+        self._read_num = 0
+        self._read_pos = 0
+        self._next_pos = 0
+        self._write_num = 0
+        self._write_pos = 0
+
+        self._wbuf = bytearray()
+        self._wbuf_start = 0
+        self._write_fd: int | None = None
+
+        self._read_fd: int | None = None
+        self._read_size = -1  # size of a complete read file, -1 until looked up
+        self._rbuf = b""  # a chunk of the read file starting at file offset _rbuf_off
+        self._rbuf_off = 0
+        self._peeked: bytes | None = None
+
+        self._ops = 0  # puts and advances since the last sync (go counts both)
+        self._pending_since = 0.0  # clock() at the first of those
+        self._need_sync = False
+        self._closed = False
+
+        # Shared with sync jobs running in other threads.
+        self._meta_lock = threading.Lock()
+        self._meta_seq = 0  # last snapshot taken (loop thread only)
+        self._meta_seq_written = 0  # last snapshot written to disk (under _meta_lock)
+        self._meta_closed = False  # no meta writes any more (under _meta_lock)
+        self._durable_read_num = 0  # readFileNum of the newest durable meta (under _meta_lock)
+        self._obsolete_lock = threading.Lock()
+        self._obsolete: list[int] = []  # consumed file numbers waiting for a durable meta
+
+        self._open()
+
+    # ----------------------------------------------------------------------------------------
+    # Names and state
+
+    def file_name(self, num: int) -> str:
+        """Path of data file ``num``: ``<data_path>/<name>.diskqueue.<%06d>.dat``."""
+        return os.path.join(self.data_path, f"{self.name}.diskqueue.{num:06d}.dat")
+
+    @property
+    def meta_file_name(self) -> str:
+        return self._meta_path
+
+    @property
+    def depth(self) -> int:
+        """Records written and not yet consumed (a peeked record still counts)."""
+        return self._depth
+
+    @property
+    def read_file_num(self) -> int:
+        return self._read_num
+
+    @property
+    def read_pos(self) -> int:
+        return self._read_pos
+
+    @property
+    def write_file_num(self) -> int:
+        return self._write_num
+
+    @property
+    def write_pos(self) -> int:
+        return self._write_pos
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ----------------------------------------------------------------------------------------
+    # Writing
+
+    def put(self, data: bytes) -> None:
+        """Append one record. ValueError if its size is out of bounds; OSError if the I/O that
+        this put had to do (a roll, or flushing a full write buffer) failed, in which case the
+        record was not added."""
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        n = len(data)
+        if n < self.min_msg_size or n > self.max_msg_size:
+            raise ValueError(
+                f"invalid message write size ({n}) minMsgSize={self.min_msg_size} "
+                f"maxMsgSize={self.max_msg_size}"
+            )
+        wp = self._write_pos
+        if wp > 0 and wp + 4 + n > self.max_bytes_per_file:
+            self._roll()
+        elif len(self._wbuf) >= WRITE_BUFFER_LIMIT:
+            self.flush()
+        buf = self._wbuf
+        buf += _pack_len(n)
+        buf += data
+        self._write_pos += 4 + n
+        self._depth += 1
+        if not self._ops:
+            self._pending_since = self._clock()
+        self._ops += 1
+
+    def put_many(self, datas: Iterable[bytes]) -> None:
+        """put() each record in order. Sizes are checked first: a ValueError adds nothing. An
+        OSError part-way leaves the records before the failing one added."""
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        datas = list(datas)
+        lo = self.min_msg_size
+        hi = self.max_msg_size
+        for d in datas:
+            n = len(d)
+            if n < lo or n > hi:
+                raise ValueError(
+                    f"invalid message write size ({n}) minMsgSize={lo} maxMsgSize={hi}"
+                )
+        max_bytes = self.max_bytes_per_file
+        buf = self._wbuf
+        for d in datas:
+            n = len(d)
+            wp = self._write_pos
+            if wp > 0 and wp + 4 + n > max_bytes:
+                self._roll()
+            elif len(buf) >= WRITE_BUFFER_LIMIT:
+                self.flush()
+            buf += _pack_len(n)
+            buf += d
+            self._write_pos = self._write_pos + 4 + n
+            self._depth += 1
+            if not self._ops:
+                self._pending_since = self._clock()
+            self._ops += 1
+
+    def flush(self) -> None:
+        """Write the buffered records to the OS (no fsync). Raises OSError; what was written
+        before the error stays written, the rest stays buffered."""
+        buf = self._wbuf
+        if not buf:
+            return
+        fd = self._write_fd
+        if fd is None:
+            fd = self._open_write()
+        while buf:
+            n = os.pwrite(fd, buf, self._wbuf_start)
+            if n <= 0:
+                raise OSError(f"pwrite to {self.file_name(self._write_num)} wrote nothing")
+            del buf[:n]
+            self._wbuf_start += n
+
+    def _open_write(self) -> int:
+        path = self.file_name(self._write_num)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size > self._wbuf_start:
+                # Bytes past our write position belong to no record we know of (a stray file
+                # with a number we have not reached yet): drop them so that the file never
+                # holds anything after writePos once it is finished.
+                self._log.warning(
+                    "DISKQUEUE(%s) %s has %d bytes past write position %d, truncating",
+                    self.name,
+                    path,
+                    size - self._wbuf_start,
+                    self._wbuf_start,
+                )
+                os.ftruncate(fd, self._wbuf_start)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._write_fd = fd
+        self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
+        return fd
+
+    def _close_write(self) -> None:
+        fd = self._write_fd
+        if fd is not None:
+            self._write_fd = None
+            os.close(fd)
+
+    def _roll(self) -> None:
+        """Finish the write file (flush, fsync, close) and start the next one."""
+        self.flush()  # may raise: nothing has changed yet
+        old = self._write_num
+        old_end = self._write_pos
+        fd = self._write_fd
+        if fd is not None:
+            self._write_fd = None
+            try:
+                os.fsync(fd)
+            except OSError as e:  # go logs this and rolls anyway
+                self._log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+            finally:
+                os.close(fd)
+        self._write_num = old + 1
+        self._write_pos = 0
+        self._wbuf_start = 0
+        if self._read_num == old and self._read_pos == old_end and self._peeked is None:
+            # The reader has consumed everything in the finished file: move it on now rather
+            # than let it read at EOF later (go's .bad-file bug, see the module comment).
+            self._next_read_file()
+        try:
+            self.sync()  # go syncs at every roll; the meta now names the new write file
+        except OSError as e:
+            self._log.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
+
+    # ----------------------------------------------------------------------------------------
+    # Reading
+
+    def peek(self) -> bytes | None:
+        """The next unconsumed record, or None when there is none. Repeated calls return the
+        same record until advance(). Corrupt data is skipped (see the module comment). OSError
+        only when the record is still in the write buffer and flushing it fails, or when a data
+        file exists but cannot be opened; the queue is unchanged and peek() may be retried."""
+        rec = self._peeked
+        if rec is not None:
+            return rec
+        buf = self._rbuf
+        i = self._read_pos - self._rbuf_off
+        if i >= 0 and i + 4 <= len(buf):
+            n = _unpack_len(buf, i)[0]
+            j = i + 4 + n
+            if j <= len(buf) and self.min_msg_size <= n <= self.max_msg_size:
+                rec = buf[i + 4 : j]
+                self._peeked = rec
+                self._next_pos = self._read_pos + 4 + n
+                return rec
+        return self._peek_slow()
+
+    def _peek_slow(self) -> bytes | None:
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        while True:
+            rn = self._read_num
+            rp = self._read_pos
+            at_write = rn == self._write_num
+            if at_write:
+                limit = self._write_pos
+                if rp >= limit:
+                    return None
+                if self._wbuf and min(limit, rp + READ_CHUNK) > self._wbuf_start:
+                    self.flush()
+            fd = self._read_fd
+            if fd is None:
+                fd = self._open_read()
+                if fd < 0:
+                    continue  # the file was missing and has been skipped
+            if not at_write:
+                limit = self._read_size
+                if limit < 0:
+                    limit = self._read_size = os.fstat(fd).st_size
+                if rp >= limit:
+                    if rp == limit:
+                        self._next_read_file()
+                    else:
+                        self._bad_read_file(f"read position beyond end of file ({limit} bytes)")
+                    continue
+            avail = limit - rp
+            if avail < 4:
+                self._bad_read_file(f"truncated record: {avail} bytes left at end of file")
+                continue
+            want = min(READ_CHUNK, avail)
+            try:
+                chunk = os.pread(fd, want, rp)
+            except OSError as e:
+                self._bad_read_file(str(e))
+                continue
+            if len(chunk) < want:
+                self._bad_read_file(f"unexpected end of file at {rp + len(chunk)}")
+                continue
+            n = _unpack_len(chunk, 0)[0]
+            if n < self.min_msg_size or n > self.max_msg_size:
+                self._bad_read_file(f"invalid message read size ({n})")
+                continue
+            end = 4 + n
+            if end > avail:
+                self._bad_read_file(
+                    f"truncated record: size {n} but {avail - 4} bytes left in the file"
+                )
+                continue
+            if end <= len(chunk):
+                self._rbuf = chunk
+                self._rbuf_off = rp
+                rec = chunk[4:end]
+            else:  # a record bigger than a chunk: read it whole, by itself
+                if at_write and self._wbuf and rp + end > self._wbuf_start:
+                    self.flush()
+                try:
+                    rec = os.pread(fd, n, rp + 4)
+                except OSError as e:
+                    self._bad_read_file(str(e))
+                    continue
+                if len(rec) < n:
+                    self._bad_read_file(f"unexpected end of file at {rp + 4 + len(rec)}")
+                    continue
+                self._rbuf = b""
+                self._rbuf_off = 0
+            self._peeked = rec
+            self._next_pos = rp + end
+            return rec
+
+    def advance(self) -> None:
+        """Consume the record returned by the last peek(). RuntimeError if there is none."""
+        if self._peeked is None:
+            raise RuntimeError("advance() without a peeked record")
+        self._peeked = None
+        rp = self._read_pos = self._next_pos
+        self._depth -= 1
+        if not self._ops:
+            self._pending_since = self._clock()
+        self._ops += 1
+        if self._read_num != self._write_num:
+            size = self._read_size
+            if size < 0:  # the file was the write file when it was opened for reading
+                fd = self._read_fd
+                if fd is not None:
+                    size = self._read_size = os.fstat(fd).st_size
+                else:
+                    size = os.stat(self.file_name(self._read_num)).st_size
+            if rp >= size:
+                self._next_read_file()
+        elif rp == self._write_pos and self._depth != 0:
+            self._check_tail()
+
+    def _open_read(self) -> int:
+        """Open the read file; -1 (after skipping it) when it does not exist."""
+        path = self.file_name(self._read_num)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self._bad_read_file("file does not exist")
+            return -1
+        self._read_fd = fd
+        self._read_size = -1
+        self._rbuf = b""
+        self._rbuf_off = 0
+        self._log.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
+        return fd
+
+    def _close_read(self) -> None:
+        fd = self._read_fd
+        self._read_fd = None
+        self._read_size = -1
+        self._rbuf = b""
+        self._rbuf_off = 0
+        if fd is not None:
+            os.close(fd)
+
+    def _next_read_file(self) -> None:
+        """The read file is consumed: read on at the start of the next one. The old file is
+        removed by the first sync whose meta names a later read file."""
+        self._close_read()
+        with self._obsolete_lock:
+            self._obsolete.append(self._read_num)
+        self._read_num += 1
+        self._read_pos = 0
+        self._need_sync = True  # go syncs whenever the reader changes file
+        self._check_tail()
+
+    def _bad_read_file(self, reason: str) -> None:
+        """go-diskqueue's handleReadError: set the read file aside as .bad, read the next."""
+        rn = self._read_num
+        path = self.file_name(rn)
+        self._log.error(
+            "DISKQUEUE(%s) reading at %d of %s - %s", self.name, self._read_pos, path, reason
+        )
+        self._close_read()
+        if rn == self._write_num:
+            # The write file itself is unreadable: stop writing to it too.
+            try:
+                self.flush()
+            except OSError as e:
+                self._log.error("DISKQUEUE(%s) failed to flush - %s", self.name, e)
+                self._wbuf.clear()
+            self._close_write()
+            self._write_num += 1
+            self._write_pos = 0
+            self._wbuf_start = 0
+        bad = path + ".bad"
+        self._log.warning(
+            "DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad
+        )
+        try:
+            os.rename(path, bad)
+        except OSError as e:
+            self._log.error(
+                "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
+                self.name,
+                path,
+                bad,
+                e,
+            )
+        self._read_num = rn + 1
+        self._read_pos = 0
+        self._need_sync = True
+        # depth still counts whatever was lost in the bad file; it is put right only when
+        # the reader reaches the end of the queue (go's "eventually consistent" depth).
+        self._check_tail()
+
+    def _check_tail(self) -> None:
+        """At the end of the queue depth must be 0: if not, log it and make it so."""
+        if (
+            self._read_num == self._write_num
+            and self._read_pos == self._write_pos
+            and self._depth != 0
+        ):
+            if self._depth < 0:
+                self._log.error(
+                    "DISKQUEUE(%s) negative depth at tail (%d), metadata corruption, "
+                    "resetting 0...",
+                    self.name,
+                    self._depth,
+                )
+            else:
+                self._log.error(
+                    "DISKQUEUE(%s) positive depth at tail (%d), data loss, resetting 0...",
+                    self.name,
+                    self._depth,
+                )
+            self._depth = 0
+            self._need_sync = True
+
+    # ----------------------------------------------------------------------------------------
+    # Syncing
+
+    def needs_sync(self) -> bool:
+        """True when a sync is due: sync_every puts+advances since the last one, or the oldest
+        put or advance not yet synced is sync_timeout old, or the reader or writer changed
+        file (or skipped a corrupt one) since the last one. (go ticks every sync_timeout and
+        syncs if anything happened: the same bound on unsynced age, without the fixed phase.)
+        """
+        if self._need_sync:
+            return True
+        ops = self._ops
+        if ops == 0:
+            return False
+        if ops >= self.sync_every:
+            return True
+        return self._clock() - self._pending_since >= self._sync_timeout
+
+    def prepare_sync(self) -> Callable[[], None]:
+        """Flush, snapshot the positions, and return the job that makes them durable.
+
+        The job fsyncs the write file through a dup of its fd, then writes the meta file
+        (temp file, fsync, rename), then removes data files the reader has left behind. It
+        may run in another thread while this one keeps using the queue, and must be run
+        exactly once (it owns the dup'd fd). A job that runs after a newer snapshot has been
+        written, or after close()/delete(), fsyncs but leaves the meta file alone. If it
+        raises OSError the next needs_sync() is True.
+        """
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        return self._prepare_sync()
+
+    def _prepare_sync(self) -> Callable[[], None]:
+        self.flush()
+        fd = os.dup(self._write_fd) if self._write_fd is not None else -1
+        self._meta_seq += 1
+        seq = self._meta_seq
+        read_num = self._read_num
+        text = b"%d\n%d,%d\n%d,%d\n" % (
+            self._depth,
+            read_num,
+            self._read_pos,
+            self._write_num,
+            self._write_pos,
+        )
+        self._ops = 0
+        self._need_sync = False
+
+        def job() -> None:
+            try:
+                if fd >= 0:
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                self._persist_meta(seq, text, read_num)
+            except BaseException:
+                self._need_sync = True
+                raise
+
+        return job
+
+    def sync(self) -> None:
+        """prepare_sync()() in this thread."""
+        self.prepare_sync()()
+
+    def _persist_meta(self, seq: int, text: bytes, read_num: int) -> None:
+        with self._meta_lock:
+            if not self._meta_closed and seq > self._meta_seq_written:
+                self._write_meta_file(text)
+                self._meta_seq_written = seq
+                if read_num > self._durable_read_num:
+                    self._durable_read_num = read_num
+            keep = self._durable_read_num
+        with self._obsolete_lock:
+            doomed = [n for n in self._obsolete if n < keep]
+            if doomed:
+                self._obsolete = [n for n in self._obsolete if n >= keep]
+        for n in doomed:
+            self._remove(self.file_name(n))
+
+    def _write_meta_file(self, text: bytes) -> None:
+        tmp = f"{self._meta_path}.{random.getrandbits(63)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(text)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            self._remove(tmp)
+            raise
+        os.close(fd)
+        try:
+            os.replace(tmp, self._meta_path)
+        except BaseException:
+            self._remove(tmp)
+            raise
+
+    def _remove(self, path: str) -> OSError | None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self._log.error("DISKQUEUE(%s) failed to remove %s - %s", self.name, path, e)
+            return e
+        return None
+
+    # ----------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def empty(self) -> None:
+        """Drop every record: the positions jump to a fresh file after the last one, the meta
+        file says so, then the old data files are removed (meta first: a crash in between
+        leaves files no meta names, never a meta naming missing files)."""
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        self._log.info("DISKQUEUE(%s): emptying", self.name)
+        old_read, old_write = self._read_num, self._write_num
+        self._peeked = None
+        self._wbuf.clear()
+        self._close_read()
+        self._close_write()
+        self._write_num = self._read_num = old_write + 1
+        self._write_pos = self._read_pos = self._next_pos = 0
+        self._wbuf_start = 0
+        self._depth = 0
+        with self._obsolete_lock:
+            self._obsolete.extend(range(old_read, old_write + 1))
+        self.sync()
+
+    def close(self) -> None:
+        """Sync and close the files. Idempotent. If the final sync fails the OSError is raised
+        and the files are closed anyway (records still buffered are lost)."""
+        if self._closed:
+            return
+        self._log.info("DISKQUEUE(%s): closing", self.name)
+        try:
+            self._prepare_sync()()
+        finally:
+            self._closed = True
+            with self._meta_lock:
+                self._meta_closed = True
+            self._peeked = None
+            self._close_read()
+            self._close_write()
+
+    def delete(self) -> None:
+        """Close without syncing and remove the data files, the meta file and any leftover
+        meta temp files (the topic or channel is gone). ``.bad`` files are kept, as go keeps
+        them, for an operator to look at."""
+        self._log.info("DISKQUEUE(%s): deleting", self.name)
+        if not self._closed:
+            self._closed = True
+            self._peeked = None
+            self._wbuf.clear()
+            self._close_read()
+            self._close_write()
+        with self._meta_lock:
+            self._meta_closed = True
+        with self._obsolete_lock:
+            nums = set(self._obsolete)
+            self._obsolete = []
+        nums.update(range(self._read_num, self._write_num + 1))
+        errors = [self._remove(self.file_name(n)) for n in sorted(nums)]
+        errors.append(self._remove(self._meta_path))
+        prefix = os.path.basename(self._meta_path) + "."
+        try:
+            names = os.listdir(self.data_path)
+        except OSError:
+            names = []
+        for fn in names:
+            if fn.startswith(prefix) and fn.endswith(".tmp"):
+                errors.append(self._remove(os.path.join(self.data_path, fn)))
+        for e in errors:
+            if e is not None:
+                raise e
+
+    # ----------------------------------------------------------------------------------------
+    # Opening
+
+    def _open(self) -> None:
+        depth, rn, rp, wn, wp = self._retrieve_meta()
+        if rn > wn or (rn == wn and rp > wp):
+            self._log.error(
+                "DISKQUEUE(%s) metadata corruption: read position %d,%d past write position "
+                "%d,%d, skipping to a new file and resetting 0...",
+                self.name,
+                rn,
+                rp,
+                wn,
+                wp,
+            )
+            for n in range(rn, wn + 1):
+                self._remove(self.file_name(n))
+            rn = wn = max(rn, wn) + 1
+            rp = wp = depth = 0
+            self._need_sync = True
+            corrupt = True
+        else:
+            corrupt = False
+
+        # The write file must end at writePos. If it does not, the meta is stale (a crash
+        # before the meta caught up with the data) or the file is damaged: either way the
+        # writer starts a new file and the reader takes the old one as finished.
+        while True:
+            path = self.file_name(wn)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                size = -1
+            if size == wp or (size < 0 and wp == 0):
+                break
+            if size > wp:
+                extra = self._count_records(path, wp, size)
+                self._log.warning(
+                    "DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new "
+                    "file (%d records after writePos)",
+                    self.name,
+                    path,
+                    wp,
+                    size,
+                    extra,
+                )
+                depth += extra
+                self._fsync_path(path)
+            elif size < 0:
+                self._log.error(
+                    "DISKQUEUE(%s) %s metadata writePos %d but the file is missing, skipping "
+                    "to new file",
+                    self.name,
+                    path,
+                    wp,
+                )
+            else:
+                self._log.error(
+                    "DISKQUEUE(%s) %s metadata writePos %d > file size of %d, data lost, "
+                    "skipping to new file",
+                    self.name,
+                    path,
+                    wp,
+                    size,
+                )
+            wn += 1
+            wp = 0
+            self._need_sync = True
+
+        # Consumed files left behind by a crash between a meta write and their removal (not
+        # after a corrupt meta: what lies below its numbers is unknown, leave it alone).
+        n = -1 if corrupt else rn - 1
+        while n >= 0:
+            try:
+                os.unlink(self.file_name(n))
+            except OSError:
+                break
+            n -= 1
+
+        self._depth = depth
+        self._read_num = rn
+        self._read_pos = self._next_pos = rp
+        self._write_num = wn
+        self._write_pos = self._wbuf_start = wp
+        self._durable_read_num = rn
+        self._check_tail()
+
+    def _retrieve_meta(self) -> tuple[int, int, int, int, int]:
+        try:
+            with open(self._meta_path, "rb") as f:
+                raw = f.read(4096)
+        except FileNotFoundError:
+            return 0, 0, 0, 0, 0
+        except OSError as e:
+            self._log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, e)
+            return 0, 0, 0, 0, 0
+        m = _META_RE.match(raw)
+        if m is None:
+            self._log.error(
+                "DISKQUEUE(%s) failed to retrieveMetaData - unexpected content %r",
+                self.name,
+                raw[:100],
+            )
+            return 0, 0, 0, 0, 0
+        depth, rn, rp, wn, wp = (int(g) for g in m.groups())
+        if min(rn, rp, wn, wp) < 0:
+            self._log.error(
+                "DISKQUEUE(%s) failed to retrieveMetaData - negative position in %r",
+                self.name,
+                raw[:100],
+            )
+            return 0, 0, 0, 0, 0
+        return depth, rn, rp, wn, wp
+
+    def _count_records(self, path: str, start: int, end: int) -> int:
+        """Whole, well-sized records in ``path`` between ``start`` and ``end``."""
+        lo = self.min_msg_size
+        hi = self.max_msg_size
+        count = 0
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            pos = start
+            buf = b""
+            off = start
+            while pos + 4 <= end:
+                i = pos - off
+                if i + 4 > len(buf):
+                    buf = os.pread(fd, min(READ_CHUNK, end - pos), pos)
+                    off = pos
+                    i = 0
+                    if len(buf) < 4:
+                        break
+                n = _unpack_len(buf, i)[0]
+                if n < lo or n > hi or pos + 4 + n > end:
+                    break
+                count += 1
+                pos += 4 + n
+        finally:
+            os.close(fd)
+        return count
+
+    def _fsync_path(self, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self._log.error("DISKQUEUE(%s) failed to sync %s - %s", self.name, path, e)
