@@ -11,8 +11,10 @@
 # Storage: at most ``mem_queue_size`` messages wait in memory; the rest spill to the channel's
 # backend (a DiskQueue named "<topic>:<channel>", nsqd's layout: wire.encode_message records), and
 # dispatch reads from memory and backend in turn so neither starves. A record read from the
-# backend counts as consumed only once it is handed to a consumer. Ephemeral channels have no
-# backend: past mem_queue_size their messages are dropped, as nsqd does.
+# backend counts as consumed only once it is handed to a consumer, and the backend's meta file
+# keeps its read position at the oldest such record not yet FIN'd (a read floor), so after a
+# crash every record handed out and not finished is delivered again (at-least-once). Ephemeral
+# channels have no backend: past mem_queue_size their messages are dropped, as nsqd does.
 #
 # Consumers are seen through a small interface (see `Consumer`), implemented by the TCP client in
 # protocol_v2.py; this module never touches a socket.
@@ -105,6 +107,8 @@ class Channel:
         "backend",
         "_disk_turn",
         "_on_spill",
+        "_disk_acks",
+        "_disk_refs",
     )
 
     def __init__(
@@ -148,6 +152,12 @@ class Channel:
         self.backend = backend
         self._disk_turn = False
         self._on_spill = on_spill
+        # Records read from the backend and not yet finished: [file, pos, done] in read order,
+        # and by message ID (see _release).
+        self._disk_acks: deque[list[int]] = deque()
+        self._disk_refs: dict[bytes, list[int]] = {}
+        if backend is not None:
+            backend.read_floor = self._read_floor
 
     # ---------------------------------------------------------------- state
 
@@ -200,7 +210,11 @@ class Channel:
         if backend is None:
             return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
         enc = wire.encode_message
+        msgs = list(msgs)
         backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in msgs])
+        if self._disk_refs:
+            for m in msgs:
+                self._release(m.id)
         if self._on_spill is not None:
             self._on_spill(backend)
 
@@ -212,13 +226,36 @@ class Channel:
             data = backend.peek()
             if data is None:
                 return None
+            ref = [backend.read_file_num, backend.read_pos, 0]
             backend.advance()
             try:
                 ts, attempts, msg_id, body = wire.decode_message(data)
             except ValueError as e:
                 log.error("CHANNEL(%s): failed to decode message - %s", self.name, e)
                 continue
+            self._disk_acks.append(ref)
+            if msg_id in self._disk_refs or msg_id in self.in_flight:
+                # A second copy of a message this channel still holds (left by a crash): the
+                # first copy stands for both.
+                ref[2] = 1
+                continue
+            self._disk_refs[msg_id] = ref
             return Message(msg_id, body, ts, attempts)
+
+    def _read_floor(self) -> tuple[int, int, int] | None:
+        acks = self._disk_acks
+        while acks and acks[0][2]:
+            acks.popleft()
+        if not acks:
+            return None
+        first = acks[0]
+        return first[0], first[1], len(acks)
+
+    def _release(self, msg_id: bytes) -> None:
+        """The message no longer needs its backend record (FIN'd, or written again)."""
+        ref = self._disk_refs.pop(msg_id, None)
+        if ref is not None:
+            ref[2] = 1
 
     def put_deferred(self, msg: Message, delay_ms: int) -> None:
         """Hold a message back for ``delay_ms`` ms (DPUB), then queue it."""
@@ -270,6 +307,8 @@ class Channel:
         """FIN: the message is done. Raises ChannelError ("ID not in flight", ...)."""
         msg = self._pop_in_flight(c, msg_id)
         self._in_flight_pq.remove(msg)
+        if self._disk_refs:
+            self._release(msg_id)
         return msg
 
     def requeue(self, c: Consumer, msg_id: bytes, delay_ms: int) -> None:
@@ -315,7 +354,7 @@ class Channel:
             return False
         in_flight = self.in_flight
         for msg in due:
-            del in_flight[msg.id]
+            in_flight.pop(msg.id, None)
             client = msg.client
             msg.client = None
             if client is not None and client.client_id in self.clients:
@@ -355,6 +394,8 @@ class Channel:
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message (nsqd Channel.Empty)."""
         self._queue.clear()
+        self._disk_acks.clear()
+        self._disk_refs.clear()
         if self.backend is not None:
             self.backend.empty()
         self.in_flight.clear()
@@ -401,6 +442,10 @@ class Channel:
             self.backend.put_many(
                 [enc(m.timestamp, m.attempts, m.id, m.body) for m in (*in_flight, *msgs)]
             )
+            # Deferred messages read from the backend are kept by the caller; all else was
+            # written again just above.
+            self._disk_acks.clear()
+            self._disk_refs.clear()
         return deferred
 
     def restore_deferred(self, msg: Message, delay_ms: int) -> None:
@@ -498,6 +543,8 @@ class Channel:
                         msg = popleft()
                     if sample and self._rand(100) > sample:
                         continue  # nsqd drops sampled-out messages for this channel
+                    if msg.id in in_flight:
+                        continue  # a duplicate of a message in flight (after a crash)
                     msg.attempts += 1
                     msg.client = c
                     msg.delivery_ts = now

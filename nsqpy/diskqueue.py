@@ -135,6 +135,7 @@ class DiskQueue:
         "max_msg_size",
         "min_msg_size",
         "name",
+        "read_floor",
         "sync_every",
         "sync_timeout_ms",
     )
@@ -166,6 +167,11 @@ class DiskQueue:
         self._sync_timeout = sync_timeout_ms / 1000.0
         self._log = logger if logger is not None else _default_logger
         self._clock = clock
+        #: Optional: returns (file number, position, records) of the oldest record handed on
+        #: but not yet finished by its consumer, and how many records were consumed from there
+        #: on; the meta file then keeps that read position (and counts those records), so a
+        #: crash redelivers them. None = every consumed record is done.
+        self.read_floor: Callable[[], tuple[int, int, int] | None] | None = None
         self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
 
         # Positions. The read position is what has been consumed; _next_pos is where the
@@ -625,10 +631,16 @@ class DiskQueue:
         self._meta_seq += 1
         seq = self._meta_seq
         read_num = self._read_num
+        read_pos = self._read_pos
+        depth = self._depth
+        floor = self.read_floor() if self.read_floor is not None else None
+        if floor is not None:
+            read_num, read_pos, held = floor
+            depth += held
         text = b"%d\n%d,%d\n%d,%d\n" % (
-            self._depth,
+            depth,
             read_num,
-            self._read_pos,
+            read_pos,
             self._write_num,
             self._write_pos,
         )
