@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import struct
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from conftest import Daemon, RawClient, wait_for
@@ -26,7 +24,7 @@ def drain(d: Daemon, topic: str, channel: str, idle: float = 2.0, rdy: int = 250
     while True:
         try:
             m = c.read_message(timeout=idle)
-        except socket.timeout:
+        except TimeoutError:
             break
         got.append(m)
         c.cmd(b"FIN", m[2])
@@ -53,9 +51,10 @@ def test_clean_restart_redelivers_unfinished_and_keeps_deferred_delay(tmp_path, 
     assert d.stop() == 0
 
     meta = json.loads((data / "nsqd.dat").read_text())
-    assert meta == {"topics": [{"name": "rt", "paused": False,
-                                "channels": [{"name": "ch", "paused": False}]}],
-                    "version": "1.3.0"}
+    assert meta == {
+        "topics": [{"name": "rt", "paused": False, "channels": [{"name": "ch", "paused": False}]}],
+        "version": "1.3.0",
+    }
     assert (data / "rt:ch.diskqueue.meta.dat").exists()
 
     d2 = Daemon([f"--mem-queue-size={mem}"], data)
@@ -85,8 +84,10 @@ def test_spill_past_mem_queue_size_and_read_back(daemon_factory):
     # No channel yet: the topic keeps 10 in memory and the rest on disk.
     assert (st["depth"], st["backend_depth"]) == (500, 490)
     d.http("POST", "/channel/create?topic=spill&channel=c")
-    st = wait_for(lambda: (lambda t: t["backend_depth"] == 0 and t)(
-        d.stats(topic="spill")["topics"][0]), what="topic backlog moved to the channel")
+    st = wait_for(
+        lambda: (lambda t: t["backend_depth"] == 0 and t)(d.stats(topic="spill")["topics"][0]),
+        what="topic backlog moved to the channel",
+    )
     ch = st["channels"][0]
     assert ch["depth"] == 500 and ch["backend_depth"] == 490
     files = sorted(os.listdir(d.data_path))
@@ -103,9 +104,17 @@ def test_second_daemon_on_same_data_dir_is_refused(tmp_path):
         import sys
 
         r = subprocess.run(
-            [sys.executable, "-m", "nsqpy", "--tcp-address=127.0.0.1:0",
-             "--http-address=127.0.0.1:0", f"--data-path={tmp_path / 'shared'}"],
-            capture_output=True, text=True, timeout=20,
+            [
+                sys.executable,
+                "-m",
+                "nsqpy",
+                "--tcp-address=127.0.0.1:0",
+                "--http-address=127.0.0.1:0",
+                f"--data-path={tmp_path / 'shared'}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
         assert r.returncode == 1
         assert "failed to lock data-path" in r.stderr
@@ -124,11 +133,24 @@ def test_opens_a_data_dir_in_go_nsqd_layout(tmp_path):
     and meta files, nsqd's message records) open with every message in them."""
     data = tmp_path / "go"
     data.mkdir()
-    (data / "nsqd.dat").write_text(json.dumps({
-        "topics": [{"name": "orders", "paused": False,
-                    "channels": [{"name": "billing", "paused": False},
-                                 {"name": "audit", "paused": True}]}],
-        "version": "1.3.0"}))
+    (data / "nsqd.dat").write_text(
+        json.dumps(
+            {
+                "topics": [
+                    {
+                        "name": "orders",
+                        "paused": False,
+                        "channels": [
+                            {"name": "billing", "paused": False},
+                            {"name": "audit", "paused": True},
+                        ],
+                    }
+                ],
+                "version": "1.3.0",
+            }
+        )
+    )
+
     def records(first_id: int, n: int) -> list[bytes]:
         out = []
         for i in range(n):
@@ -151,8 +173,10 @@ def test_opens_a_data_dir_in_go_nsqd_layout(tmp_path):
         st = d.stats(topic="orders")["topics"][0]
         chans = {c["channel_name"]: c for c in st["channels"]}
         assert chans["audit"]["paused"] is True
-        wait_for(lambda: d.stats(topic="orders")["topics"][0]["depth"] == 0,
-                 what="topic backlog handed to the channels")
+        wait_for(
+            lambda: d.stats(topic="orders")["topics"][0]["depth"] == 0,
+            what="topic backlog handed to the channels",
+        )
         got = drain(d, "orders", "billing")
         bodies = sorted(m[3] for m in got)
         assert bodies == sorted([b"order-%d" % i for i in (0, 1, 2, 3, 4, 100, 101)])
@@ -217,7 +241,7 @@ class Consumer(threading.Thread):
             while not self.stop_evt.is_set():
                 try:
                     _, _, mid, body = c.read_message(timeout=0.5)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 self.received += 1
                 if self.received % 2 == 0:
