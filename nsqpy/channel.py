@@ -71,6 +71,26 @@ class Consumer(Protocol):
         ...
 
 
+class StorageHooks(Protocol):
+    """What topics and channels tell the daemon about storage (implemented by NSQD)."""
+
+    def spilled(self, backend: DiskQueue) -> None:
+        """Records were put in ``backend``; flush them before acknowledging a publish."""
+        ...
+
+    def deferred(self, topic: str, channel: str | None, msg: Message, delay_ms: int) -> None:
+        """A published message is deferred (journal it); channel None: held by the topic."""
+        ...
+
+    def deferred_done(self, topic: str, channel: str | None, msgs: list[Message]) -> None:
+        """These deferred messages left the deferred state (due, or moved to channels)."""
+        ...
+
+    def deferred_dropped(self, topic: str, channel: str | None) -> None:
+        """A channel (or, with channel None, a topic's own queue) was emptied or deleted."""
+        ...
+
+
 class ChannelError(Exception):
     """FIN/REQ/TOUCH on a message the channel cannot act on; text is nsqd's."""
 
@@ -106,7 +126,7 @@ class Channel:
         "mem_queue_size",
         "backend",
         "_disk_turn",
-        "_on_spill",
+        "_hooks",
         "_disk_acks",
         "_disk_refs",
     )
@@ -122,7 +142,7 @@ class Channel:
         rand: Callable[[int], int] | None = None,
         mem_queue_size: int = 10000,
         backend: DiskQueue | None = None,
-        on_spill: Callable[[DiskQueue], None] | None = None,
+        hooks: StorageHooks | None = None,
     ) -> None:
         self.topic_name = topic_name
         self.name = name
@@ -151,7 +171,7 @@ class Channel:
         self.mem_queue_size = mem_queue_size
         self.backend = backend
         self._disk_turn = False
-        self._on_spill = on_spill
+        self._hooks = hooks
         # Records read from the backend and not yet finished: [file, pos, done] in read order,
         # and by message ID (see _release).
         self._disk_acks: deque[list[int]] = deque()
@@ -215,8 +235,8 @@ class Channel:
         if self._disk_refs:
             for m in msgs:
                 self._release(m.id)
-        if self._on_spill is not None:
-            self._on_spill(backend)
+        if self._hooks is not None:
+            self._hooks.spilled(backend)
 
     def _read_backend(self) -> Message | None:
         """The next backend record as a Message (consumed), or None if there is none."""
@@ -261,6 +281,8 @@ class Channel:
         """Hold a message back for ``delay_ms`` ms (DPUB), then queue it."""
         self.message_count += 1
         self._start_deferred(msg, delay_ms)
+        if self._hooks is not None and self.backend is not None:
+            self._hooks.deferred(self.topic_name, self.name, msg, delay_ms)
 
     # ---------------------------------------------------------------- consumers side
 
@@ -375,6 +397,8 @@ class Channel:
         for msg in due:
             del deferred[msg.id]
         self._requeue_all(due)
+        if self._hooks is not None and self.backend is not None:
+            self._hooks.deferred_done(self.topic_name, self.name, due)
         self._dispatch()
         return True
 
@@ -398,6 +422,8 @@ class Channel:
         self._disk_refs.clear()
         if self.backend is not None:
             self.backend.empty()
+            if self._hooks is not None:
+                self._hooks.deferred_dropped(self.topic_name, self.name)
         self.in_flight.clear()
         for m in self._in_flight_pq.clear():
             m.client = None
@@ -421,6 +447,8 @@ class Channel:
         self._ready.clear()
         if self.backend is not None:
             self.backend.delete()
+            if self._hooks is not None:
+                self._hooks.deferred_dropped(self.topic_name, self.name)
 
     def drain_for_exit(self) -> list[Message]:
         """Clean exit: every in-flight and queued message goes to the backend (nsqd's flush),

@@ -10,14 +10,15 @@
 #   nsqd.dat                                   JSON metadata: topics, channels, paused flags
 #   <topic>.diskqueue.*                        a topic's backend (go-diskqueue files)
 #   <topic>:<channel>.diskqueue.*              a channel's backend
-#   nsqpy.deferred.dat                         ours: deferred messages kept across a clean exit
-#                                              (msgpack; nsqd forgets their delay)
+#   nsqpy.deferred.dat                         ours: the deferred-message journal (msgpack, see
+#                                              deferred_log.py; nsqd forgets deferred messages)
 # The directory is locked with flock while the daemon runs, like nsqd's dirlock, so a second
 # daemon (nsqpy-d or Go nsqd) cannot open it.
 #
-# Publishing to disk: a PUB/MPUB/DPUB whose messages went to a backend is answered only after
-# those bytes were handed to the OS (flush_backends), so a crash of the process (kill -9) loses
-# no acknowledged message; fsync runs in a worker thread on --sync-every / --sync-timeout.
+# Publishing to disk: a PUB/MPUB/DPUB whose messages went to a backend (or the deferred journal)
+# is answered only after those bytes were handed to the OS (flush_backends), so a crash of the
+# process (kill -9) loses no acknowledged message; fsync runs in a worker thread on --sync-every
+# / --sync-timeout, as go-diskqueue syncs after the write it acknowledged.
 from __future__ import annotations
 
 import asyncio
@@ -31,10 +32,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import msgpack
-
 from . import wire
 from .channel import Channel
+from .deferred_log import DeferredJournal
 from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .message import Message
@@ -107,6 +107,7 @@ class NSQD:
         self._lock_fd: int | None = None
         self._loading = False
         self._dirty: set[DiskQueue] = set()
+        self.journal = DeferredJournal(os.path.join(self.data_path, DEFERRED_FILE))
         self._syncing: set[DiskQueue] = set()
         self._schedule: Callable[[Callable[[], None]], None] | None = None
 
@@ -171,7 +172,7 @@ class NSQD:
                 self._ephemeral_topic_gone,
                 mem_queue_size=self.opts.mem_queue_size,
                 backend=None if ephemeral else self._backend(name),
-                on_spill=self._dirty.add,
+                hooks=self,
                 schedule=self._schedule,
             )
             self.topics[name] = t
@@ -216,7 +217,7 @@ class NSQD:
             on_last_client_gone=self._ephemeral_channel_gone,
             mem_queue_size=self.opts.mem_queue_size,
             backend=None if ephemeral else self._backend(f"{topic.name}:{name}"),
-            on_spill=self._dirty.add,
+            hooks=self,
         )
 
     def _channels_changed(self) -> None:
@@ -235,6 +236,29 @@ class NSQD:
 
     # ------------------------------------------------------------ durability
 
+    # StorageHooks (channel.py): what topics and channels report.
+
+    def spilled(self, backend: DiskQueue) -> None:
+        self._dirty.add(backend)
+
+    def deferred(self, topic: str, channel: str | None, msg: Message, delay_ms: int) -> None:
+        if self._loading:
+            return  # restored from the journal: already in it
+        due_ms = time.time_ns() // 1_000_000 + delay_ms
+        self.journal.add(topic, channel, msg.id, msg.body, msg.timestamp, msg.attempts, due_ms)
+
+    def deferred_done(self, topic: str, channel: str | None, msgs: list[Message]) -> None:
+        done = self.journal.done
+        for m in msgs:
+            done(topic, channel, m.id)
+
+    def deferred_dropped(self, topic: str, channel: str | None) -> None:
+        if channel is None:
+            for key in [k for k in self.journal.live if k[0] == topic and k[1] is None]:
+                self.journal.done(*key)
+        else:
+            self.journal.drop(topic, channel)
+
     def flush_backends(self) -> None:
         """Hand every buffered backend write to the OS (before a publish is acknowledged).
 
@@ -242,8 +266,6 @@ class NSQD:
         makes it healthy again.
         """
         dirty = self._dirty
-        if not dirty:
-            return
         error: OSError | None = None
         for dq in list(dirty):
             if dq.closed:
@@ -254,6 +276,15 @@ class NSQD:
                 dirty.discard(dq)
             except OSError as e:
                 error = error or e
+        # After the backends: a "done" mark must not reach the OS before the message it
+        # moved into a channel's backend.
+        if error is None:
+            try:
+                self.journal.flush()
+            except OSError as e:
+                error = e
+        if error is None and self._health_error is None:
+            return
         self.set_health(error)
         if error is not None:
             raise error
@@ -334,18 +365,10 @@ class NSQD:
             self._loading = False
 
     def _load_deferred(self) -> None:
-        path = os.path.join(self.data_path, DEFERRED_FILE)
-        try:
-            with open(path, "rb") as f:
-                records = msgpack.unpackb(f.read())
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, msgpack.UnpackException) as e:
-            log.error("failed to read deferred messages from %s - %s", path, e)
-            return
+        """Replay the deferred journal into the channels (and topics) with the delay left."""
+        records = self.journal.load()
         now_ms = time.time_ns() // 1_000_000
-        n = 0
-        for topic_name, channel_name, msg_id, body, ts, attempts, due_ms in records:
+        for _, topic_name, channel_name, msg_id, body, ts, attempts, due_ms in records:
             if not wire.is_valid_name(topic_name):
                 continue
             t = self.get_topic(topic_name)
@@ -356,16 +379,8 @@ class NSQD:
                 t._queue.append(msg)
             elif wire.is_valid_name(channel_name):
                 t.get_channel(channel_name).restore_deferred(msg, delay)
-            n += 1
-        os.remove(path)
-        log.info("NSQ: restored %d deferred messages from %s", n, path)
-
-    def _save_deferred(self, records: list[list[Any]]) -> None:
-        path = os.path.join(self.data_path, DEFERRED_FILE)
-        if not records:
-            return
-        write_sync_file(path, msgpack.packb(records))
-        log.info("NSQ: kept %d deferred messages in %s", len(records), path)
+        if records:
+            log.info("NSQ: restored %d deferred messages from %s", len(records), self.journal.path)
 
     async def _sync_loop(self) -> None:
         """fsync backends on --sync-every / --sync-timeout in a worker thread, and flush what
@@ -375,6 +390,7 @@ class NSQD:
             await asyncio.sleep(0.05)
             try:
                 self.flush_backends()
+                self.journal.fsync()
             except OSError as e:
                 log.error("NSQ: failed to write to a diskqueue - %s", e)
             for t in list(self.topics.values()):
@@ -476,23 +492,18 @@ class NSQD:
         log.info("NSQ: bye")
 
     def _close_topics(self) -> None:
+        """Clean exit: memory and in-flight messages to the backends, backends synced and
+        closed, every deferred message (DPUB or REQ with a delay) kept in the journal with its
+        due time."""
         now_ns = time.monotonic_ns()
         now_ms = time.time_ns() // 1_000_000
+        live = self.journal.live
         kept: list[list[Any]] = []
         for t in self.topics.values():
             for m in t.drain_for_exit():
-                if not t.ephemeral:
-                    kept.append(
-                        [
-                            t.name,
-                            None,
-                            m.id,
-                            m.body,
-                            m.timestamp,
-                            m.attempts,
-                            now_ms + m.deferred_ms,
-                        ]
-                    )
+                if not t.ephemeral and (t.name, None, m.id) not in live:
+                    due_ms = now_ms + m.deferred_ms
+                    kept.append(["A", t.name, None, m.id, m.body, m.timestamp, m.attempts, due_ms])
             for ch in t.channels.values():
                 try:
                     deferred = ch.drain_for_exit()
@@ -502,8 +513,12 @@ class NSQD:
                 if ch.backend is None:
                     continue
                 for m in deferred:
+                    if (t.name, ch.name, m.id) in live:
+                        continue  # a DPUB, journaled with its original due time
                     due_ms = now_ms + max(0, m.pri - now_ns) // 1_000_000
-                    kept.append([t.name, ch.name, m.id, m.body, m.timestamp, m.attempts, due_ms])
+                    kept.append(
+                        ["A", t.name, ch.name, m.id, m.body, m.timestamp, m.attempts, due_ms]
+                    )
                 try:
                     ch.backend.close()
                 except OSError as e:
@@ -514,6 +529,12 @@ class NSQD:
                 except OSError as e:
                     log.error("TOPIC(%s): failed to close diskqueue - %s", t.name, e)
         try:
-            self._save_deferred(kept)
+            self.journal.close(kept)
+            if self.journal.live:
+                log.info(
+                    "NSQ: kept %d deferred messages in %s",
+                    len(self.journal.live),
+                    self.journal.path,
+                )
         except OSError as e:
             log.error("failed to keep deferred messages - %s", e)

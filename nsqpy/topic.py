@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from . import wire
-from .channel import Channel
+from .channel import Channel, StorageHooks
 from .message import Message
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Topic:
     __slots__ = (
         "_drain_scheduled",
         "_new_channel",
-        "_on_spill",
+        "_hooks",
         "_schedule",
         "backend",
         "mem_queue_size",
@@ -67,7 +67,7 @@ class Topic:
         *,
         mem_queue_size: int = 10000,
         backend: DiskQueue | None = None,
-        on_spill: Callable[[DiskQueue], None] | None = None,
+        hooks: StorageHooks | None = None,
         schedule: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.name = name
@@ -83,7 +83,7 @@ class Topic:
         self._on_last_channel_gone = on_last_channel_gone
         self.mem_queue_size = mem_queue_size
         self.backend = backend
-        self._on_spill = on_spill
+        self._hooks = hooks
         self._schedule = schedule
         self._drain_scheduled = False
 
@@ -128,6 +128,10 @@ class Topic:
         """Keep messages for later channels: memory first, then the backend (raises OSError
         when that write fails). Deferred messages stay in memory to keep their delay."""
         queue = self._queue
+        if self._hooks is not None and self.backend is not None:
+            for m in msgs:
+                if m.deferred_ms:
+                    self._hooks.deferred(self.name, None, m, m.deferred_ms)
         room = self.mem_queue_size - len(queue)
         if room >= len(msgs):
             queue.extend(msgs)
@@ -144,8 +148,8 @@ class Topic:
             return  # ephemeral: dropped past --mem-queue-size (as nsqd)
         enc = wire.encode_message
         backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in spill])
-        if self._on_spill is not None:
-            self._on_spill(backend)
+        if self._hooks is not None:
+            self._hooks.spilled(backend)
 
     def _fan_out(self, msgs: Sequence[Message]) -> None:
         """Give each channel its copy; a backend write failure on one channel does not stop the
@@ -187,6 +191,10 @@ class Topic:
                 self._fan_out(held)
             except OSError:
                 pass  # logged per channel by _fan_out; nothing more to do off a publish
+            if self._hooks is not None and self.backend is not None:
+                moved = [m for m in held if m.deferred_ms]
+                if moved:
+                    self._hooks.deferred_done(self.name, None, moved)
         if self.backend is not None and self.backend.depth and not self._drain_scheduled:
             if self._schedule is None:
                 while self._drain_step():
@@ -269,6 +277,8 @@ class Topic:
         self._queue.clear()
         if self.backend is not None:
             self.backend.empty()
+            if self._hooks is not None:
+                self._hooks.deferred_dropped(self.name, None)
 
     def drain_for_exit(self) -> list[Message]:
         """Clean exit: held messages go to the backend; held deferred messages are returned
@@ -293,5 +303,7 @@ class Topic:
         self._queue.clear()
         if self.backend is not None:
             self.backend.delete()
+            if self._hooks is not None:
+                self._hooks.deferred_dropped(self.name, None)
         if self._on_channels_changed is not None:
             self._on_channels_changed()

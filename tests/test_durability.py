@@ -196,7 +196,7 @@ def test_opens_a_data_dir_in_go_nsqd_layout(tmp_path):
 
 
 class Publisher(threading.Thread):
-    """Publishes bodies (PUB and MPUB) and records those acknowledged with OK."""
+    """Publishes bodies (PUB, MPUB and DPUB) and records those acknowledged with OK."""
 
     def __init__(self, port: int, prefix: str, stop: threading.Event) -> None:
         super().__init__(daemon=True)
@@ -205,14 +205,19 @@ class Publisher(threading.Thread):
         self.stop_evt = stop
         self.acked: list[bytes] = []
         self.n = 0
+        self.ops = 0
 
     def run(self) -> None:
         try:
             c = RawClient(self.port, timeout=3)
             while not self.stop_evt.is_set():
-                if self.n % 3 == 0:
+                self.ops += 1
+                if self.ops % 3 == 0:
                     bodies = [f"{self.prefix}-{self.n + k}".encode() for k in range(20)]
                     c.send(wire.encode_mpub(b"crash", bodies))
+                elif self.ops % 7 == 1:
+                    bodies = [f"{self.prefix}-{self.n}-deferred".encode()]
+                    c.send(wire.encode_command(b"DPUB", b"crash", b"300", body=bodies[0]))
                 else:
                     bodies = [f"{self.prefix}-{self.n}".encode()]
                     c.send(wire.encode_command(b"PUB", b"crash", body=bodies[0]))
@@ -276,6 +281,7 @@ def test_repeated_kill9_during_publish_loses_no_acknowledged_message(tmp_path):
             acked.extend(p.acked)
         finished |= cons.finished
     assert len(acked) > 1000, len(acked)
+    assert any(b.endswith(b"-deferred") for b in acked)
 
     d = Daemon(flags, data)
     try:
@@ -285,7 +291,8 @@ def test_repeated_kill9_during_publish_loses_no_acknowledged_message(tmp_path):
     delivered = finished | {m[3] for m in final}
     missing = set(acked) - delivered
     print(
-        f"\nkill -9 x{rounds}: acknowledged {len(acked)}, finished before a kill "
+        f"\nkill -9 x{rounds}: acknowledged {len(acked)} "
+        f"({sum(b.endswith(b'-deferred') for b in acked)} by DPUB), finished before a kill "
         f"{len(finished)}, delivered after the last restart {len(final)}, "
         f"missing {len(missing)}, delivered again (at-least-once) "
         f"{len(finished & {m[3] for m in final})}"
