@@ -243,7 +243,11 @@ class Channel:
         backend = self.backend
         assert backend is not None
         while True:
-            data = backend.peek()
+            try:
+                data = backend.peek()
+            except OSError as e:  # it had to flush first and the disk refused: try later
+                log.error("CHANNEL(%s): failed to read from backend - %s", self.name, e)
+                return None
             if data is None:
                 return None
             ref = [backend.read_file_num, backend.read_pos, 0]

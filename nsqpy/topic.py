@@ -216,7 +216,11 @@ class Topic:
             return False
         msgs: list[Message] = []
         while len(msgs) < DRAIN_CHUNK:
-            data = backend.peek()
+            try:
+                data = backend.peek()
+            except OSError as e:
+                log.error("TOPIC(%s): failed to read from backend - %s", self.name, e)
+                break
             if data is None:
                 break
             backend.advance()

@@ -298,3 +298,61 @@ def test_repeated_kill9_during_publish_loses_no_acknowledged_message(tmp_path):
         f"{len(finished & {m[3] for m in final})}"
     )
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages lost"
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 512 KiB tmpfs (root only): a disk that fills up, and can be grown again."""
+    import subprocess
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_disk_full_fails_publish_then_recovers(tiny_fs):
+    import subprocess
+
+    d = Daemon(["--mem-queue-size=0", "--max-bytes-per-file=65536"], tiny_fs / "data")
+    try:
+        d.http("POST", "/topic/create?topic=full")
+        d.http("POST", "/channel/create?topic=full&channel=c")
+        acked = []
+        failed = None
+        body = b"x" * 4000
+        for i in range(400):  # 1.6 MB of messages: more than the disk holds
+            p = d.raw()
+            p.cmd(b"PUB", b"full", body=body + b"%04d" % i)
+            ftype, data = p.read_non_heartbeat()
+            p.close()
+            if ftype == wire.FRAME_TYPE_ERROR:
+                failed = data
+                break
+            acked.append(i)
+        assert failed is not None and failed.startswith(b"E_PUB_FAILED PUB failed"), failed
+        assert b"No space left on device" in failed
+        code, text, _ = d.http("GET", "/ping")
+        assert code == 500 and text.startswith(b"NOK - "), (code, text)
+        code, _, _ = d.http("POST", "/pub?topic=full", body=body)
+        assert code == 500
+        # The disk grows again: publishing works and the daemon is healthy.
+        subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_fs)], check=True)
+        p = d.raw()
+        p.pub("full", b"after")
+        assert d.http("GET", "/ping")[:2] == (200, b"OK")
+        got = {m[3] for m in drain(d, "full", "c")}
+        assert {body + b"%04d" % i for i in acked} <= got
+        assert b"after" in got
+        assert len(acked) > 50
+    finally:
+        assert d.stop() == 0
