@@ -273,6 +273,7 @@ class HTTPAPI:
             topic.unpause()
         else:
             topic.pause()
+        self.nsqd.persist_metadata()
         return None
 
     async def channel_create(self, request: web.Request) -> Any:
@@ -298,6 +299,7 @@ class HTTPAPI:
             ch.unpause()
         else:
             ch.pause()
+        self.nsqd.persist_metadata()
         return None
 
 

@@ -356,3 +356,23 @@ def test_disk_full_fails_publish_then_recovers(tiny_fs):
         assert len(acked) > 50
     finally:
         assert d.stop() == 0
+
+
+def test_paused_state_survives_restart(tmp_path):
+    data = tmp_path / "p"
+    d = Daemon([], data)
+    d.http("POST", "/topic/create?topic=pz")
+    d.http("POST", "/channel/create?topic=pz&channel=c1")
+    d.http("POST", "/channel/create?topic=pz&channel=c2")
+    assert d.http("POST", "/channel/pause?topic=pz&channel=c2")[0] == 200
+    assert d.http("POST", "/topic/pause?topic=pz")[0] == 200
+    meta = json.loads((data / "nsqd.dat").read_text())
+    assert meta["topics"][0]["paused"] is True  # written at once, not only at exit
+    assert d.stop() == 0
+    d2 = Daemon([], data)
+    try:
+        t = d2.stats(topic="pz")["topics"][0]
+        assert t["paused"] is True
+        assert {c["channel_name"]: c["paused"] for c in t["channels"]} == {"c1": False, "c2": True}
+    finally:
+        assert d2.stop() == 0
