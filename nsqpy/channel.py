@@ -90,6 +90,10 @@ class StorageHooks(Protocol):
         """A channel (or, with channel None, a topic's own queue) was emptied or deleted."""
         ...
 
+    def backend_read(self, backend: DiskQueue) -> None:
+        """Records were consumed from ``backend`` (its read position needs syncing)."""
+        ...
+
 
 class ChannelError(Exception):
     """FIN/REQ/TOUCH on a message the channel cannot act on; text is nsqd's."""
@@ -540,6 +544,7 @@ class Channel:
             push = self._in_flight_pq.push
             popleft = queue.popleft
             clients = self.clients
+            read_disk = False
             while ready:
                 on_disk = backend.depth if backend is not None else 0
                 avail = len(queue) + on_disk
@@ -563,6 +568,7 @@ class Channel:
                         # Memory and disk take turns (nsqd selects on both at random).
                         self._disk_turn = False
                         msg = self._read_backend()
+                        read_disk = True
                         if msg is None:
                             on_disk = 0
                             if not queue:
@@ -588,6 +594,8 @@ class Channel:
                 if c.ready_room() > 0:
                     c.in_ready = True
                     ready.append(c)
+            if read_disk and self._hooks is not None and backend is not None:
+                self._hooks.backend_read(backend)
         finally:
             self._dispatching = False
 

@@ -330,9 +330,20 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
 
 def run(opts: Options) -> None:
     """Start nsqd on uvloop and serve until SIGTERM or SIGINT; exits 0 on a clean stop."""
+    import resource
+
     import uvloop
 
     from .nsqd import NSQD
+
+    # Many clients and many diskqueue files need many descriptors: raise the soft limit to the
+    # hard one, as the Go runtime does for nsqd.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
 
     log = logging.getLogger("nsqpy")
 

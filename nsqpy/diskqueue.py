@@ -596,6 +596,11 @@ class DiskQueue:
     # ----------------------------------------------------------------------------------------
     # Syncing
 
+    @property
+    def unsynced(self) -> bool:
+        """True while some put, advance or file change is not yet covered by a sync."""
+        return bool(self._ops or self._need_sync)
+
     def needs_sync(self) -> bool:
         """True when a sync is due: sync_every puts+advances since the last one, or the oldest
         put or advance not yet synced is sync_timeout old, or the reader or writer changed

@@ -109,6 +109,9 @@ class NSQD:
         self._dirty: set[DiskQueue] = set()
         self.journal = DeferredJournal(os.path.join(self.data_path, DEFERRED_FILE))
         self._syncing: set[DiskQueue] = set()
+        # Backends with puts or reads not yet synced: the sync loop looks at these only, so an
+        # idle daemon with 10,000 channels does no per-channel work.
+        self._active: set[DiskQueue] = set()
         self._schedule: Callable[[Callable[[], None]], None] | None = None
 
     # ------------------------------------------------------------ health
@@ -149,7 +152,7 @@ class NSQD:
 
     def _backend(self, name: str) -> DiskQueue:
         o = self.opts
-        return DiskQueue(
+        dq = DiskQueue(
             name,
             self.data_path,
             o.max_bytes_per_file,
@@ -159,6 +162,8 @@ class NSQD:
             o.sync_timeout_ms,
             logger=log,
         )
+        self._active.add(dq)
+        return dq
 
     def get_topic(self, name: str) -> Topic:
         """The topic ``name``, created if needed (the name must already be valid)."""
@@ -240,6 +245,10 @@ class NSQD:
 
     def spilled(self, backend: DiskQueue) -> None:
         self._dirty.add(backend)
+        self._active.add(backend)
+
+    def backend_read(self, backend: DiskQueue) -> None:
+        self._active.add(backend)
 
     def deferred(self, topic: str, channel: str | None, msg: Message, delay_ms: int) -> None:
         if self._loading:
@@ -393,14 +402,14 @@ class NSQD:
                 self.journal.fsync()
             except OSError as e:
                 log.error("NSQ: failed to write to a diskqueue - %s", e)
-            for t in list(self.topics.values()):
-                self._maybe_sync(loop, t.backend)
-                for ch in list(t.channels.values()):
-                    self._maybe_sync(loop, ch.backend)
+            active = self._active
+            for dq in list(active):
+                if dq.closed or not dq.unsynced:
+                    active.discard(dq)
+                elif dq not in self._syncing and dq.needs_sync():
+                    self._maybe_sync(loop, dq)
 
-    def _maybe_sync(self, loop: asyncio.AbstractEventLoop, dq: DiskQueue | None) -> None:
-        if dq is None or dq in self._syncing or dq.closed or not dq.needs_sync():
-            return
+    def _maybe_sync(self, loop: asyncio.AbstractEventLoop, dq: DiskQueue) -> None:
         try:
             job = dq.prepare_sync()
         except OSError as e:
@@ -414,6 +423,7 @@ class NSQD:
             self._syncing.discard(dq)
             exc = f.exception()
             if exc is not None:
+                self._active.add(dq)  # try again on the next tick
                 log.error("DISKQUEUE(%s): failed to sync - %s", dq.name, exc)
                 if isinstance(exc, OSError):
                     self.set_health(exc)

@@ -231,6 +231,8 @@ class Topic:
                 continue
             msgs.append(Message(msg_id, body, ts, attempts))
         if msgs:
+            if self._hooks is not None:
+                self._hooks.backend_read(backend)
             try:
                 self._fan_out(msgs)
             except OSError:
