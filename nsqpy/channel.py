@@ -8,13 +8,14 @@
 # their timeout (TimeoutQueue keyed on monotonic ns); REQ with a delay and DPUB go to the
 # deferred queue. The queue-scan loop (queue_scan.py) calls process_in_flight/process_deferred.
 #
-# Storage: at most ``mem_queue_size`` messages wait in memory; the rest spill to the channel's
-# backend (a DiskQueue named "<topic>:<channel>", nsqd's layout: wire.encode_message records), and
-# dispatch reads from memory and backend in turn so neither starves. A record read from the
-# backend counts as consumed only once it is handed to a consumer, and the backend's meta file
-# keeps its read position at the oldest such record not yet FIN'd (a read floor), so after a
-# crash every record handed out and not finished is delivered again (at-least-once). Ephemeral
-# channels have no backend: past mem_queue_size their messages are dropped, as nsqd does.
+# Storage: queued messages are records (immutable bytes in nsqd's layout, see message.py), not
+# objects. At most ``mem_queue_size`` wait in memory; the rest spill to the channel's backend (a
+# DiskQueue named "<topic>:<channel>") as they are, and dispatch reads from memory and backend in
+# turn so neither starves. A record read from the backend counts as consumed only once it is
+# handed to a consumer, and the backend's meta file keeps its read position at the oldest such
+# record not yet FIN'd (a read floor), so after a crash every record handed out and not finished
+# is delivered again (at-least-once). Ephemeral channels have no backend: past mem_queue_size
+# their messages are dropped, as nsqd does.
 #
 # Consumers are seen through a small interface (see `Consumer`), implemented by the TCP client in
 # protocol_v2.py; this module never touches a socket.
@@ -24,9 +25,10 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from . import wire
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from .diskqueue import DiskQueue
 
 log = logging.getLogger("nsqpy")
+
+_HEADER = wire.MSG_HEADER_LENGTH
 
 
 class Consumer(Protocol):
@@ -78,11 +82,15 @@ class StorageHooks(Protocol):
         """Records were put in ``backend``; flush them before acknowledging a publish."""
         ...
 
-    def deferred(self, topic: str, channel: str | None, msg: Message, delay_ms: int) -> None:
+    def backend_read(self, backend: DiskQueue) -> None:
+        """Records were consumed from ``backend`` (its read position needs syncing)."""
+        ...
+
+    def deferred(self, topic: str, channel: str | None, record: bytes, delay_ms: int) -> None:
         """A published message is deferred (journal it); channel None: held by the topic."""
         ...
 
-    def deferred_done(self, topic: str, channel: str | None, msgs: list[Message]) -> None:
+    def deferred_done(self, topic: str, channel: str | None, ids: list[bytes]) -> None:
         """These deferred messages left the deferred state (due, or moved to channels)."""
         ...
 
@@ -90,13 +98,14 @@ class StorageHooks(Protocol):
         """A channel (or, with channel None, a topic's own queue) was emptied or deleted."""
         ...
 
-    def backend_read(self, backend: DiskQueue) -> None:
-        """Records were consumed from ``backend`` (its read position needs syncing)."""
-        ...
-
 
 class ChannelError(Exception):
     """FIN/REQ/TOUCH on a message the channel cannot act on; text is nsqd's."""
+
+
+def record_id(record: bytes) -> bytes:
+    """The 16-byte hex ID inside a record."""
+    return record[10:26]
 
 
 class Channel:
@@ -109,30 +118,30 @@ class Channel:
     __slots__ = (
         "_clock_ns",
         "_deferred_pq",
+        "_disk_acks",
+        "_disk_refs",
+        "_disk_turn",
         "_dispatching",
+        "_hooks",
         "_in_flight_pq",
         "_on_empty",
         "_queue",
         "_rand",
         "_ready",
+        "backend",
         "clients",
         "deferred",
         "ephemeral",
         "exiting",
         "in_flight",
         "max_msg_timeout_ns",
+        "mem_queue_size",
         "message_count",
         "name",
         "paused",
         "requeue_count",
         "timeout_count",
         "topic_name",
-        "mem_queue_size",
-        "backend",
-        "_disk_turn",
-        "_hooks",
-        "_disk_acks",
-        "_disk_refs",
     )
 
     def __init__(
@@ -143,7 +152,7 @@ class Channel:
         max_msg_timeout_ms: int = 15 * 60_000,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         on_last_client_gone: Callable[[Channel], None] | None = None,
-        rand: Callable[[int], int] | None = None,
+        rand: Callable[[int], int] = random.randrange,
         mem_queue_size: int = 10000,
         backend: DiskQueue | None = None,
         hooks: StorageHooks | None = None,
@@ -154,7 +163,7 @@ class Channel:
         self.paused = False
         self.exiting = False
         self.clients: dict[int, Consumer] = {}
-        self._queue: deque[Message] = deque()
+        self._queue: deque[bytes] = deque()
         self._ready: deque[Consumer] = deque()
         self.in_flight: dict[bytes, Message] = {}
         self._in_flight_pq = TimeoutQueue()
@@ -167,10 +176,6 @@ class Channel:
         self._clock_ns = clock_ns
         self._on_empty = on_last_client_gone
         self._dispatching = False
-        if rand is None:
-            import random
-
-            rand = random.randrange
         self._rand = rand
         self.mem_queue_size = mem_queue_size
         self.backend = backend
@@ -200,75 +205,80 @@ class Channel:
 
     # ---------------------------------------------------------------- producers side
 
-    def put(self, msg: Message) -> None:
-        """Queue one message for delivery (counted in message_count). Raises OSError when it
-        had to go to the backend and the write failed."""
+    def put(self, record: bytes) -> None:
+        """Queue one message record for delivery (counted in message_count). Raises OSError
+        when it had to go to the backend and the write failed."""
         self.message_count += 1
-        self._enqueue(msg)
+        if len(self._queue) < self.mem_queue_size:
+            self._queue.append(record)
+        else:
+            self._spill([record])
         if self._ready:
             self._dispatch()
 
-    def put_many(self, msgs: list[Message]) -> None:
-        """Queue a batch; as put()."""
-        self.message_count += len(msgs)
+    def put_many(self, records: list[bytes]) -> None:
+        """Queue a batch of records; as put()."""
+        self.message_count += len(records)
+        self._enqueue_many(records)
+        if self._ready:
+            self._dispatch()
+
+    def put_deferred(self, record: bytes, delay_ms: int) -> None:
+        """Hold a message back for ``delay_ms`` ms (DPUB), then queue it."""
+        self.message_count += 1
+        self._start_deferred(Message(record), delay_ms)
+        if self._hooks is not None and self.backend is not None:
+            self._hooks.deferred(self.topic_name, self.name, record, delay_ms)
+
+    def _enqueue_many(self, records: list[bytes]) -> None:
         queue = self._queue
         room = self.mem_queue_size - len(queue)
-        if room >= len(msgs):
-            queue.extend(msgs)
-        else:
-            if room > 0:
-                queue.extend(msgs[:room])
-                msgs = msgs[room:]
-            self._spill(msgs)
-        if self._ready:
-            self._dispatch()
+        if room >= len(records):
+            queue.extend(records)
+            return
+        if room > 0:
+            queue.extend(records[:room])
+            records = records[room:]
+        self._spill(records)
 
-    def _enqueue(self, msg: Message) -> None:
-        if len(self._queue) < self.mem_queue_size:
-            self._queue.append(msg)
-        else:
-            self._spill((msg,))
-
-    def _spill(self, msgs: Iterable[Message]) -> None:
+    def _spill(self, records: list[bytes]) -> None:
         backend = self.backend
         if backend is None:
             return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
-        enc = wire.encode_message
-        msgs = list(msgs)
-        backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in msgs])
+        backend.put_many(records)
         if self._disk_refs:
-            for m in msgs:
-                self._release(m.id)
+            for r in records:
+                self._release(record_id(r))
         if self._hooks is not None:
             self._hooks.spilled(backend)
 
-    def _read_backend(self) -> Message | None:
-        """The next backend record as a Message (consumed), or None if there is none."""
+    def _read_backend(self) -> bytes | None:
+        """The next backend record (consumed), or None if there is none to read now."""
         backend = self.backend
         assert backend is not None
         while True:
             try:
-                data = backend.peek()
+                rec = backend.peek()
             except OSError as e:  # it had to flush first and the disk refused: try later
                 log.error("CHANNEL(%s): failed to read from backend - %s", self.name, e)
                 return None
-            if data is None:
+            if rec is None:
                 return None
             ref = [backend.read_file_num, backend.read_pos, 0]
             backend.advance()
-            try:
-                ts, attempts, msg_id, body = wire.decode_message(data)
-            except ValueError as e:
-                log.error("CHANNEL(%s): failed to decode message - %s", self.name, e)
-                continue
             self._disk_acks.append(ref)
+            if len(rec) < _HEADER:  # diskqueue's min size guards this; be safe anyway
+                log.error("CHANNEL(%s): failed to decode message - invalid size", self.name)
+                ref[2] = 1
+                continue
+            msg_id = record_id(rec)
             if msg_id in self._disk_refs or msg_id in self.in_flight:
                 # A second copy of a message this channel still holds (left by a crash): the
                 # first copy stands for both.
                 ref[2] = 1
                 continue
             self._disk_refs[msg_id] = ref
-            return Message(msg_id, body, ts, attempts)
+            return rec
 
     def _read_floor(self) -> tuple[int, int, int] | None:
         acks = self._disk_acks
@@ -284,13 +294,6 @@ class Channel:
         ref = self._disk_refs.pop(msg_id, None)
         if ref is not None:
             ref[2] = 1
-
-    def put_deferred(self, msg: Message, delay_ms: int) -> None:
-        """Hold a message back for ``delay_ms`` ms (DPUB), then queue it."""
-        self.message_count += 1
-        self._start_deferred(msg, delay_ms)
-        if self._hooks is not None and self.backend is not None:
-            self._hooks.deferred(self.topic_name, self.name, msg, delay_ms)
 
     # ---------------------------------------------------------------- consumers side
 
@@ -320,7 +323,7 @@ class Channel:
                 m.client = None
             self.requeue_count += len(mine)
             mine.sort(key=_by_delivery)
-            self._queue.extendleft(reversed(mine))
+            self._queue.extendleft(m.to_record() for m in reversed(mine))
             self._dispatch()
         if not self.clients and self.ephemeral and self._on_empty is not None:
             self._on_empty(self)
@@ -350,7 +353,7 @@ class Channel:
             if self.exiting:
                 raise ChannelError("exiting")
             try:
-                self._enqueue(msg)
+                self._enqueue_many([msg.to_record()])
             except OSError as e:
                 raise ChannelError(str(e)) from None
             if self._ready:
@@ -367,9 +370,8 @@ class Channel:
             raise ChannelError("client does not own message")
         now = self._clock_ns()
         pri = now + timeout_ms * 1_000_000
-        cap = msg.delivery_ts + self.max_msg_timeout_ns
         if pri - msg.delivery_ts >= self.max_msg_timeout_ns:
-            pri = cap
+            pri = msg.delivery_ts + self.max_msg_timeout_ns
         msg.pri = pri
         self._in_flight_pq.push(msg, pri)
 
@@ -406,7 +408,7 @@ class Channel:
             del deferred[msg.id]
         self._requeue_all(due)
         if self._hooks is not None and self.backend is not None:
-            self._hooks.deferred_done(self.topic_name, self.name, due)
+            self._hooks.deferred_done(self.topic_name, self.name, [m.id for m in due])
         self._dispatch()
         return True
 
@@ -441,7 +443,7 @@ class Channel:
             c.emptied()
 
     def close(self) -> None:
-        """Delete: disconnect every consumer and drop all messages."""
+        """Delete: disconnect every consumer and drop all messages and files."""
         self.exiting = True
         clients = list(self.clients.values())
         self.clients.clear()
@@ -463,7 +465,7 @@ class Channel:
         and the deferred messages are returned (``pri`` = due time, this clock) for the caller
         to keep with their remaining delay. The channel stops."""
         self.exiting = True
-        msgs = list(self._queue)
+        queued = list(self._queue)
         self._queue.clear()
         in_flight = sorted(self.in_flight.values(), key=_by_delivery)
         self.in_flight.clear()
@@ -474,22 +476,16 @@ class Channel:
         self.deferred.clear()
         deferred.sort(key=lambda m: m.pri)
         if self.backend is not None:
-            enc = wire.encode_message
-            self.backend.put_many(
-                [enc(m.timestamp, m.attempts, m.id, m.body) for m in (*in_flight, *msgs)]
-            )
+            self.backend.put_many([m.to_record() for m in in_flight] + queued)
             # Deferred messages read from the backend are kept by the caller; all else was
             # written again just above.
             self._disk_acks.clear()
             self._disk_refs.clear()
         return deferred
 
-    def restore_deferred(self, msg: Message, delay_ms: int) -> None:
+    def restore_deferred(self, record: bytes, delay_ms: int) -> None:
         """Put back a deferred message kept across a restart (not counted again)."""
-        self._start_deferred(msg, max(0, delay_ms))
-
-    def client_in_flight_count(self, c: Consumer) -> int:
-        return sum(1 for m in self.in_flight.values() if m.client is c)
+        self._start_deferred(Message(record), max(0, delay_ms))
 
     # ---------------------------------------------------------------- internals
 
@@ -506,19 +502,12 @@ class Channel:
     def _requeue_all(self, msgs: list[Message]) -> None:
         """Timed-out or due messages go back to the queue; a backend failure is logged (nothing
         else can be done from the queue-scan loop) and the messages stay in memory."""
-        queue = self._queue
-        room = self.mem_queue_size - len(queue)
-        if room >= len(msgs) or self.backend is None:
-            queue.extend(msgs)
-            return
-        if room > 0:
-            queue.extend(msgs[:room])
-            msgs = msgs[room:]
+        records = [m.to_record() for m in msgs]
         try:
-            self._spill(msgs)
+            self._enqueue_many(records)
         except OSError as e:
             log.error("CHANNEL(%s): failed to write message to backend - %s", self.name, e)
-            queue.extend(msgs)
+            self._queue.extend(records)
 
     def _start_deferred(self, msg: Message, delay_ms: int) -> None:
         if msg.id in self.deferred:
@@ -567,20 +556,24 @@ class Channel:
                     if on_disk and (self._disk_turn or not queue):
                         # Memory and disk take turns (nsqd selects on both at random).
                         self._disk_turn = False
-                        msg = self._read_backend()
                         read_disk = True
-                        if msg is None:
+                        rec = self._read_backend()
+                        if rec is None:
                             on_disk = 0
                             if not queue:
                                 break
-                            msg = popleft()
+                            rec = popleft()
                         else:
                             on_disk -= 1
                     else:
                         self._disk_turn = True
-                        msg = popleft()
+                        rec = popleft()
                     if sample and self._rand(100) > sample:
-                        continue  # nsqd drops sampled-out messages for this channel
+                        # nsqd drops sampled-out messages for this channel
+                        if self._disk_refs:
+                            self._release(record_id(rec))
+                        continue
+                    msg = Message(rec)
                     if msg.id in in_flight:
                         continue  # a duplicate of a message in flight (after a crash)
                     msg.attempts += 1

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -361,6 +362,13 @@ def run(opts: Options) -> None:
             log.critical("failed to instantiate nsqd - %s", e)
             await nsqd.stop()
             return 1
+        # Start-up objects (modules, aiohttp's app, ...) live for ever: move them out of the
+        # cyclic collector's sight, so a full collection never walks them again (it cost
+        # 20-30 ms per pass), and collect young objects less often: queued messages are bytes,
+        # which the collector does not track, so little garbage is cyclic here.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(10_000, 20, 20)
         await stop.wait()
         log.info("NSQ: received signal, exiting")
         await nsqd.stop()

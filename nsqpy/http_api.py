@@ -188,10 +188,12 @@ class HTTPAPI:
                 raise NsqHTTPError(400, "INVALID_DEFER") from None
             if deferred < 0 or deferred > opts.max_req_timeout_ms:
                 raise NsqHTTPError(400, "INVALID_DEFER")
-        msg = self.nsqd.new_message(body)
-        msg.deferred_ms = deferred
+        record = self.nsqd.new_record(body)
         try:
-            topic.put(msg)
+            if deferred:
+                topic.put_deferred(record, deferred)
+            else:
+                topic.put(record)
             self.nsqd.flush_backends()
         except TopicError:
             raise NsqHTTPError(503, "EXITING") from None
@@ -229,9 +231,8 @@ class HTTPAPI:
                 if len(line) > opts.max_msg_size:
                     raise NsqHTTPError(413, "MSG_TOO_BIG")
                 bodies.append(line)
-        new = self.nsqd.new_message
         try:
-            topic.put_many([new(b) for b in bodies])
+            topic.put_many(self.nsqd.new_records(bodies))
             self.nsqd.flush_backends()
         except TopicError:
             raise NsqHTTPError(503, "EXITING") from None

@@ -1,51 +1,60 @@
-# One message as a channel holds it.
+# One message in flight or deferred.
 #
-# Strategy: keep the per-message object small (``__slots__``, no dict) and never copy the body: a
-# topic hands each channel its own Message (own attempts, own timeout) sharing the same ``body``
-# bytes. Layout on the wire and on disk lives in wire.py.
+# Strategy: a queued message is not an object at all but its record, one immutable ``bytes`` in
+# nsqd's message layout (wire.encode_message: 8-byte timestamp, 2-byte attempts, 16-byte ID,
+# body), the same bytes a diskqueue stores. A topic hands the same record to every channel (no
+# copy), a spill writes it as is, and CPython's garbage collector never walks it. A Message
+# object (``__slots__``, small) exists only while a message is in flight or deferred, where the
+# channel needs its timeout and owner.
 from __future__ import annotations
 
+import struct
 from typing import Any
+
+_TS_ATTEMPTS = struct.Struct(">qH")
 
 
 class Message:
-    """A message: 16-byte hex ``id``, ``body`` bytes, ``timestamp`` (publish time, Unix ns),
-    ``attempts`` (delivery count so far).
+    """A message taken out of a queue: ``record`` (nsqd layout), ``id`` (16 hex bytes),
+    ``timestamp`` (publish time, Unix ns), ``attempts`` (deliveries so far).
 
     Channel bookkeeping: ``client`` (the consumer holding it in flight, or None), ``pri`` (due
-    time of its in-flight timeout or deferral, monotonic ns), ``delivery_ts`` (monotonic ns of the
-    last delivery, bounds TOUCH by --max-msg-timeout), ``deferred_ms`` (DPUB delay, ms, until the
-    topic hands it to a channel) and ``pq_entry`` (its live entry in a pqueue.TimeoutQueue).
+    time of its in-flight timeout or deferral, monotonic ns), ``delivery_ts`` (monotonic ns of
+    the last delivery, bounds TOUCH by --max-msg-timeout) and ``pq_entry`` (its live entry in a
+    pqueue.TimeoutQueue).
     """
 
     __slots__ = (
         "attempts",
-        "body",
         "client",
-        "deferred_ms",
         "delivery_ts",
         "id",
         "pq_entry",
         "pri",
+        "record",
         "timestamp",
     )
 
-    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:
-        self.id = msg_id
-        self.body = body
-        self.timestamp = timestamp
-        self.attempts = attempts
+    def __init__(self, record: bytes) -> None:
+        ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
+        self.record = record
+        self.id = record[10:26]
+        self.timestamp: int = ts
+        self.attempts: int = attempts
         self.client: Any = None
         self.pri = 0
         self.delivery_ts = 0
-        self.deferred_ms = 0
         self.pq_entry: Any = None
 
-    def copy(self) -> Message:
-        """A new Message with the same id, body (shared), timestamp and deferral."""
-        m = Message(self.id, self.body, self.timestamp, self.attempts)
-        m.deferred_ms = self.deferred_ms
-        return m
+    @property
+    def body(self) -> bytes:
+        return self.record[26:]
+
+    def to_record(self) -> bytes:
+        """The record with the current attempt count (what goes back to a queue or disk)."""
+        return b"".join(
+            (_TS_ATTEMPTS.pack(self.timestamp, self.attempts), memoryview(self.record)[10:])
+        )
 
     def __repr__(self) -> str:
-        return f"Message(id={self.id!r}, attempts={self.attempts}, {len(self.body)} bytes)"
+        return f"Message(id={self.id!r}, attempts={self.attempts}, {len(self.record) - 26} bytes)"

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import random
+import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,12 +38,13 @@ from .channel import Channel
 from .deferred_log import DeferredJournal
 from .diskqueue import DiskQueue
 from .guid import GUIDFactory
-from .message import Message
 from .options import NSQ_VERSION, Options
 from .queue_scan import QueueScanner
 from .topic import Topic, TopicError
 
 log = logging.getLogger("nsqpy")
+
+_TS_ATTEMPTS = struct.Struct(">qH")
 
 METADATA_FILE = "nsqd.dat"
 DEFERRED_FILE = "nsqpy.deferred.dat"
@@ -146,9 +148,16 @@ class NSQD:
 
     # ------------------------------------------------------------ messages, topics, channels
 
-    def new_message(self, body: bytes) -> Message:
-        """A new Message with a fresh ID, stamped now (Unix ns)."""
-        return Message(self.guid.new_id(), body, time.time_ns())
+    def new_record(self, body: bytes) -> bytes:
+        """A new message record (nsqd layout: timestamp now, attempts 0, fresh ID, body)."""
+        return b"".join((_TS_ATTEMPTS.pack(time.time_ns(), 0), self.guid.new_id(), body))
+
+    def new_records(self, bodies: list[bytes]) -> list[bytes]:
+        """Records for an MPUB: one timestamp, an ID each."""
+        header = _TS_ATTEMPTS.pack(time.time_ns(), 0)
+        new_id = self.guid.new_id
+        join = b"".join
+        return [join((header, new_id(), b)) for b in bodies]
 
     def _backend(self, name: str) -> DiskQueue:
         o = self.opts
@@ -250,16 +259,17 @@ class NSQD:
     def backend_read(self, backend: DiskQueue) -> None:
         self._active.add(backend)
 
-    def deferred(self, topic: str, channel: str | None, msg: Message, delay_ms: int) -> None:
+    def deferred(self, topic: str, channel: str | None, record: bytes, delay_ms: int) -> None:
         if self._loading:
             return  # restored from the journal: already in it
         due_ms = time.time_ns() // 1_000_000 + delay_ms
-        self.journal.add(topic, channel, msg.id, msg.body, msg.timestamp, msg.attempts, due_ms)
+        ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
+        self.journal.add(topic, channel, record[10:26], record[26:], ts, attempts, due_ms)
 
-    def deferred_done(self, topic: str, channel: str | None, msgs: list[Message]) -> None:
+    def deferred_done(self, topic: str, channel: str | None, ids: list[bytes]) -> None:
         done = self.journal.done
-        for m in msgs:
-            done(topic, channel, m.id)
+        for msg_id in ids:
+            done(topic, channel, msg_id)
 
     def deferred_dropped(self, topic: str, channel: str | None) -> None:
         if channel is None:
@@ -372,6 +382,8 @@ class NSQD:
             self._load_deferred()
         finally:
             self._loading = False
+        for t in list(self.topics.values()):
+            t._flush_queue()  # restored topic-held deferred messages go to existing channels
 
     def _load_deferred(self) -> None:
         """Replay the deferred journal into the channels (and topics) with the delay left."""
@@ -381,13 +393,12 @@ class NSQD:
             if not wire.is_valid_name(topic_name):
                 continue
             t = self.get_topic(topic_name)
-            msg = Message(msg_id, body, ts, attempts)
+            record = wire.encode_message(ts, attempts, msg_id, body)
             delay = max(0, due_ms - now_ms)
             if channel_name is None:
-                msg.deferred_ms = max(1, delay)
-                t._queue.append(msg)
+                t._deferred_held.append((record, max(1, delay)))
             elif wire.is_valid_name(channel_name):
-                t.get_channel(channel_name).restore_deferred(msg, delay)
+                t.get_channel(channel_name).restore_deferred(record, delay)
         if records:
             log.info("NSQ: restored %d deferred messages from %s", len(records), self.journal.path)
 
@@ -510,10 +521,12 @@ class NSQD:
         live = self.journal.live
         kept: list[list[Any]] = []
         for t in self.topics.values():
-            for m in t.drain_for_exit():
-                if not t.ephemeral and (t.name, None, m.id) not in live:
-                    due_ms = now_ms + m.deferred_ms
-                    kept.append(["A", t.name, None, m.id, m.body, m.timestamp, m.attempts, due_ms])
+            for record, delay_ms in t.drain_for_exit():
+                msg_id = record[10:26]
+                if not t.ephemeral and (t.name, None, msg_id) not in live:
+                    ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
+                    due_ms = now_ms + delay_ms
+                    kept.append(["A", t.name, None, msg_id, record[26:], ts, attempts, due_ms])
             for ch in t.channels.values():
                 try:
                     deferred = ch.drain_for_exit()

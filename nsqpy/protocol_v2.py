@@ -394,7 +394,7 @@ class ClientV2(asyncio.Protocol):
         self.in_flight_count += 1
         self.message_count += 1
         out = self.out
-        wire.append_message_frame(out, msg.timestamp, msg.attempts, msg.id, msg.body)
+        wire.append_record_frame(out, msg.record, msg.timestamp, msg.attempts)
         if len(out) >= self.output_buffer_size:
             self._flush()
         elif not self._flush_scheduled:
@@ -673,7 +673,7 @@ class ClientV2(asyncio.Protocol):
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         try:
-            topic.put(nsqd.new_message(body))
+            topic.put(nsqd.new_record(body))
             nsqd.flush_backends()
         except (TopicError, OSError) as e:
             raise FatalClientError("E_PUB_FAILED", f"PUB failed {e}") from None
@@ -684,8 +684,7 @@ class ClientV2(asyncio.Protocol):
         topic_name = params[1].decode()
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
-        new = nsqd.new_message
-        msgs = [new(b) for b in body]
+        msgs = nsqd.new_records(body)
         try:
             topic.put_many(msgs)
             nsqd.flush_backends()
@@ -699,10 +698,12 @@ class ClientV2(asyncio.Protocol):
         delay_ms = self._dpub_timeout_ms(params[2])
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
-        msg = nsqd.new_message(body)
-        msg.deferred_ms = delay_ms
+        record = nsqd.new_record(body)
         try:
-            topic.put(msg)
+            if delay_ms:
+                topic.put_deferred(record, delay_ms)
+            else:
+                topic.put(record)
             nsqd.flush_backends()
         except (TopicError, OSError) as e:
             raise FatalClientError("E_DPUB_FAILED", f"DPUB failed {e}") from None

@@ -1,27 +1,28 @@
 # A topic: the stream producers publish to.
 #
-# Strategy: a put is a synchronous call chain. With at least one channel and not paused, each
-# message is copied to every channel at once (one Message per channel, sharing the body); with
-# no channel, or while paused, messages wait in the topic's own queue and flow to the channels
-# as soon as there is one (or on unpause), as nsqd's topic messagePump does. DPUB messages carry
-# ``deferred_ms`` and enter each channel's deferred queue.
+# Strategy: a put is a synchronous call chain on message records (immutable bytes in nsqd's
+# layout, see message.py). With at least one channel and not paused, each record goes to every
+# channel at once, the same bytes for all (a copy costs nothing); with no channel, or while
+# paused, records wait in the topic's own queue and flow to the channels as soon as there is
+# one (or on unpause), as nsqd's topic messagePump does. DPUB messages enter each channel's
+# deferred queue.
 #
-# Storage: at most ``mem_queue_size`` held messages stay in memory, the rest go to the topic's
+# Storage: at most ``mem_queue_size`` held records stay in memory, the rest go to the topic's
 # backend (a DiskQueue named after the topic); when channels appear the backend is drained into
-# them a chunk per event-loop pass, so a large backlog never stalls other clients. DPUB messages
-# held by the topic stay in memory so they keep their delay. Ephemeral topics have no backend.
+# them a chunk per event-loop pass, so a large backlog never stalls other clients. Deferred
+# messages held by the topic stay in memory (and in the daemon's deferred journal) so they keep
+# their delay. Ephemeral topics have no backend.
 #
 # Behaviour follows nsqd/topic.go.
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import wire
-from .channel import Channel, StorageHooks
-from .message import Message
+from .channel import Channel, StorageHooks, record_id
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -30,6 +31,8 @@ log = logging.getLogger("nsqpy")
 
 #: Backend records moved to the channels per event-loop pass while a topic drains its backlog.
 DRAIN_CHUNK = 2000
+
+_HEADER = wire.MSG_HEADER_LENGTH
 
 
 class TopicError(Exception):
@@ -40,18 +43,19 @@ class Topic:
     """One topic: ``channels`` by name, counters ``message_count`` and ``message_bytes``."""
 
     __slots__ = (
+        "_deferred_held",
         "_drain_scheduled",
-        "_new_channel",
         "_hooks",
-        "_schedule",
-        "backend",
-        "mem_queue_size",
+        "_new_channel",
         "_on_channels_changed",
         "_on_last_channel_gone",
         "_queue",
+        "_schedule",
+        "backend",
         "channels",
         "ephemeral",
         "exiting",
+        "mem_queue_size",
         "message_bytes",
         "message_count",
         "name",
@@ -75,7 +79,8 @@ class Topic:
         self.paused = False
         self.exiting = False
         self.channels: dict[str, Channel] = {}
-        self._queue: deque[Message] = deque()
+        self._queue: deque[bytes] = deque()
+        self._deferred_held: list[tuple[bytes, int]] = []
         self.message_count = 0
         self.message_bytes = 0
         self._new_channel = new_channel
@@ -91,7 +96,8 @@ class Topic:
     def depth(self) -> int:
         """Messages held by the topic itself (no channel yet, or paused): memory + backend."""
         backend = self.backend
-        return len(self._queue) + (backend.depth if backend is not None else 0)
+        n = len(self._queue) + len(self._deferred_held)
+        return n + (backend.depth if backend is not None else 0)
 
     @property
     def backend_depth(self) -> int:
@@ -102,77 +108,63 @@ class Topic:
 
     # ---------------------------------------------------------------- publish
 
-    def put(self, msg: Message) -> None:
-        """Publish one message. Raises TopicError("exiting") once the topic is being deleted."""
+    def put(self, record: bytes) -> None:
+        """Publish one message record. Raises TopicError("exiting") once the topic is being
+        deleted, OSError when a backend write failed."""
+        self.put_many([record])
+
+    def put_many(self, records: list[bytes]) -> None:
+        """Publish a batch (MPUB)."""
+        if self.exiting:
+            raise TopicError("exiting")
+        self.message_count += len(records)
+        self.message_bytes += sum(map(len, records)) - _HEADER * len(records)
+        if self.channels and not self.paused:
+            self._fan_out(records)
+        else:
+            self._hold(records)
+
+    def put_deferred(self, record: bytes, delay_ms: int) -> None:
+        """Publish one message to be delivered ``delay_ms`` ms from now (DPUB)."""
         if self.exiting:
             raise TopicError("exiting")
         self.message_count += 1
-        self.message_bytes += len(msg.body)
+        self.message_bytes += len(record) - _HEADER
         if self.channels and not self.paused:
-            self._fan_out((msg,))
+            self._fan_out_deferred([(record, delay_ms)])
         else:
-            self._hold((msg,))
+            self._deferred_held.append((record, delay_ms))
+            if self._hooks is not None and self.backend is not None:
+                self._hooks.deferred(self.name, None, record, delay_ms)
 
-    def put_many(self, msgs: list[Message]) -> None:
-        """Publish a batch (MPUB): all or nothing."""
-        if self.exiting:
-            raise TopicError("exiting")
-        self.message_count += len(msgs)
-        self.message_bytes += sum(len(m.body) for m in msgs)
-        if self.channels and not self.paused:
-            self._fan_out(msgs)
-        else:
-            self._hold(msgs)
-
-    def _hold(self, msgs: Sequence[Message]) -> None:
-        """Keep messages for later channels: memory first, then the backend (raises OSError
-        when that write fails). Deferred messages stay in memory to keep their delay."""
+    def _hold(self, records: list[bytes]) -> None:
+        """Keep records for later channels: memory first, then the backend (raises OSError
+        when that write fails)."""
         queue = self._queue
-        if self._hooks is not None and self.backend is not None:
-            for m in msgs:
-                if m.deferred_ms:
-                    self._hooks.deferred(self.name, None, m, m.deferred_ms)
         room = self.mem_queue_size - len(queue)
-        if room >= len(msgs):
-            queue.extend(msgs)
+        if room >= len(records):
+            queue.extend(records)
             return
-        spill = []
-        for m in msgs:
-            if room > 0 or m.deferred_ms:
-                queue.append(m)
-                room -= 1
-            else:
-                spill.append(m)
+        if room > 0:
+            queue.extend(records[:room])
+            records = records[room:]
         backend = self.backend
         if backend is None:
             return  # ephemeral: dropped past --mem-queue-size (as nsqd)
-        enc = wire.encode_message
-        backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in spill])
+        backend.put_many(records)
         if self._hooks is not None:
             self._hooks.spilled(backend)
 
-    def _fan_out(self, msgs: Sequence[Message]) -> None:
-        """Give each channel its copy; a backend write failure on one channel does not stop the
-        others, and is raised once all were tried."""
-        chans = list(self.channels.values())
+    def _fan_out(self, records: list[bytes]) -> None:
+        """Give each channel the records; a backend write failure on one channel does not stop
+        the others, and is raised once all were tried."""
         error: OSError | None = None
-        # Make every channel's copy before any channel can deliver (and so change) a message.
-        batches = [msgs] + [[m.copy() for m in msgs] for _ in range(len(chans) - 1)]
-        for ch, batch in zip(chans, batches):
+        for ch in list(self.channels.values()):
             try:
-                if len(batch) == 1:
-                    m = batch[0]
-                    if m.deferred_ms:
-                        ch.put_deferred(m, m.deferred_ms)
-                    else:
-                        ch.put(m)
-                    continue
-                plain = [m for m in batch if not m.deferred_ms]
-                if len(plain) != len(batch):
-                    for m in batch:
-                        if m.deferred_ms:
-                            ch.put_deferred(m, m.deferred_ms)
-                ch.put_many(plain)
+                if len(records) == 1:
+                    ch.put(records[0])
+                else:
+                    ch.put_many(records)
             except OSError as e:
                 log.error(
                     "TOPIC(%s) ERROR: failed to put msg to channel(%s) - %s", self.name, ch.name, e
@@ -180,6 +172,11 @@ class Topic:
                 error = error or e
         if error is not None:
             raise error
+
+    def _fan_out_deferred(self, items: list[tuple[bytes, int]]) -> None:
+        for ch in list(self.channels.values()):
+            for record, delay_ms in items:
+                ch.put_deferred(record, delay_ms)
 
     def _flush_queue(self) -> None:
         if not self.channels or self.paused:
@@ -191,10 +188,12 @@ class Topic:
                 self._fan_out(held)
             except OSError:
                 pass  # logged per channel by _fan_out; nothing more to do off a publish
+        if self._deferred_held:
+            items = self._deferred_held
+            self._deferred_held = []
+            self._fan_out_deferred(items)
             if self._hooks is not None and self.backend is not None:
-                moved = [m for m in held if m.deferred_ms]
-                if moved:
-                    self._hooks.deferred_done(self.name, None, moved)
+                self._hooks.deferred_done(self.name, None, [record_id(r) for r, _ in items])
         if self.backend is not None and self.backend.depth and not self._drain_scheduled:
             if self._schedule is None:
                 while self._drain_step():
@@ -214,27 +213,25 @@ class Topic:
         backend = self.backend
         if backend is None or self.exiting or not self.channels or self.paused:
             return False
-        msgs: list[Message] = []
-        while len(msgs) < DRAIN_CHUNK:
+        records: list[bytes] = []
+        while len(records) < DRAIN_CHUNK:
             try:
-                data = backend.peek()
+                rec = backend.peek()
             except OSError as e:
                 log.error("TOPIC(%s): failed to read from backend - %s", self.name, e)
                 break
-            if data is None:
+            if rec is None:
                 break
             backend.advance()
-            try:
-                ts, attempts, msg_id, body = wire.decode_message(data)
-            except ValueError as e:
-                log.error("TOPIC(%s): failed to decode message - %s", self.name, e)
-                continue
-            msgs.append(Message(msg_id, body, ts, attempts))
-        if msgs:
+            if len(rec) >= _HEADER:
+                records.append(rec)
+            else:
+                log.error("TOPIC(%s): failed to decode message - invalid size", self.name)
+        if records:
             if self._hooks is not None:
                 self._hooks.backend_read(backend)
             try:
-                self._fan_out(msgs)
+                self._fan_out(records)
             except OSError:
                 pass  # logged per channel
         return backend.depth > 0
@@ -281,32 +278,33 @@ class Topic:
     def empty(self) -> None:
         """Drop the messages the topic itself holds (channels keep theirs), as nsqd."""
         self._queue.clear()
+        self._deferred_held.clear()
         if self.backend is not None:
             self.backend.empty()
             if self._hooks is not None:
                 self._hooks.deferred_dropped(self.name, None)
 
-    def drain_for_exit(self) -> list[Message]:
-        """Clean exit: held messages go to the backend; held deferred messages are returned
-        (``deferred_ms`` = their delay) for the caller to keep. The topic stops."""
+    def drain_for_exit(self) -> list[tuple[bytes, int]]:
+        """Clean exit: held records go to the backend; held deferred messages are returned as
+        (record, delay ms) for the caller to keep. The topic stops."""
         self.exiting = True
         held = list(self._queue)
         self._queue.clear()
-        deferred = [m for m in held if m.deferred_ms]
-        plain = [m for m in held if not m.deferred_ms]
-        if self.backend is not None and plain:
-            enc = wire.encode_message
-            self.backend.put_many([enc(m.timestamp, m.attempts, m.id, m.body) for m in plain])
+        if self.backend is not None and held:
+            self.backend.put_many(held)
+        deferred = self._deferred_held
+        self._deferred_held = []
         return deferred
 
     def close(self) -> None:
-        """Delete: every channel is closed and dropped."""
+        """Delete: every channel is closed and dropped, with the topic's files."""
         self.exiting = True
         chans = list(self.channels.values())
         self.channels.clear()
         for ch in chans:
             ch.close()
         self._queue.clear()
+        self._deferred_held.clear()
         if self.backend is not None:
             self.backend.delete()
             if self._hooks is not None:

@@ -132,6 +132,13 @@ def append_message_frame(
     out += body
 
 
+def append_record_frame(out: bytearray, record: bytes, timestamp_ns: int, attempts: int) -> None:
+    """Append the message frame of a stored ``record`` (see :func:`encode_message`) with
+    ``attempts`` written over the record's own count; the body is not copied twice."""
+    out += _MESSAGE_HEADER.pack(len(record) + 4, FRAME_TYPE_MESSAGE, timestamp_ns, attempts)
+    out += memoryview(record)[10:]
+
+
 def encode_message(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
     """The message's payload as nsqd stores it in a diskqueue record: timestamp, attempts, ID,
     body (no frame header)."""
