@@ -106,6 +106,7 @@ class DiskQueue:
         "_depth",
         "_durable_read_num",
         "_pending_since",
+        "_last_text",
         "_log",
         "_meta_closed",
         "_meta_lock",
@@ -196,6 +197,7 @@ class DiskQueue:
         self._ops = 0  # puts and advances since the last sync (go counts both)
         self._pending_since = 0.0  # clock() at the first of those
         self._need_sync = False
+        self._last_text = b""  # the meta text of the last snapshot (or as opened)
         self._closed = False
 
         # Shared with sync jobs running in other threads.
@@ -630,11 +632,8 @@ class DiskQueue:
             raise DiskQueueClosed(f"diskqueue {self.name} is closed")
         return self._prepare_sync()
 
-    def _prepare_sync(self) -> Callable[[], None]:
-        self.flush()
-        fd = os.dup(self._write_fd) if self._write_fd is not None else -1
-        self._meta_seq += 1
-        seq = self._meta_seq
+    def _meta_text(self) -> tuple[int, bytes]:
+        """(read file number, meta text) of the current state, read floor applied."""
         read_num = self._read_num
         read_pos = self._read_pos
         depth = self._depth
@@ -649,6 +648,15 @@ class DiskQueue:
             self._write_num,
             self._write_pos,
         )
+        return read_num, text
+
+    def _prepare_sync(self) -> Callable[[], None]:
+        self.flush()
+        fd = os.dup(self._write_fd) if self._write_fd is not None else -1
+        self._meta_seq += 1
+        seq = self._meta_seq
+        read_num, text = self._meta_text()
+        self._last_text = text
         self._ops = 0
         self._need_sync = False
 
@@ -685,14 +693,15 @@ class DiskQueue:
         for n in doomed:
             self._remove(self.file_name(n))
 
-    def _write_meta_file(self, text: bytes) -> None:
+    def _write_meta_file(self, text: bytes, fsync: bool = True) -> None:
         tmp = f"{self._meta_path}.{random.getrandbits(63)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             view = memoryview(text)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             self._remove(tmp)
@@ -744,7 +753,14 @@ class DiskQueue:
             return
         self._log.info("DISKQUEUE(%s): closing", self.name)
         try:
-            self._prepare_sync()()
+            # Nothing happened since the meta was last written (or, for a queue never used, a
+            # missing meta already means "empty"): skip the fsync. At the exit of a daemon with
+            # 10,000 idle channels this saves 10,000 fsyncs.
+            if self.unsynced or self._meta_text()[1] != self._last_text:
+                self._prepare_sync()()
+            elif not os.path.exists(self._meta_path):
+                # go-diskqueue always leaves a meta file; an empty queue's needs no fsync.
+                self._write_meta_file(self._last_text, fsync=False)
         finally:
             self._closed = True
             with self._meta_lock:
@@ -869,6 +885,9 @@ class DiskQueue:
         self._write_num = wn
         self._write_pos = self._wbuf_start = wp
         self._durable_read_num = rn
+        self._last_text = self._meta_text()[1] if os.path.exists(self._meta_path) else (
+            b"0\n0,0\n0,0\n" if (depth, rn, rp, wn, wp) == (0, 0, 0, 0, 0) else b""
+        )
         self._check_tail()
 
     def _retrieve_meta(self) -> tuple[int, int, int, int, int]:

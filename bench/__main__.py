@@ -1,0 +1,354 @@
+# python -m bench <writer|reader|e2e|memory|all> [options]
+#
+# Strategy: each mode runs against the nsqd named by --nsqd-tcp-address/--nsqd-http-address, or
+# else against a daemon it starts itself (nsqpy-d, or --nsqd-cmd) on loopback with ephemeral
+# ports and a temporary data dir, stopped with SIGTERM at the end. Progress goes to stderr, the
+# summary lines too; the Markdown table to stdout; --json writes every run and the medians.
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import report
+from .e2e import E2EConfig, run_e2e
+from .harness import BenchError
+from .memory import run_memory
+from .reader import ReaderConfig, run_reader
+from .target import Daemon, Target
+from .writer import WriterConfig, run_writer
+
+MODES = ("writer", "reader", "e2e", "memory")
+
+
+def _positive(v: str) -> int:
+    n = int(v)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{v} is not a positive integer")
+    return n
+
+
+def _seconds(v: str) -> float:
+    x = float(v.rstrip("s"))
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{v} is not a positive duration")
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("target")
+    g.add_argument("--nsqd-tcp-address", help="host:port of a running nsqd (else one is started)")
+    g.add_argument("--nsqd-http-address", help="host:port of the running nsqd's HTTP API")
+    g.add_argument("--nsqd-pid", type=int, help="its process id (memory mode; else found by port)")
+    g.add_argument(
+        "--nsqd-cmd",
+        help="command that starts the daemon (default: this Python's `-m nsqpy`); it gets "
+        "--tcp-address, --http-address, --data-path",
+    )
+    g.add_argument(
+        "--daemon-arg", action="append", default=[], help="extra flag for a started daemon"
+    )
+    g.add_argument(
+        "--mem-queue-size",
+        type=int,
+        help="--mem-queue-size for a started daemon (default: nsqd's 10000; memory mode: "
+        "2000000 or --count, whichever is larger)",
+    )
+    g = common.add_argument_group("run")
+    g.add_argument("--runfor", type=_seconds, default=10.0, help="seconds per run (default 10)")
+    g.add_argument("--size", type=_positive, default=200, help="message body bytes (default 200)")
+    g.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
+    g.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="nsqd benchmarks: NSQ's bench_writer/bench_reader workloads, "
+        "publish-to-deliver latency, resident memory per queued message.",
+    )
+    sub = p.add_subparsers(dest="mode", required=True)
+
+    w = sub.add_parser("writer", parents=[common], help="MPUB throughput (bench_writer)")
+    w.add_argument("--topic", default="sub_bench")
+    w.add_argument("--batch-size", type=_positive, default=200)
+    w.add_argument("--concurrency", type=_positive, default=2, help="connections (default 2)")
+    w.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="client processes (default: one per connection, at most one per CPU)",
+    )
+    w.add_argument("--count", type=_positive, default=10_000_000, help="at most this many")
+
+    r = sub.add_parser("reader", parents=[common], help="SUB+FIN throughput (bench_reader)")
+    r.add_argument("--topic", default="sub_bench")
+    r.add_argument("--channel", default="ch")
+    r.add_argument("--rdy", type=_positive, default=2500)
+    r.add_argument("--concurrency", type=_positive, default=2, help="connections (default 2)")
+    r.add_argument("--processes", type=int, default=0)
+    r.add_argument(
+        "--count", type=_positive, default=2_000_000, help="read at most this many (default 2M)"
+    )
+    r.add_argument(
+        "--prefill",
+        type=int,
+        default=-1,
+        help="messages to publish first (untimed); default: top the queue up to --count; "
+        "0: read only what is queued (what `writer` left)",
+    )
+
+    e = sub.add_parser("e2e", parents=[common], help="publish-to-deliver latency at a fixed rate")
+    e.add_argument("--topic", default="e2e_bench")
+    e.add_argument("--channel", default="ch")
+    e.add_argument("--rate", type=_positive, default=10_000, help="msgs/s (default 10000)")
+    e.add_argument("--e2e-batch", type=_positive, default=1, help="1: PUB; N: MPUB of N")
+    e.add_argument("--rdy", type=_positive, default=2500)
+    e.add_argument("--warmup", type=float, default=1.0, help="seconds left out (default 1)")
+    e.add_argument(
+        "--output-buffer-timeout", type=int, help="ms, sent in the subscriber's IDENTIFY"
+    )
+    e.add_argument("--count", type=_positive, default=10_000_000)
+    e.add_argument(
+        "--samples", metavar="CSV", help="write every measured message's publish time and latency"
+    )
+
+    m = sub.add_parser("memory", parents=[common], help="resident bytes per queued message")
+    m.add_argument("--topic", default="mem_bench")
+    m.add_argument("--channel", default="ch")
+    m.add_argument("--count", type=_positive, default=1_000_000)
+    m.add_argument("--timeout", type=_seconds, default=120, help="bound on the fill (s)")
+
+    a = sub.add_parser("all", parents=[common], help="writer, reader, e2e, memory; a table")
+    a.add_argument("--repeat", type=_positive, default=1, help="rounds; the table shows medians")
+    a.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
+    a.add_argument("--batch-size", type=_positive, default=200)
+    a.add_argument("--concurrency", type=_positive, default=2)
+    a.add_argument("--processes", type=int, default=0)
+    a.add_argument("--rdy", type=_positive, default=2500)
+    a.add_argument("--rate", type=_positive, default=10_000)
+    a.add_argument("--e2e-batch", type=_positive, default=1)
+    a.add_argument("--warmup", type=float, default=1.0)
+    a.add_argument("--output-buffer-timeout", type=int)
+    a.add_argument("--memory-count", type=_positive, default=1_000_000)
+    a.add_argument("--timeout", type=_seconds, default=120)
+    return p
+
+
+# ---------------------------------------------------------------- targets
+
+
+@contextmanager
+def target_for(args: argparse.Namespace, mem_queue_size: int | None) -> Iterator[Target]:
+    """The running nsqd the flags name, or a fresh daemon stopped on the way out."""
+    if args.nsqd_tcp_address or args.nsqd_http_address:
+        if not (args.nsqd_tcp_address and args.nsqd_http_address):
+            raise SystemExit("bench: give both --nsqd-tcp-address and --nsqd-http-address")
+        yield Target.running(args.nsqd_tcp_address, args.nsqd_http_address, args.nsqd_pid)
+        return
+    extra = list(args.daemon_arg)
+    if mem_queue_size is not None:
+        extra.append(f"--mem-queue-size={mem_queue_size}")
+    d = Daemon(extra, args.nsqd_cmd)
+    _log(f"bench: started {' '.join(d.argv)} (pid {d.proc.pid}) on {d.target().tcp_address}")
+    try:
+        yield d.target()
+        if not d.alive():
+            raise BenchError(
+                f"the daemon died (exit {d.proc.returncode}):\n" + "\n".join(d.lines[-30:])
+            )
+    finally:
+        rc = d.stop()
+        if rc != 0:
+            _log(f"bench: the daemon exited {rc} on SIGTERM; its last lines:")
+            for line in d.lines[-20:]:
+                _log("  " + line)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _own_daemon(args: argparse.Namespace) -> bool:
+    return not (args.nsqd_tcp_address or args.nsqd_http_address)
+
+
+# ---------------------------------------------------------------- modes
+
+
+def writer_config(args: argparse.Namespace, **kw: Any) -> WriterConfig:
+    return WriterConfig(
+        size=args.size,
+        batch_size=args.batch_size,
+        concurrency=args.concurrency,
+        processes=args.processes,
+        runfor=args.runfor,
+        progress=not args.quiet,
+        **kw,
+    )
+
+
+def reader_config(args: argparse.Namespace, **kw: Any) -> ReaderConfig:
+    return ReaderConfig(
+        size=args.size,
+        rdy=args.rdy,
+        concurrency=args.concurrency,
+        processes=args.processes,
+        runfor=args.runfor,
+        progress=not args.quiet,
+        **kw,
+    )
+
+
+def e2e_config(args: argparse.Namespace, **kw: Any) -> E2EConfig:
+    return E2EConfig(
+        size=args.size,
+        rate=args.rate,
+        batch=args.e2e_batch,
+        rdy=args.rdy,
+        runfor=args.runfor,
+        warmup=args.warmup,
+        output_buffer_timeout=args.output_buffer_timeout,
+        progress=not args.quiet,
+        **kw,
+    )
+
+
+def memory_mqs(args: argparse.Namespace, count: int) -> int:
+    return args.mem_queue_size if args.mem_queue_size is not None else max(2_000_000, count)
+
+
+def run_single(args: argparse.Namespace) -> list[dict[str, Any]]:
+    mode = args.mode
+    if mode == "memory":
+        with target_for(args, memory_mqs(args, args.count)) as t:
+            return [
+                run_memory(
+                    t,
+                    topic=args.topic,
+                    channel=args.channel,
+                    count=args.count,
+                    size=args.size,
+                    timeout=args.timeout,
+                    progress=not args.quiet,
+                    cleanup=not _own_daemon(args),
+                )
+            ]
+    with target_for(args, args.mem_queue_size) as t:
+        if mode == "writer":
+            return [run_writer(t, writer_config(args, topic=args.topic, count=args.count))]
+        if mode == "reader":
+            rcfg = reader_config(
+                args,
+                topic=args.topic,
+                channel=args.channel,
+                count=args.count,
+                prefill=args.prefill,
+            )
+            return [run_reader(t, rcfg)]
+        ecfg = e2e_config(
+            args, topic=args.topic, channel=args.channel, count=args.count, samples=args.samples
+        )
+        return [run_e2e(t, ecfg)]
+
+
+def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"bench: unknown mode {m!r} in --modes")
+    runs: list[dict[str, Any]] = []
+    for rnd in range(1, args.repeat + 1):
+        _log(f"bench: round {rnd}/{args.repeat}")
+        if any(m in modes for m in ("writer", "reader", "e2e")):
+            with target_for(args, args.mem_queue_size) as t:
+                if not _own_daemon(args):
+                    for topic in ("sub_bench", "e2e_bench"):
+                        t.delete_topic(topic)
+                if "writer" in modes:
+                    runs.append(_round(rnd, run_writer(t, writer_config(args))))
+                if "reader" in modes:
+                    # Read what the writer left (bench_reader after bench_writer); without a
+                    # writer run, fill the topic first.
+                    cfg = reader_config(args, prefill=0 if "writer" in modes else -1)
+                    if "writer" in modes:
+                        cfg.count = 1 << 62
+                    runs.append(_round(rnd, run_reader(t, cfg)))
+                # Whatever writer and reader left would sit in the daemon's memory during the
+                # e2e run (and, in nsqpy, lengthen its garbage-collector pauses): drop it.
+                t.delete_topic("sub_bench")
+                if "e2e" in modes:
+                    runs.append(_round(rnd, run_e2e(t, e2e_config(args))))
+        if "memory" in modes:
+            with target_for(args, memory_mqs(args, args.memory_count)) as t:
+                r = run_memory(
+                    t,
+                    count=args.memory_count,
+                    size=args.size,
+                    timeout=args.timeout,
+                    progress=not args.quiet,
+                    cleanup=not _own_daemon(args),
+                )
+                runs.append(_round(rnd, r))
+    rows = []
+    for m in modes:
+        of_mode = [r for r in runs if r["mode"] == m]
+        if of_mode:
+            rows.append(report.median_row(of_mode))
+    return runs, rows
+
+
+def _round(rnd: int, r: dict[str, Any]) -> dict[str, Any]:
+    r["round"] = rnd
+    _log(report.summary_line(r))
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = datetime.datetime.now().astimezone()
+    try:
+        if args.mode == "all":
+            runs, rows = run_all(args)
+        else:
+            runs = run_single(args)
+            for r in runs:
+                _log(report.summary_line(r))
+            rows = runs
+    except (BenchError, RuntimeError, OSError) as e:
+        _log(f"bench: FAILED: {e}")
+        return 1
+    except KeyboardInterrupt:
+        _log("bench: interrupted")
+        return 130
+    if _own_daemon(args):
+        target = args.nsqd_cmd or "nsqpy-d"
+    else:
+        target = f"nsqd at {args.nsqd_tcp_address}"
+    print(
+        f"\n{started:%Y-%m-%d %H:%M %Z}, {target}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+        + (f", medians of {args.repeat} runs" if args.mode == "all" and args.repeat > 1 else "")
+        + "\n"
+    )
+    print(report.table(rows))
+    if len(runs) > len(rows):
+        print("\nEvery run:\n")
+        print(report.runs_detail(runs))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"date": started.isoformat(), "argv": sys.argv, "runs": runs, "medians": rows},
+                f,
+                indent=2,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+# writer: NSQ's bench_writer. Each connection sends one MPUB of --batch-size bodies of --size
+# bytes, waits for its OK, and sends the next, until --runfor has passed (checked after each
+# acknowledged batch, as bench_writer does) or its share of --count is published. The MPUB frame
+# is encoded once. The rate counts acknowledged messages over the time from the common start to
+# the last connection's last OK.
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import harness, proto
+from .target import Target
+
+
+@dataclass
+class WriterConfig:
+    topic: str = "sub_bench"
+    size: int = 200
+    batch_size: int = 200
+    concurrency: int = 2
+    processes: int = 0  # 0: one per connection, up to the number of CPUs
+    runfor: float = 10.0
+    count: int = 10_000_000
+    progress: bool = True
+    name: str = "writer"
+
+
+def _await_ok(sock: Any, buf: bytearray) -> bytearray:
+    """Read until one OK frame has been consumed from ``buf`` + the socket; heartbeats on the
+    way are answered with NOP. Returns the bytes received past that OK (usually none)."""
+    while True:
+        pos = 0
+        while len(buf) - pos >= 8:
+            size, ftype = proto.FRAME_HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - 4 < size:
+                break
+            data = bytes(buf[pos + 8 : pos + 4 + size])
+            pos += 4 + size
+            if ftype == proto.FRAME_RESPONSE and data == proto.HEARTBEAT:
+                sock.sendall(proto.NOP)
+                continue
+            if ftype != proto.FRAME_RESPONSE or data != b"OK":
+                raise proto.ProtocolError(f"MPUB answered {ftype} {data!r}")
+            return buf[pos:]
+        del buf[:pos]
+        more = sock.recv(4096)
+        if not more:
+            raise proto.ProtocolError("connection closed by server")
+        buf += more
+
+
+def run_writer(target: Target, cfg: WriterConfig) -> dict[str, Any]:
+    n = cfg.concurrency
+    per_conn = -(-cfg.count // n)
+    shares = [min(per_conn, max(0, cfg.count - i * per_conn)) for i in range(n)]
+    full = proto.mpub_frame(cfg.topic, cfg.size, cfg.batch_size)
+    runfor_ns = int(cfg.runfor * 1e9)
+    addr = target.tcp
+
+    def conn(ctx: harness.ConnContext) -> dict[str, Any]:
+        share = shares[ctx.index]
+        sock = proto.connect(addr, "writer")
+        try:
+            start_ns = ctx.ready()
+            deadline = start_ns + runfor_ns
+            i = ctx.index
+            counts, stop = ctx.counts, ctx.stop
+            sendall, recv = sock.sendall, sock.recv
+            ok = proto.OK_FRAME
+            batch = cfg.batch_size
+            sent = 0
+            last_ns = start_ns
+            monotonic_ns = time.monotonic_ns
+            max_rtt = 0
+            pending = bytearray()
+            while sent < share and not stop[i]:
+                k = batch if share - sent >= batch else share - sent
+                sendall(full if k == batch else proto.mpub_frame(cfg.topic, cfg.size, k))
+                data = recv(4096)
+                if pending or data != ok:
+                    pending = _await_ok(sock, pending + data)
+                sent += k
+                counts[i] = sent
+                now = monotonic_ns()
+                if now - last_ns > max_rtt:
+                    max_rtt = now - last_ns
+                last_ns = now
+                if now >= deadline:
+                    break
+            return {"count": sent, "last_ns": last_ns, "max_rtt_ns": max_rtt}
+        finally:
+            sock.close()
+
+    procs = cfg.processes or harness.default_processes(n)
+    res = harness.run(
+        cfg.name,
+        conn,
+        n,
+        procs,
+        harness.time_or_count_policy(cfg.runfor, cfg.count),
+        hard_limit=cfg.runfor + 30,
+        progress=cfg.progress,
+        daemon_pid=target.pid,
+    )
+    total = sum(r["count"] for r in res.results)
+    end_ns = max(r["last_ns"] for r in res.results)
+    duration = max((end_ns - res.start_ns) / 1e9, 1e-9)
+    return {
+        "mode": cfg.name,
+        "workload": f"MPUB {cfg.batch_size}x{cfg.size} B, {n} conns, {cfg.runfor:g}s",
+        "count": total,
+        "duration_s": duration,
+        "msgs_per_s": total / duration,
+        "mb_per_s": total * cfg.size / duration / 1024 / 1024,
+        # The longest wait for one MPUB's OK (send to OK): the daemon's longest stall.
+        "max_ms": max(r["max_rtt_ns"] for r in res.results) / 1e6,
+        "daemon_cpu": res.daemon_cpu_share,
+        "client_cpu": res.client_cpu_share,
+    }
