@@ -35,9 +35,16 @@ _LISTEN = re.compile(r"(TCP|HTTP): listening on \S+:(\d+)")
 
 def start_daemon(data: str) -> tuple[subprocess.Popen, int, int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nsqpy", "--tcp-address=127.0.0.1:0",
-         "--http-address=127.0.0.1:0", f"--data-path={data}"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "nsqpy",
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            f"--data-path={data}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     ports: dict[str, int] = {}
     assert proc.stderr is not None
@@ -68,8 +75,11 @@ def idle_cpu(pid: int, seconds: float) -> float:
 def create(http_port: int, topics: range) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
     for i in topics:
-        for path in (f"/topic/create?topic=t{i}", f"/channel/create?topic=t{i}&channel=a",
-                     f"/channel/create?topic=t{i}&channel=b"):
+        for path in (
+            f"/topic/create?topic=t{i}",
+            f"/channel/create?topic=t{i}&channel=a",
+            f"/channel/create?topic=t{i}&channel=b",
+        ):
             conn.request("POST", path)
             r = conn.getresponse()
             r.read()
@@ -87,8 +97,11 @@ async def consumers(port: int, topics: int, deadline: float, publish) -> tuple[i
         nonlocal got
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writers.append(writer)
-        writer.write(wire.MAGIC_V2 + wire.encode_command(b"SUB", b"t%d" % topic, channel.encode())
-                     + b"RDY 10\n")
+        writer.write(
+            wire.MAGIC_V2
+            + wire.encode_command(b"SUB", b"t%d" % topic, channel.encode())
+            + b"RDY 10\n"
+        )
         fr = wire.FrameReader()
         subscribed = False
         while True:
@@ -114,8 +127,9 @@ async def consumers(port: int, topics: int, deadline: float, publish) -> tuple[i
             ev = asyncio.Event()
             readies.append(ev)
             tasks.append(asyncio.create_task(one(i, ch, ev)))
-    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)),
-                           max(1, deadline - time.monotonic()))
+    await asyncio.wait_for(
+        asyncio.gather(*(e.wait() for e in readies)), max(1, deadline - time.monotonic())
+    )
     t0 = time.monotonic()
     await asyncio.get_running_loop().run_in_executor(None, publish)
     try:
@@ -151,9 +165,13 @@ def main() -> int:
         try:
             t0 = time.monotonic()
             create(http_port, range(args.topics))
-            rows.append(("create topics + channels over HTTP",
-                         f"{args.topics} topics, {2 * args.topics} channels",
-                         f"{time.monotonic() - t0:.1f} s"))
+            rows.append(
+                (
+                    "create topics + channels over HTTP",
+                    f"{args.topics} topics, {2 * args.topics} channels",
+                    f"{time.monotonic() - t0:.1f} s",
+                )
+            )
 
             def publish() -> None:
                 c = __import__("socket").create_connection(("127.0.0.1", tcp), timeout=10)
@@ -168,19 +186,33 @@ def main() -> int:
 
             idle_cpu_hook[0] = lambda: idle_cpu(proc.pid, args.idle_seconds)
             got, elapsed = asyncio.run(
-                consumers(tcp, args.topics, time.monotonic() + args.timeout, publish))
-            rows.append(("deliver one message per channel",
-                         f"{2 * args.topics} consumer connections",
-                         f"{got}/{2 * args.topics} delivered in {elapsed:.2f} s"))
-            rows.append(("idle daemon CPU",
-                         f"{2 * args.topics} idle connections, {2 * args.topics} channels",
-                         f"{idle_cpu_hook[1]:.1f}% of a core"))
+                consumers(tcp, args.topics, time.monotonic() + args.timeout, publish)
+            )
+            rows.append(
+                (
+                    "deliver one message per channel",
+                    f"{2 * args.topics} consumer connections",
+                    f"{got}/{2 * args.topics} delivered in {elapsed:.2f} s",
+                )
+            )
+            rows.append(
+                (
+                    "idle daemon CPU",
+                    f"{2 * args.topics} idle connections, {2 * args.topics} channels",
+                    f"{idle_cpu_hook[1]:.1f}% of a core",
+                )
+            )
             extra = max(0, args.idle_channels // 2 - args.topics)
             create(http_port, range(args.topics, args.topics + extra))
             n_channels = 2 * (args.topics + extra)
             time.sleep(1)
-            rows.append(("idle daemon CPU", f"{n_channels} channels, no connections",
-                         f"{idle_cpu(proc.pid, args.idle_seconds):.1f}% of a core"))
+            rows.append(
+                (
+                    "idle daemon CPU",
+                    f"{n_channels} channels, no connections",
+                    f"{idle_cpu(proc.pid, args.idle_seconds):.1f}% of a core",
+                )
+            )
             with open(f"/proc/{proc.pid}/status") as f:
                 rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
             rows.append(("daemon resident memory", f"{n_channels} channels", f"{rss // 1024} MiB"))
