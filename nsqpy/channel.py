@@ -29,7 +29,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import wire
 from .message import Message
@@ -131,6 +131,7 @@ class Channel:
         "backend",
         "clients",
         "deferred",
+        "e2e",
         "ephemeral",
         "exiting",
         "in_flight",
@@ -172,6 +173,9 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        # FIN latency recorder (quantile.E2ELatency) when --e2e-processing-latency-percentile
+        # is set, else None (then FIN does no extra work).
+        self.e2e: Any = None
         self.max_msg_timeout_ns = max_msg_timeout_ms * 1_000_000
         self._clock_ns = clock_ns
         self._on_empty = on_last_client_gone
@@ -342,6 +346,8 @@ class Channel:
         self._in_flight_pq.remove(msg)
         if self._disk_refs:
             self._release(msg_id)
+        if self.e2e is not None:
+            self.e2e.insert(msg.timestamp)
         return msg
 
     def requeue(self, c: Consumer, msg_id: bytes, delay_ms: int) -> None:

@@ -16,34 +16,28 @@ from typing import Any
 
 import click
 
+from . import config
 from .options import NSQ_VERSION, NSQPY_VERSION, Options, parse_go_duration_ms
 
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
 UNIMPLEMENTED_FLAGS = frozenset(
     [
-        "config",
         "lookupd-tcp-address",
-        "auth-http-address",
-        "auth-http-request-method",
-        "statsd-address",
-        "statsd-interval",
-        "statsd-mem-stats",
-        "statsd-prefix",
-        "statsd-udp-packet-size",
-        "statsd-exclude-ephemeral",
-        "e2e-processing-latency-percentile",
-        "e2e-processing-latency-window-time",
-        "tls-cert",
-        "tls-key",
-        "tls-client-auth-policy",
-        "tls-root-ca-file",
-        "tls-required",
-        "tls-min-version",
         "enable-experiment",
     ]
 )
 
-BOOL_FLAGS = frozenset(("version", "verbose", "deflate", "snappy", "worker-id"))
+BOOL_FLAGS = frozenset(
+    (
+        "version",
+        "verbose",
+        "deflate",
+        "snappy",
+        "worker-id",
+        "statsd-mem-stats",
+        "statsd-exclude-ephemeral",
+    )
+)
 _GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
@@ -104,6 +98,8 @@ def normalize_go_flags(argv: list[str]) -> list[str]:
                 raise click.UsageError(
                     f"flag --{name} is an nsqd flag that nsqpy-d does not implement yet"
                 )
+            if name == "tls-required" and not eq:
+                arg = "--tls-required=true"  # a Go bool flag: bare means true
             if name in BOOL_FLAGS and eq:
                 if value in _GO_TRUE:
                     arg = f"--{name}"
@@ -248,6 +244,39 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
     0,
     "maximum channel consumer connection count per nsqd instance (0 = unlimited)",
 )
+@_opt("config", str, "", "path to config file")
+@_opt("statsd-address", str, "", "UDP <addr>:<port> of a statsd daemon for pushing stats")
+@_opt("statsd-interval", DURATION, "1m0s", "duration between pushing to statsd")
+@click.option(
+    "--statsd-mem-stats/--no-statsd-mem-stats",
+    default=True,
+    help="toggle sending memory and GC stats to statsd",
+)
+@_opt(
+    "statsd-prefix",
+    str,
+    "nsq.%s",
+    "prefix used for keys sent to statsd (%s for host replacement)",
+)
+@_opt("statsd-udp-packet-size", int, 508, "the size in bytes of statsd UDP packets")
+@click.option(
+    "--statsd-exclude-ephemeral/--no-statsd-exclude-ephemeral",
+    default=False,
+    help="Skip ephemeral topics and channels when sending stats to statsd",
+)
+@click.option(
+    "--e2e-processing-latency-percentile",
+    multiple=True,
+    help="message processing time percentiles (as float (0, 1.0]) to track (can be specified "
+    "multiple times or comma separated '1.0,0.99,0.95', default none)",
+)
+@_opt(
+    "e2e-processing-latency-window-time",
+    DURATION,
+    "10m0s",
+    "calculate end to end latency quantiles for this duration of time (ie: 60s would only show "
+    "quantile calculations from the past 60 seconds)",
+)
 @click.option(
     "--deflate/--no-deflate",
     default=True,
@@ -260,6 +289,28 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
     help="enable snappy feature negotiation (client compression)",
 )
 @click.option(
+    "--auth-http-address",
+    multiple=True,
+    help="<addr>:<port> or a full url to query auth server (may be given multiple times)",
+)
+@_opt("auth-http-request-method", str, "get", "HTTP method to use for auth server requests")
+@_opt("tls-cert", str, "", "path to certificate file")
+@_opt("tls-key", str, "", "path to key file")
+@_opt(
+    "tls-client-auth-policy",
+    str,
+    "",
+    "client certificate auth policy ('require' or 'require-verify')",
+)
+@_opt("tls-root-ca-file", str, "", "path to certificate authority file")
+@_opt("tls-required", str, "false", "require TLS for client connections (true, false, tcp-https)")
+@_opt(
+    "tls-min-version",
+    str,
+    "tls1.0",
+    "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+)
+@click.option(
     "--worker-id/--no-worker-id", default=False, hidden=True, help="[deprecated] use --node-id"
 )
 def nsqpy_d(**kw: Any) -> None:
@@ -267,6 +318,12 @@ def nsqpy_d(**kw: Any) -> None:
     if kw["version"]:
         click.echo(version_string())
         return
+    try:
+        config.apply_file(click.get_current_context(), kw, UNIMPLEMENTED_FLAGS)
+    except config.ConfigError as e:
+        setup_logging(kw["log_prefix"], kw["log_level"])
+        logging.getLogger("nsqpy").critical("failed to load config file %s - %s", kw["config"], e)
+        sys.exit(1)
     opts = options_from_flags(kw)
     setup_logging(opts.log_prefix, opts.log_level)
     try:
@@ -323,9 +380,34 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
     o.min_output_buffer_timeout_ms = kw["min_output_buffer_timeout"]
     o.output_buffer_timeout_ms = kw["output_buffer_timeout"]
     o.max_channel_consumers = kw["max_channel_consumers"]
+    o.statsd_address = kw["statsd_address"]
+    o.statsd_prefix = kw["statsd_prefix"]
+    o.statsd_interval_ms = kw["statsd_interval"]
+    o.statsd_mem_stats = kw["statsd_mem_stats"]
+    o.statsd_udp_packet_size = kw["statsd_udp_packet_size"]
+    o.statsd_exclude_ephemeral = kw["statsd_exclude_ephemeral"]
+    o.e2e_processing_latency_window_time_ms = kw["e2e_processing_latency_window_time"]
+    o.e2e_processing_latency_percentiles = config.parse_percentiles(
+        kw["e2e_processing_latency_percentile"]
+    )
     o.deflate = kw["deflate"]
     o.max_deflate_level = kw["max_deflate_level"]
     o.snappy = kw["snappy"]
+    o.http_client_connect_timeout_ms = kw["http_client_connect_timeout"]
+    o.http_client_request_timeout_ms = kw["http_client_request_timeout"]
+    o.auth_http_addresses = list(kw["auth_http_address"])
+    o.auth_http_request_method = kw["auth_http_request_method"]
+    o.tls_cert = kw["tls_cert"]
+    o.tls_key = kw["tls_key"]
+    o.tls_client_auth_policy = kw["tls_client_auth_policy"]
+    o.tls_root_ca_file = kw["tls_root_ca_file"]
+    from .tls import parse_tls_min_version, parse_tls_required
+
+    try:
+        o.tls_required = parse_tls_required(kw["tls_required"])
+        o.tls_min_version = parse_tls_min_version(kw["tls_min_version"])
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
     return o
 
 

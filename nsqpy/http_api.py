@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from . import stats, wire
+from . import config, metrics, stats, wire
 from .options import NSQ_VERSION
 from .topic import TopicError
 
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
 _NSQ_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _LEN = struct.Struct(">i")
+_LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "fatal": logging.CRITICAL,
+}
 
 
 class NsqHTTPError(Exception):
@@ -48,6 +56,8 @@ def _v1(data: Any) -> web.Response:
     """nsqd RespondV1 for a 200: strings/bytes raw, None empty, anything else JSON."""
     if data is None:
         return web.Response(status=200, body=b"", headers=_NSQ_HEADER)
+    if isinstance(data, web.Response):
+        return data
     if isinstance(data, str):
         return web.Response(status=200, text=data, headers=_NSQ_HEADER)
     if isinstance(data, bytes):
@@ -87,6 +97,7 @@ class HTTPAPI:
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
+        self._registry: Any = None
 
     # ------------------------------------------------------------ helpers
 
@@ -294,6 +305,59 @@ class HTTPAPI:
         self._existing_channel(request).empty()
         return None
 
+    async def config(self, request: web.Request) -> Any:
+        """GET/PUT /config/<opt> (nsqd's doConfig): PUT sets nsqlookupd_tcp_addresses (a JSON
+        list of strings) or log_level (debug, info, ...); both answer the option's value."""
+        opt = request.match_info["opt"]
+        opts = self.nsqd.opts
+        if request.method == "PUT":
+            read_max = opts.max_msg_size + 1
+            body = await request.content.read(read_max)
+            while 0 < len(body) < read_max:
+                more = await request.content.read(read_max - len(body))
+                if not more:
+                    break
+                body += more
+            if len(body) == read_max or not body:
+                raise NsqHTTPError(413, "INVALID_VALUE")
+            if opt == "nsqlookupd_tcp_addresses":
+                try:
+                    value = json.loads(body)
+                except ValueError:
+                    raise NsqHTTPError(400, "INVALID_VALUE") from None
+                if value is not None and not (
+                    isinstance(value, list) and all(isinstance(v, str) for v in value)
+                ):
+                    raise NsqHTTPError(400, "INVALID_VALUE")
+                opts.nsqlookupd_tcp_addresses = value  # type: ignore[assignment]
+            elif opt == "log_level":
+                level = body.decode("utf-8", "replace").lower()
+                if level not in _LOG_LEVELS:
+                    raise NsqHTTPError(400, "INVALID_VALUE")
+                opts.log_level = level
+                logging.getLogger("nsqpy").setLevel(_LOG_LEVELS[level])
+            else:
+                raise NsqHTTPError(400, "INVALID_OPTION")
+        value, ok = config.option_value(opts, opt)
+        if not ok:
+            raise NsqHTTPError(400, "INVALID_OPTION")
+        if value is None:  # a nil []string after PUT "null": Go's JSON says null
+            return web.Response(
+                status=200,
+                body=b"null",
+                headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
+            )
+        return value  # RespondV1: a string raw, anything else JSON
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text exposition (not in nsqd): read from the live topics on scrape."""
+        if self._registry is None:
+            self._registry = metrics.build_registry(self.nsqd)
+        return web.Response(
+            body=metrics.scrape(self._registry),
+            headers={"Content-Type": metrics.CONTENT_TYPE},
+        )
+
     async def channel_pause(self, request: web.Request) -> Any:
         ch = self._existing_channel(request)
         if "unpause" in request.path:
@@ -323,14 +387,20 @@ def build_app(nsqd: NSQD) -> web.Application:
     r.add_post("/channel/empty", _api(api.channel_empty))
     r.add_post("/channel/pause", _api(api.channel_pause))
     r.add_post("/channel/unpause", _api(api.channel_pause))
+    r.add_get("/config/{opt}", _api(api.config), allow_head=False)
+    r.add_put("/config/{opt}", _api(api.config))
+    r.add_get("/metrics", api.metrics, allow_head=False)
     return app
 
 
-async def start_http(nsqd: NSQD, host: str | None, port: int) -> tuple[web.AppRunner, tuple]:
-    """Serve the API on host:port (port 0 = pick one); returns the runner and bound address."""
+async def start_http(
+    nsqd: NSQD, host: str | None, port: int, ssl_context: Any = None
+) -> tuple[web.AppRunner, tuple]:
+    """Serve the API on host:port (port 0 = pick one), over TLS with ``ssl_context`` (HTTPS);
+    returns the runner and bound address."""
     runner = web.AppRunner(build_app(nsqd), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     await site.start()
     server = site._server
     assert server is not None

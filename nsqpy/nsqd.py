@@ -39,6 +39,7 @@ from .deferred_log import DeferredJournal
 from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .options import NSQ_VERSION, Options
+from .quantile import E2ELatency
 from .queue_scan import QueueScanner
 from .topic import Topic, TopicError
 
@@ -101,12 +102,18 @@ class NSQD:
         self._health_error: str | None = None
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: Any = None
+        self._https_runner: Any = None
+        self.https_address: tuple[str, int] | None = None
+        # TLS server context (None: no --tls-cert/--tls-key) and auth servers (tls.py, auth.py)
+        self.tls_context: Any = None
+        self.auth: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self.tcp_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
         self.scanner = QueueScanner(opts, self.channels, lambda: self.channels_version)
         self.data_path = opts.data_path or "."
         self._lock_fd: int | None = None
+        self._meta_timer: asyncio.TimerHandle | None = None
         self._loading = False
         self._dirty: set[DiskQueue] = set()
         self.journal = DeferredJournal(os.path.join(self.data_path, DEFERRED_FILE))
@@ -192,7 +199,7 @@ class NSQD:
             self.topics[name] = t
             log.info("TOPIC(%s): created", name)
             if not ephemeral:
-                self.persist_metadata()
+                self.metadata_changed()
         return t
 
     def get_existing_topic(self, name: str) -> Topic:
@@ -213,7 +220,7 @@ class NSQD:
                 self._dirty.discard(ch.backend)
         t.close()
         if not t.ephemeral:
-            self.persist_metadata()
+            self.metadata_changed()
 
     def channels(self) -> list[Channel]:
         return [c for t in self.topics.values() for c in t.channels.values()]
@@ -224,7 +231,7 @@ class NSQD:
     def _new_channel(self, topic: Topic, name: str) -> Channel:
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         ephemeral = name.endswith("#ephemeral")
-        return Channel(
+        ch = Channel(
             topic.name,
             name,
             max_msg_timeout_ms=self.opts.max_msg_timeout_ms,
@@ -233,10 +240,16 @@ class NSQD:
             backend=None if ephemeral else self._backend(f"{topic.name}:{name}"),
             hooks=self,
         )
+        if self.opts.e2e_processing_latency_percentiles:
+            ch.e2e = E2ELatency(
+                self.opts.e2e_processing_latency_window_time_ms,
+                self.opts.e2e_processing_latency_percentiles,
+            )
+        return ch
 
     def _channels_changed(self) -> None:
         self.channels_version += 1
-        self.persist_metadata()
+        self.metadata_changed()
 
     def _ephemeral_channel_gone(self, ch: Channel) -> None:
         t = self.topics.get(ch.topic_name)
@@ -320,8 +333,24 @@ class NSQD:
             topics.append({"name": t.name, "paused": t.paused, "channels": chans or None})
         return {"topics": topics or None, "version": NSQ_VERSION}
 
+    def metadata_changed(self) -> None:
+        """A topic or channel came or went: rewrite nsqd.dat soon. Bursts (thousands of topics
+        created at once) are coalesced into one write per 100 ms; nsqd rewrites the whole file
+        once per change, which is quadratic in the number of topics."""
+        if self._loading or self._lock_fd is None or self._meta_timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.persist_metadata()
+            return
+        self._meta_timer = loop.call_later(0.1, self.persist_metadata)
+
     def persist_metadata(self) -> None:
-        """Rewrite nsqd.dat (temp file, fsync, rename), as nsqd does on every change."""
+        """Rewrite nsqd.dat now (temp file, fsync, rename), as nsqd does on every change."""
+        if self._meta_timer is not None:
+            self._meta_timer.cancel()
+            self._meta_timer = None
         if self._loading or self._lock_fd is None:
             return
         path = os.path.join(self.data_path, METADATA_FILE)
@@ -459,6 +488,21 @@ class NSQD:
             loop.call_soon(callback)
 
         self._schedule = schedule
+        from .tls import build_server_context
+
+        try:
+            self.tls_context = build_server_context(self.opts)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"failed to build TLS config - {e}") from e
+        if self.opts.auth_http_addresses:
+            from .auth import AuthClient
+
+            self.auth = AuthClient(
+                self.opts.auth_http_addresses,
+                self.opts.auth_http_request_method,
+                self.opts.http_client_connect_timeout_ms,
+                self.opts.http_client_request_timeout_ms,
+            )
         self._lock_data_path()
         self.load_metadata()
 
@@ -481,10 +525,30 @@ class NSQD:
         self.http_address = (sock[0], sock[1])
         log.info("HTTP: listening on %s", format_addr(sock))
 
+        if self.tls_context is not None and self.opts.https_address:
+            host, port = _split_host_port(self.opts.https_address)
+            try:
+                self._https_runner, sock = await start_http(
+                    self, host or None, port, ssl_context=self.tls_context
+                )
+            except OSError as e:
+                raise OSError(f"listen ({self.opts.https_address}) failed - {e}") from e
+            self.https_address = (sock[0], sock[1])
+            log.info("HTTPS: listening on %s", format_addr(sock))
+
         self._tasks = [
             asyncio.create_task(self.scanner.run()),
             asyncio.create_task(self._sync_loop()),
         ]
+        from .statsd import StatsdPusher, resolve_prefix
+
+        # as nsqd.New: "%s" in --statsd-prefix becomes <broadcast address>_<http port>, once
+        http_port = self.opts.broadcast_http_port or (self.http_address or ("", 0))[1]
+        self.opts.statsd_prefix = resolve_prefix(
+            self.opts.statsd_prefix, self.opts.broadcast_address, http_port
+        )
+        if self.opts.statsd_address:
+            self._tasks.append(asyncio.create_task(StatsdPusher(self).run()))
 
     async def stop(self) -> None:
         """Clean exit (SIGTERM/SIGINT): stop accepting, close every client, write memory,
@@ -504,6 +568,10 @@ class NSQD:
                 pass
         if self._http_runner is not None:
             await self._http_runner.cleanup()
+        if self._https_runner is not None:
+            await self._https_runner.cleanup()
+        if self.auth is not None:
+            await self.auth.close()
         if self._lock_fd is not None:
             self.persist_metadata()
             log.info("NSQ: closing topics")

@@ -137,9 +137,39 @@ class Options:
     output_buffer_timeout_ms: int = 250
     max_channel_consumers: int = 0
 
+    # lookupd: stored (flag, --config, PUT /config/nsqlookupd_tcp_addresses); registration is
+    # not built yet.
+    nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
+
+    # statsd (statsd.py); the prefix's "%s" becomes the host key at start, as nsqd's New does.
+    statsd_address: str = ""
+    statsd_prefix: str = "nsq.%s"
+    statsd_interval_ms: int = 60_000
+    statsd_mem_stats: bool = True
+    statsd_udp_packet_size: int = 508
+    statsd_exclude_ephemeral: bool = False
+
+    # end-to-end processing latency (quantile.py); no percentiles = not tracked.
+    e2e_processing_latency_window_time_ms: int = 10 * 60_000
+    e2e_processing_latency_percentiles: list[float] = field(default_factory=list)
+
     deflate: bool = True
     max_deflate_level: int = 6
     snappy: bool = True
+
+    # TLS (tls.py): --tls-required is 0 (false), 1 (tcp-https) or 2 (true), as nsqd's.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_auth_policy: str = ""
+    tls_root_ca_file: str = ""
+    tls_required: int = 0
+    tls_min_version: str = "tls1.0"
+
+    # AUTH (auth.py): auth servers and the HTTP client's timeouts.
+    auth_http_addresses: list[str] = field(default_factory=list)
+    auth_http_request_method: str = "get"
+    http_client_connect_timeout_ms: int = 2000
+    http_client_request_timeout_ms: int = 5000
 
     def validate(self) -> None:
         """Raise ValueError with nsqd's wording for settings nsqd refuses at start (nsqd.New)."""
@@ -150,3 +180,12 @@ class Options:
         for name in ("mem_queue_size", "max_msg_size", "max_body_size", "max_rdy_count"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.auth_http_request_method not in ("post", "get"):
+            raise ValueError("--auth-http-request-method must be post or get")
+        if self.tls_client_auth_policy and self.tls_required == 0:
+            self.tls_required = 2  # nsqd: a client auth policy implies --tls-required=true
+        if self.tls_required and not (self.tls_cert or self.tls_key):
+            raise ValueError("cannot require TLS client connections without TLS key and cert")
+        for p in self.e2e_processing_latency_percentiles:
+            if not 0 < p <= 1:
+                raise ValueError(f"invalid E2E processing latency percentile: {p:g}")

@@ -8,6 +8,15 @@
 # load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
 # whose socket is full (pause_writing) has no room for messages until resume_writing.
 #
+# Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
+# plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
+# _flush. On that path bytes read are decrypted (tls.py) and decompressed (compression.py) before
+# the parser, and each output flush is compressed once and encrypted once. The bytes that follow
+# IDENTIFY in the same read are the first TLS/compressed bytes: they are taken from the parser and
+# fed through the new layers, never lost. An auth-server query (AUTH, or a PUB/SUB after the TTL
+# expired) suspends the connection: reading pauses, later commands wait in the parser, and the
+# command resumes when the answer is in, so commands are never reordered.
+#
 # Commands, checks, error codes and texts follow nsqd/protocol_v2.go and client_v2.go (1.3):
 # https://nsq.io/clients/tcp_protocol_spec.html
 from __future__ import annotations
@@ -15,13 +24,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from . import wire
+from .auth import AuthState
 from .channel import Channel, ChannelError
+from .compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from .message import Message
 from .options import NSQ_VERSION
+from .tls import TLS_NOT_REQUIRED, TLSSession
 from .topic import TopicError
 from .wire import ClientError, FatalClientError
 
@@ -42,6 +56,43 @@ DEFAULT_BUFFER_SIZE = 16 * 1024
 _OK_FRAME = wire.encode_response(wire.OK)
 _HEARTBEAT_FRAME = wire.encode_response(wire.HEARTBEAT)
 _CLOSE_WAIT_FRAME = wire.encode_response(wire.CLOSE_WAIT)
+
+TLS_HANDSHAKE_TIMEOUT = 5.0  # nsqd's UpgradeTLS deadline
+
+
+class _Upgrade(Exception):
+    """Raised by IDENTIFY after its reply when TLS or compression was negotiated: the parse
+    loop stops, and the bytes after IDENTIFY go through the new layers."""
+
+    def __init__(self, tls: bool, codec: Codec | None) -> None:
+        self.tls = tls
+        self.codec = codec
+
+
+def _tls_required(name: bytes) -> Callable[[list[bytes], Any], None]:
+    def refuse(params: list[bytes], body: Any) -> None:
+        raise FatalClientError("E_INVALID", f"cannot {_text(name)} in current state (TLS required)")
+
+    return refuse
+
+
+class _TLSRequiredHandlers(dict[bytes, Callable[[list[bytes], Any], None]]):
+    """The command table before the TLS upgrade under --tls-required: every command but
+    IDENTIFY, known or not, gets nsqd's enforceTLSPolicy error (it runs before the lookup)."""
+
+    def get(self, name: bytes, default: Any = None) -> Any:  # type: ignore[override]
+        if name == b"IDENTIFY":
+            return dict.get(self, name)
+        return _tls_required(name)
+
+
+def _no_retry() -> None:
+    return None
+
+
+class _Suspend(Exception):
+    """Raised by a command waiting for the auth server: the parse loop stops until it resumes."""
+
 
 # IDENTIFY fields and their JSON types (nsqd identifyDataV2). Go matches keys case-insensitively.
 _IDENTIFY_FIELDS: dict[str, type] = {
@@ -129,6 +180,17 @@ class ClientV2(asyncio.Protocol):
     """One V2 client connection; also the channel's Consumer (see channel.Consumer)."""
 
     __slots__ = (
+        "_auth_on",
+        "_auth_secret",
+        "_auth_task",
+        "_codec",
+        "_hs_handle",
+        "_pending_codec",
+        "_remote_ip",
+        "_slow",
+        "_suspended",
+        "_tls",
+        "auth_state",
         "_deadline_handle",
         "_flush_scheduled",
         "_handlers",
@@ -201,7 +263,18 @@ class ClientV2(asyncio.Protocol):
         self._deadline_handle: asyncio.TimerHandle | None = None
         self.closed = False
         self._room_changed = False
-        self._handlers = {
+        self._slow = False
+        self._tls: TLSSession | None = None
+        self._codec: Codec | None = None
+        self._pending_codec: Codec | None = None
+        self._hs_handle: asyncio.TimerHandle | None = None
+        self._suspended = False
+        self._auth_on = nsqd.auth is not None
+        self._auth_secret = ""
+        self._auth_task: asyncio.Task[AuthState] | None = None
+        self.auth_state: AuthState | None = None
+        self._remote_ip = ""
+        self._handlers: dict[bytes, Callable[[list[bytes], Any], None]] = {
             b"FIN": self.FIN,
             b"RDY": self.RDY,
             b"REQ": self.REQ,
@@ -215,6 +288,9 @@ class ClientV2(asyncio.Protocol):
             b"AUTH": self.AUTH,
             b"IDENTIFY": self.IDENTIFY,
         }
+        if opts.tls_required != TLS_NOT_REQUIRED:
+            self._handlers = _TLSRequiredHandlers(self._handlers)
+            self.parser.precheck = self._precheck_tls_required
 
     def __repr__(self) -> str:
         return self.remote_address
@@ -229,7 +305,7 @@ class ClientV2(asyncio.Protocol):
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
             self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self.client_name = self.hostname = host
+            self.client_name = self.hostname = self._remote_ip = host
         transport.set_write_buffer_limits(
             high=max(256 * 1024, 4 * self.opts.max_output_buffer_size)
         )
@@ -241,6 +317,9 @@ class ClientV2(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._stop_timers()
+        self._stop_handshake_timer()
+        if self._auth_task is not None:
+            self._auth_task.cancel()
         if exc is not None:
             log.error("client(%s) - %s", self.remote_address, exc)
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
@@ -258,6 +337,10 @@ class ClientV2(asyncio.Protocol):
             self.channel.notify_ready(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._slow:  # TLS, compression or a suspended command: see _decode_in
+            data = self._decode_in(data)
+            if not data:
+                return
         if self.closed:
             return
         self.last_read = self.loop.time()
@@ -296,6 +379,11 @@ class ClientV2(asyncio.Protocol):
                     if handler is None:
                         raise FatalClientError("E_INVALID", f"invalid command {_text(cmd[0])}")
                     handler(cmd[1], cmd[2])
+                except _Upgrade as up:
+                    self._upgrade(up)
+                    return
+                except _Suspend:
+                    return
                 except ClientError as e:
                     log.error("[%s] - %s", self.remote_address, e)
                     self._write_now(wire.encode_error(e))
@@ -322,6 +410,9 @@ class ClientV2(asyncio.Protocol):
     def _flush(self) -> None:
         out = self.out
         if out and self.transport is not None and not self.closed:
+            if self._slow:
+                self._flush_slow()
+                return
             self.out = bytearray()
             self.transport.write(out)
 
@@ -334,10 +425,259 @@ class ClientV2(asyncio.Protocol):
         if self.closed:
             return
         self._flush()
+        tls = self._tls
+        if tls is not None and tls.handshake_done and self.transport is not None:
+            self.transport.write(tls.close_notify())
         self.closed = True
         self._stop_timers()
+        self._stop_handshake_timer()
+        if self._auth_task is not None:
+            self._auth_task.cancel()
         if self.transport is not None:
             self.transport.close()
+
+    # ------------------------------------------------------------ the slow path: TLS,
+    # compression, suspension (never entered by a plain connection)
+
+    def _recompute_slow(self) -> None:
+        self._slow = self._tls is not None or self._codec is not None or self._suspended
+
+    def _decode_in(self, data: bytes) -> bytes:
+        """Bytes read -> plaintext for the parser (b"" when there is none yet)."""
+        if self.closed:
+            return b""
+        self.last_read = self.loop.time()
+        transport = self.transport
+        assert transport is not None
+        tls = self._tls
+        try:
+            if tls is not None:
+                if not tls.handshake_done:
+                    out = tls.handshake(data)
+                    if out:
+                        transport.write(out)
+                    if not tls.handshake_done:
+                        return b""
+                    self._tls_established()
+                    data = tls.decrypt(b"")
+                else:
+                    data = tls.decrypt(data)
+                pending = tls.pending_out()
+                if pending:
+                    transport.write(pending)
+            codec = self._codec
+            if codec is not None and data:
+                data = codec.decompress(data)
+        except ssl.SSLZeroReturnError:
+            self._close()
+            return b""
+        except ssl.SSLError as e:
+            if tls is not None and not tls.handshake_done:
+                # as nsqd: the upgrade failed, the error frame goes out on the raw socket
+                err = FatalClientError("E_IDENTIFY_FAILED", f"IDENTIFY failed {e}")
+                log.error("[%s] - %s", self.remote_address, err)
+                self._stop_handshake_timer()
+                self.out.clear()
+                transport.write(wire.encode_error(err))
+            else:
+                log.error("client(%s) - failed to read command - %s", self.remote_address, e)
+            self._close()
+            return b""
+        except CompressionError as e:
+            log.error("client(%s) - failed to read command - %s", self.remote_address, e)
+            self._close()
+            return b""
+        if self._suspended:
+            if data:
+                self.parser.feed(data)
+            return b""
+        return data
+
+    def _flush_slow(self) -> None:
+        transport = self.transport
+        assert transport is not None
+        tls = self._tls
+        if tls is not None and not tls.handshake_done:
+            return  # held until the handshake is done
+        data: bytes | bytearray = self.out
+        self.out = bytearray()
+        codec = self._codec
+        if codec is not None:
+            data = codec.compress(data)
+        if tls is not None:
+            data = tls.encrypt(data)
+        transport.write(data)
+
+    def _upgrade(self, up: _Upgrade) -> None:
+        """IDENTIFY negotiated TLS and/or compression: its JSON reply is out (plain)."""
+        old = self.parser
+        rest = bytes(old._buf[old._pos :])  # the first bytes of the new layers
+        self.parser = wire.CommandParser(
+            self.opts.max_msg_size, self.opts.max_body_size, self._precheck
+        )
+        if up.tls:
+            log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
+            self._tls = TLSSession(self.nsqd.tls_context)
+            self._pending_codec = up.codec
+            self._hs_handle = self.loop.call_later(TLS_HANDSHAKE_TIMEOUT, self._on_hs_timeout)
+        else:
+            self._install_codec(up.codec)
+        self._slow = True
+        if rest:
+            self.data_received(rest)
+
+    def _install_codec(self, codec: Codec | None) -> None:
+        if codec is None:
+            return
+        if isinstance(codec, DeflateCodec):
+            log.info(
+                "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
+                self.remote_address,
+                codec.level,
+            )
+        else:
+            log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
+        self._codec = codec
+        self._slow = True
+        self._write_now(_OK_FRAME)
+
+    def _tls_established(self) -> None:
+        self._stop_handshake_timer()
+        if isinstance(self._handlers, _TLSRequiredHandlers):
+            self._handlers = dict(self._handlers)
+        # the OK goes first, before anything held during the handshake (a heartbeat)
+        self.out[:0] = _OK_FRAME
+        self._flush()
+        codec = self._pending_codec
+        self._pending_codec = None
+        self._install_codec(codec)
+
+    def _on_hs_timeout(self) -> None:
+        self._hs_handle = None
+        if self.closed:
+            return
+        log.error(
+            "[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake timeout", self.remote_address
+        )
+        self._close()
+
+    def _stop_handshake_timer(self) -> None:
+        if self._hs_handle is not None:
+            self._hs_handle.cancel()
+            self._hs_handle = None
+
+    @property
+    def tls_on(self) -> bool:
+        tls = self._tls
+        return tls is not None and tls.handshake_done
+
+    @property
+    def codec_name(self) -> str:
+        codec = self._codec
+        return codec.name if codec is not None else ""
+
+    def tls_info(self) -> tuple[str, str]:
+        """(tls_version, tls_cipher_suite) for /stats, in Go's spelling."""
+        tls = self._tls
+        if tls is None or not tls.handshake_done:
+            return "", ""
+        return tls.version(), tls.cipher_suite()
+
+    # ------------------------------------------------------------ AUTH
+
+    def _suspend(self, on_done: Callable[[asyncio.Task[AuthState]], None]) -> NoReturn:
+        """Query the auth servers without blocking the loop; stop reading until on_done ran."""
+        auth = self.nsqd.auth
+        assert auth is not None and self.transport is not None
+        self._suspended = True
+        self._slow = True
+        try:
+            cast(asyncio.Transport, self.transport).pause_reading()
+        except (RuntimeError, AttributeError):
+            pass
+        tls = self._tls
+        tls_on = tls is not None and tls.handshake_done
+        cn = tls.peer_common_name() if tls is not None and tls_on else ""
+        task = self.loop.create_task(auth.query(self._remote_ip, tls_on, cn, self._auth_secret))
+        self._auth_task = task
+        task.add_done_callback(lambda t: self._resume(t, on_done))
+        raise _Suspend
+
+    def _resume(
+        self, task: asyncio.Task[AuthState], on_done: Callable[[asyncio.Task[AuthState]], None]
+    ) -> None:
+        self._auth_task = None
+        if task.cancelled():
+            self._close()
+            return
+        task.exception()  # retrieved: on_done looks at it
+        if self.closed:
+            return
+        self._suspended = False
+        self._recompute_slow()
+        try:
+            on_done(task)
+        except _Suspend:
+            return
+        except ClientError as e:
+            log.error("[%s] - %s", self.remote_address, e)
+            self._write_now(wire.encode_error(e))
+            if e.fatal:
+                self._close()
+                return
+        if self.closed:
+            return
+        if self._room_changed and self.channel is not None:
+            self._room_changed = False
+            self.channel.notify_ready(self)
+        assert self.transport is not None
+        try:
+            cast(asyncio.Transport, self.transport).resume_reading()
+        except (RuntimeError, AttributeError):
+            pass
+        # the commands that came behind this one, in order
+        self._slow = False
+        try:
+            self.data_received(b"")
+        finally:
+            self._recompute_slow()
+
+    def _auth_failed(self, task: asyncio.Task[AuthState]) -> AuthState:
+        exc = task.exception()
+        if exc is not None:
+            # nsqd does not leak auth server errors to untrusted clients
+            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, exc)
+            raise FatalClientError("E_AUTH_FAILED", "AUTH failed")
+        return task.result()
+
+    def _auth_done(self, task: asyncio.Task[AuthState]) -> None:
+        state = self.auth_state = self._auth_failed(task)
+        if not state.authorizations:
+            raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        resp = {
+            "identity": state.identity,
+            "identity_url": state.identity_url,
+            "permission_count": len(state.authorizations),
+        }
+        self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+
+    def _check_auth(self, cmd: str, topic: str, channel: str, retry: Callable[[], None]) -> None:
+        """nsqd's CheckAuth; an expired state is queried again first (then ``retry`` runs)."""
+        state = self.auth_state
+        if state is None or not state.authorizations:
+            raise FatalClientError("E_AUTH_FIRST", f"AUTH required before {cmd}")
+        if state.is_expired():
+
+            def requeried(task: asyncio.Task[AuthState]) -> None:
+                self.auth_state = self._auth_failed(task)
+                retry()
+
+            self._suspend(requeried)
+        if not state.is_allowed(topic, channel):
+            raise FatalClientError(
+                "E_UNAUTHORIZED",
+                f"AUTH failed for {cmd} on {go_quote(topic.encode())} {go_quote(channel.encode())}",
+            )
 
     # ------------------------------------------------------------ heartbeats and deadlines
 
@@ -416,6 +756,14 @@ class ClientV2(asyncio.Protocol):
 
     # ------------------------------------------------------------ checks made before a body
 
+    def _precheck_tls_required(self, name: bytes, params: list[bytes]) -> None:
+        # nsqd's enforceTLSPolicy runs before any command but IDENTIFY reads its body
+        if name != b"IDENTIFY":
+            raise FatalClientError(
+                "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
+            )
+        self._precheck(name, params)
+
     def _precheck(self, name: bytes, params: list[bytes]) -> None:
         if name == b"PUB" or name == b"DPUB":
             cmd = name.decode()
@@ -436,6 +784,12 @@ class ClientV2(asyncio.Protocol):
                     "E_BAD_TOPIC",
                     f"E_BAD_TOPIC MPUB topic name {go_quote(params[1])} is not valid",
                 )
+            if self._auth_on:
+                # nsqd checks MPUB before reading its body; an expired state is asked again
+                # once the body is in (MPUB's handler)
+                state = self.auth_state
+                if state is None or not state.is_expired():
+                    self._check_auth("MPUB", params[1].decode(), "", _no_retry)
         elif name == b"IDENTIFY":
             if self.state != STATE_INIT:
                 raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
@@ -521,32 +875,49 @@ class ClientV2(asyncio.Protocol):
         if not data.get("feature_negotiation", False):
             self._write_now(_OK_FRAME)
             return
-        # TLS, snappy and deflate are not built yet: negotiated as off, truthfully (the level is
-        # then nsqd's default, as nsqd answers when deflate is not negotiated).
-        deflate = False
+        tls_v1 = self.nsqd.tls_context is not None and data.get("tls_v1", False)
+        deflate = opts.deflate and data.get("deflate", False)
         deflate_level = 6
         if deflate and data.get("deflate_level", 0) > 0:
             deflate_level = data["deflate_level"]
         deflate_level = min(deflate_level, opts.max_deflate_level)
+        snappy = opts.snappy and data.get("snappy", False)
+        if deflate and snappy:
+            raise FatalClientError(
+                "E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression"
+            )
         resp = {
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQ_VERSION,
             "max_msg_timeout": opts.max_msg_timeout_ms,
             "msg_timeout": self.msg_timeout_ms,
-            "tls_v1": False,
+            "tls_v1": tls_v1,
             "deflate": deflate,
             "deflate_level": deflate_level,
             "max_deflate_level": opts.max_deflate_level,
-            "snappy": False,
+            "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": False,
+            "auth_required": self._auth_on,
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": self.output_buffer_timeout_ms,
         }
         self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+        if tls_v1 or snappy or deflate:
+            codec: Codec | None = None
+            if snappy:
+                codec = SnappyCodec()
+            elif deflate:
+                codec = DeflateCodec(deflate_level)
+            raise _Upgrade(tls_v1, codec)
 
     def AUTH(self, params: list[bytes], body: Any) -> None:
-        raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
+        state = self.auth_state
+        if state is not None and state.authorizations:
+            raise FatalClientError("E_INVALID", "AUTH already set")
+        if not self._auth_on:
+            raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
+        self._auth_secret = body.decode("utf-8", "replace")
+        self._suspend(self._auth_done)
 
     def SUB(self, params: list[bytes], body: Any) -> None:
         if self.state != STATE_INIT:
@@ -562,6 +933,10 @@ class ClientV2(asyncio.Protocol):
         if not wire.is_valid_name(params[2]):
             raise FatalClientError(
                 "E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid"
+            )
+        if self._auth_on:
+            self._check_auth(
+                "SUB", params[1].decode(), params[2].decode(), lambda: self.SUB(params, body)
             )
         topic = self.nsqd.get_topic(params[1].decode())
         channel = topic.get_channel(params[2].decode())
@@ -670,6 +1045,8 @@ class ClientV2(asyncio.Protocol):
 
     def PUB(self, params: list[bytes], body: Any) -> None:
         topic_name = params[1].decode()
+        if self._auth_on:
+            self._check_auth("PUB", topic_name, "", lambda: self.PUB(params, body))
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         try:
@@ -682,6 +1059,8 @@ class ClientV2(asyncio.Protocol):
 
     def MPUB(self, params: list[bytes], body: Any) -> None:
         topic_name = params[1].decode()
+        if self._auth_on:
+            self._check_auth("MPUB", topic_name, "", lambda: self.MPUB(params, body))
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         msgs = nsqd.new_records(body)
@@ -696,6 +1075,8 @@ class ClientV2(asyncio.Protocol):
     def DPUB(self, params: list[bytes], body: Any) -> None:
         topic_name = params[1].decode()
         delay_ms = self._dpub_timeout_ms(params[2])
+        if self._auth_on:
+            self._check_auth("DPUB", topic_name, "", lambda: self.DPUB(params, body))
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         record = nsqd.new_record(body)

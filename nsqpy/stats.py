@@ -12,6 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import quantile
 from .options import NSQ_VERSION, format_go_duration_ms
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ _EMPTY_E2E: dict[str, Any] = {"count": 0, "percentiles": None}
 
 def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
     """One client as nsqd's ClientV2Stats (omitempty fields left out when empty)."""
+    codec = getattr(c, "codec_name", "")
     d: dict[str, Any] = {
         "client_id": c.client_name,
         "hostname": c.hostname,
@@ -37,10 +39,17 @@ def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
         "requeue_count": c.requeue_count,
         "connect_ts": c.connect_ts,
         "sample_rate": c.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": codec == "deflate",
+        "snappy": codec == "snappy",
         "user_agent": c.user_agent,
     }
+    auth = getattr(c, "auth_state", None)
+    if auth is not None and auth.authorizations:  # authed, auth_identity*: omitempty
+        d["authed"] = True
+    if auth is not None and auth.identity:
+        d["auth_identity"] = auth.identity
+    if auth is not None and auth.identity_url:
+        d["auth_identity_url"] = auth.identity_url
     pub = [
         {"topic": t, "count": n}
         for t, n in c.pub_counts.items()
@@ -50,11 +59,13 @@ def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
         # nsqd stops after the first topic its map yields (a `break` in ClientV2.Stats), so it
         # shows one random topic per producer; we list them all.
         d["pub_counts"] = pub
+    tls_on = getattr(c, "tls_on", False)
+    tls_version, tls_cipher = c.tls_info() if tls_on else ("", "")
     d.update(
         {
-            "tls": False,
-            "tls_cipher_suite": "",
-            "tls_version": "",
+            "tls": tls_on,
+            "tls_cipher_suite": tls_cipher,
+            "tls_version": tls_version,
             "tls_negotiated_protocol": "",
             "tls_negotiated_protocol_is_mutual": False,
         }
@@ -78,7 +89,7 @@ def channel_stats(ch: Channel, include_clients: bool, topic_filter: str) -> dict
         "client_count": len(ch.clients),
         "clients": clients,
         "paused": ch.paused,
-        "e2e_processing_latency": dict(_EMPTY_E2E),
+        "e2e_processing_latency": dict(_EMPTY_E2E) if ch.e2e is None else ch.e2e.result(),
     }
 
 
@@ -91,8 +102,17 @@ def topic_stats(t: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:
         "message_count": t.message_count,
         "message_bytes": t.message_bytes,
         "paused": t.paused,
-        "e2e_processing_latency": dict(_EMPTY_E2E),
+        "e2e_processing_latency": topic_e2e(t),
     }
+
+
+def topic_e2e(t: Topic) -> dict[str, Any]:
+    """nsqd's AggregateChannelE2eProcessingLatency: every channel of the topic merged (whatever
+    the channel filter), nil (count 0, percentiles null) when no channel tracks latency."""
+    streams = [c.e2e for c in t.channels.values() if c.e2e is not None]
+    if not streams:
+        return dict(_EMPTY_E2E)
+    return quantile.aggregate(streams, streams[0].percentiles)
 
 
 def get_stats(
@@ -208,6 +228,7 @@ def stats_text(
         lines.append(
             f"{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5d} "
             f"be-depth: {t['backend_depth']:<5d} msgs: {t['message_count']:<8d} e2e%: "
+            + quantile.result_text(t["e2e_processing_latency"])
         )
         for c in t["channels"]:
             prefix = "   *P " if c["paused"] else "      "
@@ -216,6 +237,7 @@ def stats_text(
                 f"be-depth: {c['backend_depth']:<5d} inflt: {c['in_flight_count']:<4d} "
                 f"def: {c['deferred_count']:<4d} re-q: {c['requeue_count']:<5d} "
                 f"timeout: {c['timeout_count']:<5d} msgs: {c['message_count']:<8d} e2e%: "
+                + quantile.result_text(c["e2e_processing_latency"])
             )
             for cl in c["clients"] or []:
                 lines.append("        " + _client_line(cl))

@@ -1,0 +1,168 @@
+# AUTH against nsqd's auth-server protocol (internal/auth/authorizations.go).
+#
+# Strategy: the query is one aiohttp request, awaited off the connection's synchronous command
+# path (the connection stops reading and queues nothing new until the answer is in, so commands
+# keep their order). The answer is an AuthState: identity, TTL-based expiry and authorisations
+# whose topic and channel patterns are compiled once. Patterns are searched (unanchored), as Go's
+# regexp.MatchString does.
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+
+_PERMISSIONS = ("subscribe", "publish")
+
+
+class AuthError(Exception):
+    """The auth servers could not be queried or answered nonsense (never shown to clients)."""
+
+
+@dataclass
+class Authorization:
+    topic: re.Pattern[str]
+    channels: list[re.Pattern[str]]
+    permissions: list[str]
+
+    def is_allowed(self, topic: str, channel: str) -> bool:
+        if channel:
+            if "subscribe" not in self.permissions:
+                return False
+        elif "publish" not in self.permissions:
+            return False
+        if not self.topic.search(topic):
+            return False
+        return any(c.search(channel) for c in self.channels)
+
+
+@dataclass
+class AuthState:
+    ttl: int
+    identity: str
+    identity_url: str
+    authorizations: list[Authorization] = field(default_factory=list)
+    expires: float = 0.0  # time.monotonic()
+
+    def is_allowed(self, topic: str, channel: str) -> bool:
+        return any(a.is_allowed(topic, channel) for a in self.authorizations)
+
+    def is_expired(self) -> bool:
+        return self.expires < time.monotonic()
+
+
+def _compile(pattern: Any) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise AuthError(f"unable to compile {pattern!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise AuthError(f"unable to compile {pattern!r} {e}") from None
+
+
+def parse_auth_response(data: Any) -> AuthState:
+    """Validate and compile an auth server's JSON answer, as nsqd's QueryAuthd does."""
+    if not isinstance(data, dict):
+        raise AuthError("response is not a JSON object")
+    auths = []
+    for a in data.get("authorizations") or []:
+        if not isinstance(a, dict):
+            raise AuthError("authorization is not a JSON object")
+        perms = a.get("permissions") or []
+        for p in perms:
+            if p not in _PERMISSIONS:
+                raise AuthError(f"unknown permission {p}")
+        auths.append(
+            Authorization(
+                topic=_compile(a.get("topic", "")),
+                channels=[_compile(c) for c in a.get("channels") or []],
+                permissions=list(perms),
+            )
+        )
+    ttl = data.get("ttl", 0)
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise AuthError(f"invalid TTL {ttl!r}")
+    if ttl <= 0:
+        raise AuthError(f"invalid TTL {ttl} (must be >0)")
+    return AuthState(
+        ttl=ttl,
+        identity=str(data.get("identity") or ""),
+        identity_url=str(data.get("identity_url") or ""),
+        authorizations=auths,
+        expires=time.monotonic() + ttl,
+    )
+
+
+async def query_authd(
+    session: aiohttp.ClientSession,
+    authd: str,
+    params: dict[str, str],
+    method: str,
+) -> AuthState:
+    endpoint = authd if "://" in authd else f"http://{authd}/auth"
+    headers = {"Accept": "application/vnd.nsq; version=1.0"}
+    if method == "post":
+        # nsqd POSTs json.Marshal(url.Values): every value a one-element list, keys sorted
+        body = json.dumps({k: [params[k]] for k in sorted(params)}, separators=(",", ":"))
+        headers["Content-Type"] = "application/json"
+        req = session.post(endpoint, data=body.encode(), headers=headers)
+    else:
+        req = session.get(f"{endpoint}?{urlencode(sorted(params.items()))}", headers=headers)
+    async with req as resp:
+        raw = await resp.read()
+        if resp.status != 200:
+            raise AuthError(f"got response {resp.status} {resp.reason} {raw!r}")
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise AuthError(str(e)) from None
+    return parse_auth_response(data)
+
+
+class AuthClient:
+    """The auth servers of one nsqd (--auth-http-address, repeatable) and their HTTP client."""
+
+    def __init__(
+        self, addresses: list[str], method: str, connect_timeout_ms: int, request_timeout_ms: int
+    ) -> None:
+        self.addresses = list(addresses)
+        self.method = method
+        self._timeout = aiohttp.ClientTimeout(
+            total=request_timeout_ms / 1000, connect=connect_timeout_ms / 1000
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def query(self, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
+        """Ask the auth servers in turn, from a random one (nsqd QueryAnyAuthd)."""
+        params = {
+            "remote_ip": remote_ip,
+            "tls": "true" if tls else "false",
+            "secret": secret,
+            "common_name": common_name,
+        }
+        session = self._get_session()
+        n = len(self.addresses)
+        start = random.randrange(n)
+        errors: list[str] = []
+        for i in range(n):
+            a = self.addresses[(start + i) % n]
+            try:
+                return await query_authd(session, a, params, self.method)
+            except (AuthError, aiohttp.ClientError, TimeoutError, ValueError) as e:
+                errors.append(f"failed to auth against {a} - {e}")
+        raise AuthError("; ".join(errors))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
