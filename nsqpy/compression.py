@@ -72,6 +72,11 @@ class SnappyCodec:
             raise CompressionError(f"snappy: {e}") from None
 
 
+#: Most bytes one socket read may inflate to (deflate), far above any legitimate batch of
+#: commands (--max-body-size is 5 MiB by default).
+MAX_INFLATE = 64 * 1024 * 1024
+
+
 class DeflateCodec:
     """Raw deflate (no zlib header), as Go's compress/flate; flushed with Z_SYNC_FLUSH."""
 
@@ -89,10 +94,16 @@ class DeflateCodec:
         return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
     def decompress(self, data: bytes | bytearray) -> bytes:
+        """Inflate one read. At most MAX_INFLATE bytes come out of one read (a "zip bomb" of a
+        few KiB would otherwise expand to gigabytes before the parser's limits apply)."""
+        d = self._d
         try:
-            return self._d.decompress(data)
+            out = d.decompress(data, MAX_INFLATE + 1)
         except zlib.error as e:
             raise CompressionError(f"flate: {e}") from None
+        if len(out) > MAX_INFLATE or d.unconsumed_tail:
+            raise CompressionError(f"flate: one read inflates past {MAX_INFLATE} bytes")
+        return out
 
 
 Codec = SnappyCodec | DeflateCodec

@@ -92,6 +92,24 @@ async def _nsq_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return _error_response(404, "NOT_FOUND")
 
 
+def _tls_required(nsqd: NSQD) -> Any:
+    """nsqd's ServeHTTP check: with --tls-required=true the plain HTTP listener answers every
+    request 403 {"message": "TLS_REQUIRED", "https_port": N} (tcp-https leaves HTTP open)."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if nsqd.opts.tls_required == 2 and not request.secure:
+            port = nsqd.https_address[1] if nsqd.https_address else 0
+            return web.Response(
+                status=403,
+                body=b'{"message": "TLS_REQUIRED", "https_port": %d}' % port,
+                headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
+            )
+        return await handler(request)
+
+    return check
+
+
 class HTTPAPI:
     """The handlers; ``nsqd`` is the core they act on."""
 
@@ -370,7 +388,9 @@ class HTTPAPI:
 
 def build_app(nsqd: NSQD) -> web.Application:
     api = HTTPAPI(nsqd)
-    app = web.Application(middlewares=[_nsq_errors], client_max_size=nsqd.opts.max_body_size + 1)
+    app = web.Application(
+        middlewares=[_tls_required(nsqd), _nsq_errors], client_max_size=nsqd.opts.max_body_size + 1
+    )
     r = app.router
     r.add_get("/ping", api.ping, allow_head=False)
     r.add_get("/info", _api(api.info), allow_head=False)

@@ -47,6 +47,7 @@ class Daemon:
             "nsqpy",
             "--tcp-address=127.0.0.1:0",
             "--http-address=127.0.0.1:0",
+            "--https-address=127.0.0.1:0",
             f"--data-path={data_path}",
             *args,
         ]

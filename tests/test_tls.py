@@ -309,6 +309,21 @@ def test_https_listener(daemon_factory, certs):
         assert r.status == 200 and r.read() == b"OK"
 
 
+@pytest.mark.parametrize("mode,code", [("true", 403), ("tcp-https", 200)])
+def test_plain_http_with_tls_required(daemon_factory, certs, mode, code):
+    """nsqd's ServeHTTP: --tls-required=true turns the plain HTTP listener away with 403
+    TLS_REQUIRED and the HTTPS port; tcp-https leaves it open."""
+    d = daemon_factory(*certs.flags(), f"--tls-required={mode}")
+    status, body, headers = d.http("GET", "/ping")
+    assert status == code
+    if code == 403:
+        assert json.loads(body) == {"message": "TLS_REQUIRED", "https_port": https_port(d)}
+    ctx = certs.client_context()
+    url = f"https://127.0.0.1:{https_port(d)}/ping"
+    with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
+        assert r.status == 200 and r.read() == b"OK"
+
+
 def test_no_https_without_cert(daemon_factory):
     d = daemon_factory("--https-address=127.0.0.1:0")
     time.sleep(0.2)
