@@ -885,8 +885,10 @@ class DiskQueue:
         self._write_num = wn
         self._write_pos = self._wbuf_start = wp
         self._durable_read_num = rn
-        self._last_text = self._meta_text()[1] if os.path.exists(self._meta_path) else (
-            b"0\n0,0\n0,0\n" if (depth, rn, rp, wn, wp) == (0, 0, 0, 0, 0) else b""
+        self._last_text = (
+            self._meta_text()[1]
+            if os.path.exists(self._meta_path)
+            else (b"0\n0,0\n0,0\n" if (depth, rn, rp, wn, wp) == (0, 0, 0, 0, 0) else b"")
         )
         self._check_tail()
 

@@ -364,7 +364,7 @@ class _Fetcher:
             address = key.rpartition("#")[0]
             conn = NSQConnection(
                 address,
-                timeout=10,
+                timeout=5,  # this thread also reads and TOUCHes: never stall it for long
                 msg_timeout_ms=self.opts.msg_timeout_ms,
                 client_id=f"spark-{self.opts.channel}",
             )
