@@ -756,7 +756,9 @@ class DiskQueue:
             # Nothing happened since the meta was last written (or, for a queue never used, a
             # missing meta already means "empty"): skip the fsync. At the exit of a daemon with
             # 10,000 idle channels this saves 10,000 fsyncs.
-            if self.unsynced or self._meta_text()[1] != self._last_text:
+            with self._meta_lock:
+                written = self._meta_seq_written == self._meta_seq
+            if not written or self.unsynced or self._meta_text()[1] != self._last_text:
                 self._prepare_sync()()
             elif not os.path.exists(self._meta_path):
                 # go-diskqueue always leaves a meta file; an empty queue's needs no fsync.
