@@ -517,14 +517,7 @@ class NSQD:
         self.tcp_address = (sock[0], sock[1])
         log.info("TCP: listening on %s", format_addr(sock))
 
-        host, port = _split_host_port(self.opts.http_address)
-        try:
-            self._http_runner, sock = await start_http(self, host or None, port)
-        except OSError as e:
-            raise OSError(f"listen ({self.opts.http_address}) failed - {e}") from e
-        self.http_address = (sock[0], sock[1])
-        log.info("HTTP: listening on %s", format_addr(sock))
-
+        # HTTPS before HTTP: the plain listener's TLS_REQUIRED answer names the HTTPS port.
         if self.tls_context is not None and self.opts.https_address:
             host, port = _split_host_port(self.opts.https_address)
             try:
@@ -535,6 +528,14 @@ class NSQD:
                 raise OSError(f"listen ({self.opts.https_address}) failed - {e}") from e
             self.https_address = (sock[0], sock[1])
             log.info("HTTPS: listening on %s", format_addr(sock))
+
+        host, port = _split_host_port(self.opts.http_address)
+        try:
+            self._http_runner, sock = await start_http(self, host or None, port)
+        except OSError as e:
+            raise OSError(f"listen ({self.opts.http_address}) failed - {e}") from e
+        self.http_address = (sock[0], sock[1])
+        log.info("HTTP: listening on %s", format_addr(sock))
 
         self._tasks = [
             asyncio.create_task(self.scanner.run()),
