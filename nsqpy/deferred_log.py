@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from typing import Any
 
 import msgpack
+
+from .fileutil import write_all, write_sync_file
 
 log = logging.getLogger("nsqpy")
 
@@ -103,12 +104,7 @@ class DeferredJournal:
             if self._fd is None:
                 self._open()
             assert self._fd is not None
-            view = memoryview(self._buf)
-            try:
-                while view:
-                    view = view[os.write(self._fd, view) :]
-            finally:
-                view.release()
+            write_all(self._fd, self._buf)
             self._buf.clear()
         if self._dead > 1024 and self._dead > len(self.live):
             self._rewrite()
@@ -144,16 +140,6 @@ class DeferredJournal:
                 pass
             self._dead = 0
             return
-        tmp = f"{self.path}.{random.getrandbits(62)}.tmp"
-        data = b"".join(msgpack.packb(rec) for rec in self.live.values())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, self.path)
+        write_sync_file(self.path, b"".join(msgpack.packb(rec) for rec in self.live.values()))
         self._dead = 0
         self._open()

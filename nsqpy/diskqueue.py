@@ -58,12 +58,13 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import re
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
+
+from .fileutil import write_sync_file
 
 __all__ = ["DiskQueue", "DiskQueueClosed"]
 
@@ -694,24 +695,7 @@ class DiskQueue:
             self._remove(self.file_name(n))
 
     def _write_meta_file(self, text: bytes, fsync: bool = True) -> None:
-        tmp = f"{self._meta_path}.{random.getrandbits(63)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(text)
-            while view:
-                view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            self._remove(tmp)
-            raise
-        os.close(fd)
-        try:
-            os.replace(tmp, self._meta_path)
-        except BaseException:
-            self._remove(tmp)
-            raise
+        write_sync_file(self._meta_path, text, fsync)
 
     def _remove(self, path: str) -> OSError | None:
         try:

@@ -27,7 +27,6 @@ import fcntl
 import json
 import logging
 import os
-import random
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from . import wire
 from .channel import Channel
 from .deferred_log import DeferredJournal
 from .diskqueue import DiskQueue
+from .fileutil import write_sync_file
 from .guid import GUIDFactory
 from .options import NSQ_VERSION, Options
 from .quantile import E2ELatency
@@ -67,20 +67,6 @@ def format_addr(sockname: tuple) -> str:
     if host in ("0.0.0.0", "::"):
         return f"[::]:{port}"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def write_sync_file(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temp file, fsync, rename over (nsqd's way)."""
-    tmp = f"{path}.{random.getrandbits(62)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
 
 
 class DataDirLocked(OSError):
