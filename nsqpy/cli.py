@@ -16,8 +16,9 @@ from typing import Any
 
 import click
 
-from . import config
-from .options import NSQ_VERSION, NSQPY_VERSION, Options, parse_go_duration_ms
+from . import config, goflag
+from .goflag import DURATION, LOG_LEVELS, setup_logging
+from .options import NSQ_VERSION, NSQPY_VERSION, Options
 
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
 UNIMPLEMENTED_FLAGS = frozenset(
@@ -38,100 +39,16 @@ BOOL_FLAGS = frozenset(
         "statsd-exclude-ephemeral",
     )
 )
-_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warn": logging.WARNING,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "fatal": logging.CRITICAL,
-}
-_LEVEL_NAMES = {
-    logging.DEBUG: "DEBUG",
-    logging.INFO: "INFO",
-    logging.WARNING: "WARNING",
-    logging.ERROR: "ERROR",
-    logging.CRITICAL: "FATAL",
-}
-
-
-class _NsqdFormatter(logging.Formatter):
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def format(self, record: logging.LogRecord) -> str:
-        import time
-
-        t = time.localtime(record.created)
-        stamp = time.strftime("%Y/%m/%d %H:%M:%S", t) + f".{int(record.created % 1 * 1e6):06d}"
-        level = _LEVEL_NAMES.get(record.levelno, record.levelname)
-        return f"{self.prefix}{stamp} {level}: {record.getMessage()}"
-
-
-def setup_logging(prefix: str, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_NsqdFormatter(prefix))
-    log = logging.getLogger("nsqpy")
-    log.handlers[:] = [handler]
-    log.setLevel(_LEVELS[level.lower()])
-    log.propagate = False
 
 
 def normalize_go_flags(argv: list[str]) -> list[str]:
-    """Rewrite Go flag spellings into click's: ``-name`` -> ``--name``, ``--bool=false`` ->
-    ``--no-bool``, ``--bool=true`` -> ``--bool``. Raises click.UsageError for an nsqd flag that
-    is not implemented or a bad boolean value."""
-    out = []
-    for i, arg in enumerate(argv):
-        if arg == "--" or arg == "-":
-            out.extend(argv[i:])
-            break
-        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2:
-            arg = "-" + arg
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            if name in UNIMPLEMENTED_FLAGS:
-                raise click.UsageError(
-                    f"flag --{name} is an nsqd flag that nsqpy-d does not implement yet"
-                )
-            if name == "tls-required" and not eq:
-                arg = "--tls-required=true"  # a Go bool flag: bare means true
-            if name in BOOL_FLAGS and eq:
-                if value in _GO_TRUE:
-                    arg = f"--{name}"
-                elif value in _GO_FALSE:
-                    arg = f"--no-{name}"
-                else:
-                    raise click.UsageError(
-                        f'invalid boolean value "{value}" for -{name}: parse error'
-                    )
-        out.append(arg)
-    return out
+    """nsqd's flags in Go syntax rewritten for click (goflag.normalize_go_flags); raises
+    click.UsageError for an nsqd flag that is not implemented or a bad boolean value."""
+    return goflag.normalize_go_flags(
+        argv, BOOL_FLAGS, UNIMPLEMENTED_FLAGS, bare_true=("tls-required",)
+    )
 
 
-class GoDuration(click.ParamType):
-    """A Go duration ("60s", "1m30s", "250ms") as whole milliseconds."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_go_duration_ms(str(value))
-        except ValueError:
-            self.fail(
-                f'invalid value "{value}" for flag -{param.name.replace("_", "-")}: parse error',
-                param,
-                ctx,
-            )
-
-
-DURATION = GoDuration()
 _D = Options()
 
 
@@ -143,7 +60,7 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
 @click.option("--version", is_flag=True, help="print version string")
 @_opt(
     "log-level",
-    click.Choice(sorted(_LEVELS), case_sensitive=False),
+    click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
     "info",
     "set log verbosity: debug, info, warn, error, or fatal",
 )

@@ -11,19 +11,18 @@ import json
 import logging
 import socket
 import struct
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from . import config, metrics, stats, wire
+from .httpd import JSON_TYPE, NSQ_HEADER, NsqHTTPError, api, go_router, start_site
 from .options import NSQ_VERSION
 from .topic import TopicError
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
 
-_NSQ_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _LEN = struct.Struct(">i")
 _LOG_LEVELS = {
@@ -33,63 +32,6 @@ _LOG_LEVELS = {
     "error": logging.ERROR,
     "fatal": logging.CRITICAL,
 }
-
-
-class NsqHTTPError(Exception):
-    """An nsqd http_api.Err: status code and message text."""
-
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
-
-
-def _error_response(code: int, text: str) -> web.Response:
-    return web.Response(
-        status=code,
-        body=json.dumps({"message": text}, separators=(",", ":")).encode(),
-        headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
-    )
-
-
-def _v1(data: Any) -> web.Response:
-    """nsqd RespondV1 for a 200: strings/bytes raw, None empty, anything else JSON."""
-    if data is None:
-        return web.Response(status=200, body=b"", headers=_NSQ_HEADER)
-    if isinstance(data, web.Response):
-        return data
-    if isinstance(data, str):
-        return web.Response(status=200, text=data, headers=_NSQ_HEADER)
-    if isinstance(data, bytes):
-        return web.Response(status=200, body=data, headers=_NSQ_HEADER)
-    return web.Response(
-        status=200,
-        body=json.dumps(data, separators=(",", ":")).encode(),
-        headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
-    )
-
-
-Handler = Callable[[web.Request], Awaitable[Any]]
-
-
-def _api(fn: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(request: web.Request) -> web.Response:
-        try:
-            return _v1(await fn(request))
-        except NsqHTTPError as e:
-            return _error_response(e.code, e.text)
-
-    return handle
-
-
-@web.middleware
-async def _nsq_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPMethodNotAllowed:
-        return _error_response(405, "METHOD_NOT_ALLOWED")
-    except web.HTTPNotFound:
-        return _error_response(404, "NOT_FOUND")
 
 
 def _tls_required(nsqd: NSQD) -> Any:
@@ -103,7 +45,7 @@ def _tls_required(nsqd: NSQD) -> Any:
             return web.Response(
                 status=403,
                 body=b'{"message": "TLS_REQUIRED", "https_port": %d}' % port,
-                headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
+                headers={**NSQ_HEADER, "Content-Type": JSON_TYPE},
             )
         return await handler(request)
 
@@ -363,7 +305,7 @@ class HTTPAPI:
             return web.Response(
                 status=200,
                 body=b"null",
-                headers={**_NSQ_HEADER, "Content-Type": "application/json; charset=utf-8"},
+                headers={**NSQ_HEADER, "Content-Type": JSON_TYPE},
             )
         return value  # RespondV1: a string raw, anything else JSON
 
@@ -387,29 +329,29 @@ class HTTPAPI:
 
 
 def build_app(nsqd: NSQD) -> web.Application:
-    api = HTTPAPI(nsqd)
+    h = HTTPAPI(nsqd)
     app = web.Application(
-        middlewares=[_tls_required(nsqd), _nsq_errors], client_max_size=nsqd.opts.max_body_size + 1
+        middlewares=[_tls_required(nsqd), go_router], client_max_size=nsqd.opts.max_body_size + 1
     )
     r = app.router
-    r.add_get("/ping", api.ping, allow_head=False)
-    r.add_get("/info", _api(api.info), allow_head=False)
-    r.add_post("/pub", _api(api.pub))
-    r.add_post("/mpub", _api(api.mpub))
-    r.add_get("/stats", _api(api.stats), allow_head=False)
-    r.add_post("/topic/create", _api(api.topic_create))
-    r.add_post("/topic/delete", _api(api.topic_delete))
-    r.add_post("/topic/empty", _api(api.topic_empty))
-    r.add_post("/topic/pause", _api(api.topic_pause))
-    r.add_post("/topic/unpause", _api(api.topic_pause))
-    r.add_post("/channel/create", _api(api.channel_create))
-    r.add_post("/channel/delete", _api(api.channel_delete))
-    r.add_post("/channel/empty", _api(api.channel_empty))
-    r.add_post("/channel/pause", _api(api.channel_pause))
-    r.add_post("/channel/unpause", _api(api.channel_pause))
-    r.add_get("/config/{opt}", _api(api.config), allow_head=False)
-    r.add_put("/config/{opt}", _api(api.config))
-    r.add_get("/metrics", api.metrics, allow_head=False)
+    r.add_get("/ping", h.ping, allow_head=False)
+    r.add_get("/info", api(h.info), allow_head=False)
+    r.add_post("/pub", api(h.pub))
+    r.add_post("/mpub", api(h.mpub))
+    r.add_get("/stats", api(h.stats), allow_head=False)
+    r.add_post("/topic/create", api(h.topic_create))
+    r.add_post("/topic/delete", api(h.topic_delete))
+    r.add_post("/topic/empty", api(h.topic_empty))
+    r.add_post("/topic/pause", api(h.topic_pause))
+    r.add_post("/topic/unpause", api(h.topic_pause))
+    r.add_post("/channel/create", api(h.channel_create))
+    r.add_post("/channel/delete", api(h.channel_delete))
+    r.add_post("/channel/empty", api(h.channel_empty))
+    r.add_post("/channel/pause", api(h.channel_pause))
+    r.add_post("/channel/unpause", api(h.channel_pause))
+    r.add_get("/config/{opt}", api(h.config), allow_head=False)
+    r.add_put("/config/{opt}", api(h.config))
+    r.add_get("/metrics", h.metrics, allow_head=False)
     return app
 
 
@@ -418,11 +360,4 @@ async def start_http(
 ) -> tuple[web.AppRunner, tuple]:
     """Serve the API on host:port (port 0 = pick one), over TLS with ``ssl_context`` (HTTPS);
     returns the runner and bound address."""
-    runner = web.AppRunner(build_app(nsqd), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
-    await site.start()
-    server = site._server
-    assert server is not None
-    sock = server.sockets[0].getsockname()  # type: ignore[attr-defined]
-    return runner, sock
+    return await start_site(build_app(nsqd), host, port, ssl_context)

@@ -38,6 +38,7 @@ from .deferred_log import DeferredJournal
 from .diskqueue import DiskQueue
 from .fileutil import write_sync_file
 from .guid import GUIDFactory
+from .netaddr import format_listen_addr, split_host_port
 from .options import NSQ_VERSION, Options
 from .quantile import E2ELatency
 from .queue_scan import QueueScanner
@@ -49,24 +50,6 @@ _TS_ATTEMPTS = struct.Struct(">qH")
 
 METADATA_FILE = "nsqd.dat"
 DEFERRED_FILE = "nsqpy.deferred.dat"
-
-
-def _split_host_port(addr: str) -> tuple[str, int]:
-    """Go's net.SplitHostPort for "host:port", "[v6]:port" and ":port"."""
-    host, sep, port = addr.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {addr}: missing port in address")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
-def format_addr(sockname: tuple) -> str:
-    """A listener address as Go prints it: 127.0.0.1:4150, [::]:4150."""
-    host, port = sockname[0], sockname[1]
-    if host in ("0.0.0.0", "::"):
-        return f"[::]:{port}"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class DataDirLocked(OSError):
@@ -492,7 +475,7 @@ class NSQD:
         self._lock_data_path()
         self.load_metadata()
 
-        host, port = _split_host_port(self.opts.tcp_address)
+        host, port = split_host_port(self.opts.tcp_address)
         try:
             self._tcp_server = await loop.create_server(
                 lambda: ClientV2(self), host or None, port, reuse_address=True, backlog=1024
@@ -501,11 +484,11 @@ class NSQD:
             raise OSError(f"listen ({self.opts.tcp_address}) failed - {e}") from e
         sock = self._tcp_server.sockets[0].getsockname()
         self.tcp_address = (sock[0], sock[1])
-        log.info("TCP: listening on %s", format_addr(sock))
+        log.info("TCP: listening on %s", format_listen_addr(sock))
 
         # HTTPS before HTTP: the plain listener's TLS_REQUIRED answer names the HTTPS port.
         if self.tls_context is not None and self.opts.https_address:
-            host, port = _split_host_port(self.opts.https_address)
+            host, port = split_host_port(self.opts.https_address)
             try:
                 self._https_runner, sock = await start_http(
                     self, host or None, port, ssl_context=self.tls_context
@@ -513,15 +496,15 @@ class NSQD:
             except OSError as e:
                 raise OSError(f"listen ({self.opts.https_address}) failed - {e}") from e
             self.https_address = (sock[0], sock[1])
-            log.info("HTTPS: listening on %s", format_addr(sock))
+            log.info("HTTPS: listening on %s", format_listen_addr(sock))
 
-        host, port = _split_host_port(self.opts.http_address)
+        host, port = split_host_port(self.opts.http_address)
         try:
             self._http_runner, sock = await start_http(self, host or None, port)
         except OSError as e:
             raise OSError(f"listen ({self.opts.http_address}) failed - {e}") from e
         self.http_address = (sock[0], sock[1])
-        log.info("HTTP: listening on %s", format_addr(sock))
+        log.info("HTTP: listening on %s", format_listen_addr(sock))
 
         self._tasks = [
             asyncio.create_task(self.scanner.run()),
@@ -543,7 +526,7 @@ class NSQD:
         if self._tcp_server is not None:
             self._tcp_server.close()
             if self.tcp_address is not None:
-                log.info("TCP: closing %s", format_addr(self.tcp_address))
+                log.info("TCP: closing %s", format_listen_addr(self.tcp_address))
         for c in list(self.clients.values()):
             c.close()
         for task in self._tasks:

@@ -15,6 +15,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from . import stats
+from .netaddr import split_host_port
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -125,15 +126,6 @@ def pack(lines: list[str], prefix: str, size: int) -> list[bytes]:
     return packets
 
 
-def _split_host_port(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {addr}: missing port in address")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
 class StatsdPusher:
     """The statsd loop of one NSQD."""
 
@@ -157,7 +149,7 @@ class StatsdPusher:
     async def push(self) -> None:
         addr = self.nsqd.opts.statsd_address
         try:
-            host, port = _split_host_port(addr)
+            host, port = split_host_port(addr)
             # resolved off the loop's thread (a host name may need DNS), as nsqd dials each tick
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
             family, _, _, _, sockaddr = infos[0]

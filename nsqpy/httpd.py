@@ -1,0 +1,195 @@
+# The HTTP rules every NSQ daemon shares (nsqd, nsqlookupd), on aiohttp.
+#
+# Strategy: one owner for what NSQ's internal/http_api package and its router
+# (julienschmidt/httprouter 1.3 with HandleMethodNotAllowed) do around the handlers, so that
+# nsqpy-d and nsqpy-lookupd answer like nsqd and nsqlookupd for anything a handler does not decide:
+#
+# - "V1" answers (http_api.RespondV1): 200 with the raw body (a str or bytes as is, None empty,
+#   anything else JSON); an error as {"message": "<TEXT>"} with its status code; every V1 answer
+#   carries `X-NSQ-Content-Type: nsq; version=1.0`, JSON ones `application/json; charset=utf-8`.
+# - The router: a path that differs from a route only by a trailing slash or by letter case is
+#   redirected (301 for GET, 307 for other methods; Go's http.Redirect body for GET); OPTIONS on a
+#   known path answers 200 with `Allow`; a known path with another method answers 405
+#   {"message":"METHOD_NOT_ALLOWED"} with `Allow`; anything else 404 {"message":"NOT_FOUND"}.
+#   `Allow` lists the path's methods and OPTIONS, sorted (Go's order is its map order).
+from __future__ import annotations
+
+import html
+import json
+import posixpath
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+NSQ_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+JSON_TYPE = "application/json; charset=utf-8"
+
+
+class NsqHTTPError(Exception):
+    """An http_api.Err: an HTTP status code and the message text nsqd/nsqlookupd answer."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+def error_response(code: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
+    """RespondV1 for an error: ``{"message": text}`` with status ``code``."""
+    return web.Response(
+        status=code,
+        body=json.dumps({"message": text}, separators=(",", ":")).encode(),
+        headers={**NSQ_HEADER, "Content-Type": JSON_TYPE, **(headers or {})},
+    )
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """A V1 JSON answer, compact as Go's encoding/json writes it."""
+    return web.Response(
+        status=status,
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        headers={**NSQ_HEADER, "Content-Type": JSON_TYPE},
+    )
+
+
+def v1(data: Any) -> web.Response:
+    """RespondV1 for a 200: str/bytes raw, None empty, a Response as is, anything else JSON."""
+    if data is None:
+        return web.Response(status=200, body=b"", headers=NSQ_HEADER)
+    if isinstance(data, web.StreamResponse):
+        return data  # type: ignore[return-value]
+    if isinstance(data, str):
+        return web.Response(status=200, text=data, headers=NSQ_HEADER)
+    if isinstance(data, bytes):
+        return web.Response(status=200, body=data, headers=NSQ_HEADER)
+    return json_response(data)
+
+
+Handler = Callable[[web.Request], Awaitable[Any]]
+
+
+def api(fn: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """Wrap a handler that returns data or raises NsqHTTPError into a V1 aiohttp handler."""
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            return v1(await fn(request))
+        except NsqHTTPError as e:
+            return error_response(e.code, e.text)
+
+    return handle
+
+
+def _routes(app: web.Application) -> list[tuple[str, web.AbstractResource]]:
+    return [(r.method, r.resource) for r in app.router.routes() if r.resource is not None]
+
+
+def _methods_for(app: web.Application, path: str) -> set[str]:
+    """The methods some route answers for ``path`` exactly (case-sensitive, as httprouter)."""
+    methods: set[str] = set()
+    for method, resource in _routes(app):
+        info = resource.get_info()
+        if "path" in info:
+            if info["path"] == path:
+                methods.add(method)
+        elif resource.canonical and _dynamic_match(resource, path):
+            methods.add(method)
+    methods.discard("*")
+    return methods
+
+
+def _dynamic_match(resource: web.AbstractResource, path: str) -> bool:
+    pattern = resource.get_info().get("pattern")
+    return bool(pattern is not None and pattern.fullmatch(path))
+
+
+def _fixed_path(app: web.Application, method: str, path: str) -> str | None:
+    """httprouter's redirect target for ``method path``: the trailing-slash twin of a route,
+    else a route equal to the cleaned path ignoring case (and a trailing slash)."""
+    plain: dict[str, str] = {}
+    for m, resource in _routes(app):
+        if m != method:
+            continue
+        info = resource.get_info()
+        if "path" in info:
+            plain[info["path"]] = info["path"]
+    if not plain:
+        return None  # no route at all for this method: httprouter goes on to 405/404
+    if len(path) > 1 and path.endswith("/") and path[:-1] in plain:
+        return path[:-1]
+    if path + "/" in plain:
+        return path + "/"
+    cleaned = posixpath.normpath(path) if path not in ("", "/") else "/"
+    if not cleaned.startswith("/"):
+        cleaned = "/" + cleaned
+    lowered = {p.lower(): p for p in plain}
+    for candidate in (cleaned, cleaned.rstrip("/") or "/"):
+        hit = lowered.get(candidate.lower())
+        if hit is not None:
+            return hit
+    return None
+
+
+def _redirect(request: web.Request, target: str) -> web.Response:
+    """Go's http.Redirect: 301 for GET (HTML body), 307 for other methods (no body)."""
+    location = target + (f"?{request.query_string}" if request.query_string else "")
+    if request.method == "GET":
+        body = f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n'
+        return web.Response(
+            status=301,
+            body=body.encode(),
+            headers={"Location": location, "Content-Type": "text/html; charset=utf-8"},
+        )
+    headers = {"Location": location}
+    if request.method == "HEAD":
+        headers["Content-Type"] = "text/html; charset=utf-8"
+    return web.Response(status=307, headers=headers)
+
+
+def _allow(methods: set[str]) -> str:
+    return ", ".join(sorted(methods | {"OPTIONS"}))
+
+
+@web.middleware
+async def go_router(request: web.Request, handler: Any) -> web.StreamResponse:
+    """httprouter's behaviour around the routes (see the module comment)."""
+    try:
+        return await handler(request)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
+        pass
+    app = request.app
+    path = request.path
+    if request.method != "CONNECT" and path != "/":
+        target = _fixed_path(app, request.method, path)
+        if target is not None and target != path:
+            return _redirect(request, target)
+    methods = _methods_for(app, path)
+    methods.discard(request.method)
+    if request.method == "OPTIONS":
+        if methods:
+            return web.Response(status=200, body=b"", headers={"Allow": _allow(methods)})
+    elif methods:
+        return error_response(405, "METHOD_NOT_ALLOWED", {"Allow": _allow(methods)})
+    return error_response(404, "NOT_FOUND")
+
+
+async def start_site(
+    app: web.Application, host: str | None, port: int, ssl_context: Any = None
+) -> tuple[web.AppRunner, tuple]:
+    """Serve ``app`` on host:port (port 0: the OS picks one), over TLS with ``ssl_context``.
+
+    Returns (runner, bound socket address); raises OSError when the address cannot be bound.
+    """
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    server = site._server
+    assert server is not None
+    sock = server.sockets[0].getsockname()  # type: ignore[attr-defined]
+    return runner, sock

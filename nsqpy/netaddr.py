@@ -1,0 +1,39 @@
+# Network addresses as NSQ's Go daemons write and read them.
+#
+# Strategy: one owner for "host:port" in both directions, shared by nsqd, nsqlookupd, statsd and
+# the lookup peer: Go's net.SplitHostPort rules for reading ("host:port", "[v6]:port", ":port"),
+# and the way nsqd's logs print a bound listener ("127.0.0.1:4150", "[::]:4150").
+from __future__ import annotations
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    """Go's net.SplitHostPort for ``host:port``, ``[v6]:port`` and ``:port``.
+
+    Returns (host without brackets, port). Raises ValueError with Go's wording when the port is
+    missing ("address X: missing port in address") or not a number.
+    """
+    host, sep, port = addr.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {addr}: missing port in address")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"address {addr}: too many colons in address")
+    try:
+        return host, int(port)
+    except ValueError:
+        raise ValueError(f"address {addr}: invalid port") from None
+
+
+def join_host_port(host: str, port: int) -> str:
+    """Go's net.JoinHostPort: ``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def format_listen_addr(sockname: tuple) -> str:
+    """A bound listener's address as nsqd's startup line prints it: ``127.0.0.1:4150``, and
+    ``[::]:4150`` for a wildcard (IPv4 or IPv6) listener."""
+    host, port = sockname[0], sockname[1]
+    if host in ("0.0.0.0", "::"):
+        return f"[::]:{port}"
+    return join_host_port(host, port)
