@@ -7,6 +7,7 @@ picked by the OS (port 0; the real ports are read from its "TCP: listening on" a
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -241,3 +243,123 @@ def wait_for(pred, timeout: float = 10, interval: float = 0.05, what: str = "con
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+# ---------------------------------------------------------------------------- nsqpy-lookupd
+
+
+class Lookupd:
+    """A running nsqpy-lookupd process (``python -m nsqpy.lookupd``) on loopback, ports picked by
+    the OS and read from its "TCP: listening on" / "HTTP: listening on" log lines."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
+        self.lines: list[str] = []
+        self.tcp_port = 0
+        self.http_port = 0
+        self._ready = threading.Event()
+        cmd = [
+            sys.executable,
+            "-m",
+            "nsqpy.lookupd",
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(15):
+            self.proc.kill()
+            raise RuntimeError("nsqpy-lookupd did not start:\n" + "\n".join(self.lines))
+        if not (self.tcp_port and self.http_port):
+            self.proc.kill()
+            raise RuntimeError("nsqpy-lookupd did not listen:\n" + "\n".join(self.lines))
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            m = _LISTEN_RE.search(line)
+            if m:
+                if m.group(1) == "TCP":
+                    self.tcp_port = int(m.group(3))
+                else:
+                    self.http_port = int(m.group(3))
+                if self.tcp_port and self.http_port:
+                    self._ready.set()
+        self._ready.set()
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def log_text(self) -> str:
+        return "\n".join(self.lines)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM, wait; returns the exit code (AssertionError if it does not exit)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise AssertionError("nsqpy-lookupd did not exit on SIGTERM") from None
+        self._reader.join(5)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        self._reader.join(5)
+
+    def http(
+        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """(status, body, headers) of one request; redirects are not followed."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body)
+            r = conn.getresponse()
+            return r.status, r.read(), dict(r.getheaders())
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> Any:
+        code, body, _ = self.http("GET", path)
+        assert code == 200, (path, code, body)
+        return json.loads(body)
+
+
+@pytest.fixture
+def lookupd_factory() -> Iterator:
+    """Start nsqpy-lookupd processes with extra flags; all are stopped (and must exit 0)."""
+    started: list[Lookupd] = []
+
+    def start(*args: str) -> Lookupd:
+        lk = Lookupd(list(args))
+        started.append(lk)
+        return lk
+
+    yield start
+    for lk in started:
+        rc = lk.stop()
+        assert rc in (0, -9), f"nsqpy-lookupd exited {rc}:\n{lk.log_text()[-3000:]}"
+
+
+@pytest.fixture
+def lookupd(lookupd_factory) -> Lookupd:
+    """One nsqpy-lookupd with default flags (on loopback, ephemeral ports)."""
+    return lookupd_factory()
