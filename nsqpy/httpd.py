@@ -193,3 +193,75 @@ async def start_site(
     assert server is not None
     sock = server.sockets[0].getsockname()  # type: ignore[attr-defined]
     return runner, sock
+
+
+def go_json(data: Any) -> bytes:
+    """``data`` as Go's encoding/json.Marshal writes it: compact, non-ASCII as UTF-8, and
+    ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as ``\\u003c`` etc. (dict order kept)."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    if any(c in text for c in "<>&\u2028\u2029"):
+        text = (
+            text.replace("<", "\\u003c")
+            .replace(">", "\\u003e")
+            .replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028")
+            .replace("\u2029", "\\u2029")
+        )
+    return text.encode("utf-8", "surrogateescape")
+
+
+def go_json_response(data: Any) -> web.Response:
+    """A 200 V1 JSON answer with Go's encoding (go_json)."""
+    return web.Response(
+        status=200, body=go_json(data), headers={**NSQ_HEADER, "Content-Type": JSON_TYPE}
+    )
+
+
+_HEX = "0123456789abcdefABCDEF"
+
+
+def _query_unescape(s: str) -> str:
+    """Go's url.QueryUnescape: ``+`` is a space, ``%XX`` a byte; ValueError on a bad escape."""
+    if "%" not in s:
+        return s.replace("+", " ")
+    out = bytearray()
+    raw = s.encode("utf-8", "surrogateescape")
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == 0x25:  # %
+            hx = raw[i + 1 : i + 3].decode("latin-1")
+            if len(hx) < 2 or hx[0] not in _HEX or hx[1] not in _HEX:
+                raise ValueError(f'invalid URL escape "%{hx}"')
+            out.append(int(hx, 16))
+            i += 3
+        else:
+            out.append(0x20 if c == 0x2B else c)
+            i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def parse_go_query(raw_query: str) -> dict[str, list[str]]:
+    """Go's url.ParseQuery of a raw query string: key -> values in order.
+
+    Raises ValueError where Go returns an error (a ``;`` in a pair, a bad ``%`` escape): NSQ's
+    handlers answer that with 400 INVALID_REQUEST.
+    """
+    values: dict[str, list[str]] = {}
+    error: ValueError | None = None
+    for pair in raw_query.split("&"):
+        if not pair:
+            continue
+        if ";" in pair:
+            error = error or ValueError("invalid semicolon separator in query")
+            continue
+        key, _, value = pair.partition("=")
+        try:
+            k, v = _query_unescape(key), _query_unescape(value)
+        except ValueError as e:
+            error = error or e
+            continue
+        values.setdefault(k, []).append(v)
+    if error is not None:
+        raise error
+    return values

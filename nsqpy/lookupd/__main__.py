@@ -1,0 +1,4 @@
+# `python -m nsqpy.lookupd`: the nsqpy-lookupd command line.
+from .cli import main
+
+main()

@@ -1,0 +1,135 @@
+# nsqpy-lookupd: the command line, logging, signals and lifecycle.
+#
+# Strategy: apps/nsqlookupd's flags with their names, defaults and Go flag syntax (through
+# goflag, as nsqpy-d), a TOML --config file through nsqpy.config (command line, then file, then
+# default), nsqlookupd's log lines on stderr ("[nsqlookupd] 2006/01/02 15:04:05.000000 INFO:
+# TCP: listening on 127.0.0.1:4160"), uvloop, and exit 0 on SIGTERM/SIGINT. Imports stay
+# light: the daemon's modules load only when it runs.
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+
+from .. import config, goflag
+from ..goflag import DURATION, LOG_LEVELS, setup_logging
+from ..options import NSQ_VERSION, NSQPY_VERSION
+
+BOOL_FLAGS = frozenset(("version", "verbose"))
+
+
+def version_string() -> str:
+    """nsqlookupd's version line, "built w/" naming nsqpy and Python instead of Go."""
+    py = ".".join(str(x) for x in sys.version_info[:3])
+    return f"nsqlookupd v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py})"
+
+
+def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
+    return click.option(f"--{name}", type=typ, default=default, show_default=True, help=help)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@_opt("config", str, "", "path to config file")
+@click.option("--version", is_flag=True, help="print version string")
+@_opt(
+    "log-level",
+    click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
+    "info",
+    "set log verbosity: debug, info, warn, error, or fatal",
+)
+@_opt("log-prefix", str, "[nsqlookupd] ", "log message prefix")
+@click.option(
+    "--verbose/--no-verbose", default=False, help="[deprecated] has no effect, use --log-level"
+)
+@_opt("tcp-address", str, "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients")
+@_opt("http-address", str, "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients")
+@click.option(
+    "--broadcast-address",
+    type=str,
+    default=None,
+    help="address of this lookupd node, (default to the OS hostname)",
+)
+@_opt(
+    "inactive-producer-timeout",
+    DURATION,
+    "5m0s",
+    "duration of time a producer will remain in the active list since its last ping",
+)
+@_opt(
+    "tombstone-lifetime",
+    DURATION,
+    "45s",
+    "duration of time a producer will remain tombstoned if registration remains",
+)
+def nsqpy_lookupd(**kw: Any) -> None:
+    """nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python."""
+    if kw["version"]:
+        click.echo(version_string())
+        return
+    try:
+        config.apply_file(click.get_current_context(), kw, frozenset())
+    except config.ConfigError as e:
+        setup_logging("[nsqlookupd] ", "info")
+        logging.getLogger("nsqpy").critical("failed to load config file %s - %s", kw["config"], e)
+        sys.exit(1)
+    from .nsqlookupd import LookupdOptions
+
+    opts = LookupdOptions(
+        log_level=kw["log_level"].lower(),
+        log_prefix=kw["log_prefix"],
+        tcp_address=kw["tcp_address"],
+        http_address=kw["http_address"],
+        inactive_producer_timeout_ms=kw["inactive_producer_timeout"],
+        tombstone_lifetime_ms=kw["tombstone_lifetime"],
+    )
+    if kw["broadcast_address"]:
+        opts.broadcast_address = kw["broadcast_address"]
+    setup_logging(opts.log_prefix, opts.log_level)
+    run(opts)
+
+
+def run(opts: Any) -> None:
+    """Start nsqlookupd on uvloop and serve until SIGTERM or SIGINT; exit 0 on a clean stop,
+    1 when a listener cannot be bound."""
+    import uvloop
+
+    from .nsqlookupd import NSQLookupd
+
+    log = logging.getLogger("nsqpy")
+
+    async def main() -> int:
+        log.info(version_string())
+        lookupd = NSQLookupd(opts)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await lookupd.start()
+        except (OSError, ValueError) as e:
+            log.critical("failed to instantiate nsqlookupd - %s", e)
+            await lookupd.stop()
+            return 1
+        await stop.wait()
+        await lookupd.stop()
+        return 0
+
+    sys.exit(uvloop.run(main()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        args = goflag.normalize_go_flags(args, BOOL_FLAGS, program="nsqpy-lookupd")
+    except click.UsageError as e:
+        click.echo(f"nsqpy-lookupd: {e.format_message()}", err=True)
+        sys.exit(2)
+    nsqpy_lookupd.main(args=args, prog_name="nsqpy-lookupd")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+# nsqlookupd's TCP protocol ("  V1"), one asyncio.Protocol per nsqd connection.
+#
+# Strategy: glue around the registration DB. The connection is a small state machine fed from
+# one bytearray: the 4-byte magic, then newline-terminated command lines, with IDENTIFY's
+# 4-byte big-endian size and JSON body read right after its line (as nsqlookupd reads them from
+# the same bufio.Reader). Every reply is nsqlookupd's SendResponse: a 4-byte big-endian size and
+# the data, no frame type. Every error nsqlookupd 1.3 sends is fatal: "<E_CODE> <text>", then
+# close. Limits are checked before anything is buffered (a line over MAX_LINE_LENGTH, an
+# IDENTIFY size that is negative or over MAX_IDENTIFY_BODY: error and close), and a client that
+# does not read its replies stops being read (pause_writing -> pause_reading). When the
+# connection goes, its producer leaves every registration at once.
+#
+# Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3).
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+from ..netaddr import join_host_port
+from ..options import NSQ_VERSION
+from ..wire import MAX_LINE_LENGTH, is_valid_name
+from .registration_db import PeerInfo
+
+if TYPE_CHECKING:
+    from .nsqlookupd import NSQLookupd
+
+log = logging.getLogger("nsqpy")
+
+MAGIC_V1 = b"  V1"
+OK = b"OK"
+#: Largest IDENTIFY body accepted (nsqd sends about 200 bytes; Go has no limit).
+MAX_IDENTIFY_BODY = 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+
+# Go's unicode.IsSpace, which strings.TrimSpace strips.
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+_GO_SPACE += "\u2028\u2029\u202f\u205f\u3000"
+_ASCII_SPACE = b" \t\n\v\f\r"
+
+_ST_MAGIC, _ST_LINE, _ST_SIZE, _ST_BODY, _ST_CLOSED = range(5)
+
+
+class FatalClientError(Exception):
+    """An error nsqlookupd answers with ``<code> <desc>`` and then closes the connection."""
+
+    def __init__(self, code: str, desc: bytes | str) -> None:
+        self.data = code.encode() + b" " + (desc if isinstance(desc, bytes) else desc.encode())
+        super().__init__(self.data.decode("utf-8", "replace"))
+
+
+def encode_response(data: bytes) -> bytes:
+    """SendResponse: ``[4-byte big-endian len(data)][data]``."""
+    return _SIZE.pack(len(data)) + data
+
+
+def trim_space(line: bytes) -> bytes:
+    """Go's strings.TrimSpace on raw bytes (ASCII fast path, Unicode spaces when needed)."""
+    line = line.strip(_ASCII_SPACE)
+    if line and (line[0] >= 0x80 or line[-1] >= 0x80):
+        text = line.decode("utf-8", "surrogateescape").strip(_GO_SPACE)
+        line = text.encode("utf-8", "surrogateescape")
+    return line
+
+
+_STR_FIELDS: tuple[str, ...] = ("remote_address", "hostname", "broadcast_address", "version")
+_STR_FIELDS += ("topology_zone", "topology_region")
+_INT_FIELDS = ("tcp_port", "http_port")
+_FIELDS = {f: f for f in _STR_FIELDS + _INT_FIELDS}
+
+
+def _fold(name: str) -> str:
+    # encoding/json matches keys to fields case-insensitively (bytes.EqualFold: "ſ" is "s").
+    return name.lower().replace("\u017f", "s")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid character {name!r}")
+
+
+def decode_identify(body: bytes, peer: PeerInfo) -> None:
+    """Fill ``peer`` from IDENTIFY's JSON as json.Unmarshal into nsqlookupd's PeerInfo does:
+    keys matched case-insensitively, later keys win, null leaves a field alone, unknown keys are
+    ignored; ValueError for bad JSON, a non-object, or a value of the wrong type."""
+    pairs = json.loads(
+        body.decode("utf-8", "replace"),
+        object_pairs_hook=lambda kv: kv,
+        parse_constant=_reject_constant,
+    )
+    if pairs is None:
+        return
+    if not isinstance(pairs, list):
+        raise ValueError("cannot unmarshal into PeerInfo")
+    error: ValueError | None = None
+    for key, value in pairs:
+        field = _FIELDS.get(key) or _FIELDS.get(_fold(key))
+        if field is None or value is None:
+            continue
+        if field in _INT_FIELDS:
+            if type(value) is not int or not -(2**63) <= value < 2**63:
+                error = error or ValueError(f"cannot unmarshal {value!r} into {field}")
+                continue
+        elif not isinstance(value, str):
+            error = error or ValueError(f"cannot unmarshal {value!r} into {field}")
+            continue
+        setattr(peer, field, value)
+    if error is not None:
+        raise error
+
+
+def _addr(peername: Any) -> str:
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return join_host_port(peername[0], peername[1])
+    return str(peername)
+
+
+def get_topic_chan(command: str, params: list[bytes]) -> tuple[str, str]:
+    """lookup_protocol_v1.go getTopicChan: (topic, channel or ""), FatalClientError else."""
+    if not params:
+        raise FatalClientError("E_INVALID", f"{command} insufficient number of params")
+    topic = params[0]
+    channel = params[1] if len(params) >= 2 else b""
+    if not is_valid_name(topic):
+        raise FatalClientError(
+            "E_BAD_TOPIC", command.encode() + b" topic name '" + topic + b"' is not valid"
+        )
+    if channel and not is_valid_name(channel):
+        raise FatalClientError(
+            "E_BAD_CHANNEL", command.encode() + b" channel name '" + channel + b"' is not valid"
+        )
+    return topic.decode("ascii"), channel.decode("ascii")
+
+
+class LookupProtocolV1(asyncio.Protocol):
+    """One nsqd's TCP connection to nsqlookupd."""
+
+    __slots__ = (
+        "lookupd",
+        "transport",
+        "buf",
+        "state",
+        "body_size",
+        "peer",
+        "addr",
+        "paused",
+    )
+
+    def __init__(self, lookupd: NSQLookupd) -> None:
+        self.lookupd = lookupd
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.state = _ST_MAGIC
+        self.body_size = 0
+        self.peer: PeerInfo | None = None
+        self.addr = ""
+        self.paused = False
+
+    def __str__(self) -> str:
+        return self.addr
+
+    # ------------------------------------------------------------ asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.addr = _addr(transport.get_extra_info("peername"))
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.lookupd.clients.add(self)
+        log.info("TCP: new client(%s)", self.addr)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state == _ST_CLOSED:
+            return
+        self.buf += data
+        if not self.paused:
+            self._process()
+
+    def eof_received(self) -> bool:
+        if self.state == _ST_SIZE:
+            self._fatal(FatalClientError("E_BAD_BODY", "IDENTIFY failed to read body size"))
+        elif self.state == _ST_BODY:
+            self._fatal(FatalClientError("E_BAD_BODY", "IDENTIFY failed to read body"))
+        elif self.state == _ST_MAGIC:
+            log.error("failed to read protocol version - EOF")
+        self._finish()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._finish()
+        self.lookupd.clients.discard(self)
+
+    def pause_writing(self) -> None:
+        # The client is not reading its replies: stop reading its commands until it does.
+        self.paused = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+            self._process()
+
+    # ------------------------------------------------------------ the state machine
+
+    def _process(self) -> None:
+        buf = self.buf
+        pos = 0
+        try:
+            while not self.paused and self.state != _ST_CLOSED:
+                if self.state == _ST_LINE:
+                    nl = buf.find(b"\n", pos)
+                    if nl < 0:
+                        if len(buf) - pos > MAX_LINE_LENGTH:
+                            raise FatalClientError(
+                                "E_INVALID", f"command line longer than {MAX_LINE_LENGTH} bytes"
+                            )
+                        break
+                    if nl - pos > MAX_LINE_LENGTH:
+                        raise FatalClientError(
+                            "E_INVALID", f"command line longer than {MAX_LINE_LENGTH} bytes"
+                        )
+                    line = bytes(buf[pos:nl])
+                    pos = nl + 1
+                    self._exec(trim_space(line).split(b" "))
+                elif self.state == _ST_SIZE:
+                    if len(buf) - pos < 4:
+                        break
+                    (size,) = _SIZE.unpack_from(buf, pos)
+                    pos += 4
+                    if size < 0 or size > MAX_IDENTIFY_BODY:
+                        raise FatalClientError("E_BAD_BODY", f"IDENTIFY invalid body size {size}")
+                    self.body_size = size
+                    self.state = _ST_BODY
+                elif self.state == _ST_BODY:
+                    if len(buf) - pos < self.body_size:
+                        break
+                    body = bytes(buf[pos : pos + self.body_size])
+                    pos += self.body_size
+                    self.state = _ST_LINE
+                    self._reply(self._identify_body(body))
+                else:  # _ST_MAGIC
+                    if len(buf) - pos < 4:
+                        break
+                    magic = bytes(buf[pos : pos + 4])
+                    pos += 4
+                    log.info("CLIENT(%s): desired protocol magic '%s'", self.addr, _text(magic))
+                    if magic != MAGIC_V1:
+                        self._write(b"E_BAD_PROTOCOL")
+                        log.error("client(%s) bad protocol magic '%s'", self.addr, _text(magic))
+                        self._close()
+                        break
+                    self.state = _ST_LINE
+        except FatalClientError as e:
+            self._fatal(e)
+        if self.state == _ST_CLOSED:
+            buf.clear()
+        elif pos:
+            del buf[:pos]
+
+    def _exec(self, params: list[bytes]) -> None:
+        cmd = params[0]
+        if cmd == b"PING":
+            self._reply(self._ping())
+        elif cmd == b"IDENTIFY":
+            if self.peer is not None:
+                raise FatalClientError("E_INVALID", "cannot IDENTIFY again")
+            self.state = _ST_SIZE
+        elif cmd == b"REGISTER":
+            self._reply(self._register(params[1:]))
+        elif cmd == b"UNREGISTER":
+            self._reply(self._unregister(params[1:]))
+        else:
+            raise FatalClientError("E_INVALID", b"invalid command " + cmd)
+
+    # ------------------------------------------------------------ commands
+
+    def _ping(self) -> bytes:
+        if self.peer is not None:
+            since = self.lookupd.db.ping(self.peer)
+            log.info("CLIENT(%s): pinged (last ping %.6fs)", self.peer.id, since / 1e9)
+        return OK
+
+    def _identify_body(self, body: bytes) -> bytes:
+        peer = PeerInfo(id=self.addr)
+        try:
+            decode_identify(body, peer)
+        except (ValueError, RecursionError) as e:
+            log.error("[%s] - E_BAD_BODY IDENTIFY failed to decode JSON body - %s", self, e)
+            raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+        peer.remote_address = self.addr
+        if not (peer.broadcast_address and peer.tcp_port and peer.http_port and peer.version):
+            raise FatalClientError("E_BAD_BODY", "IDENTIFY missing fields")
+        log.info(
+            "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
+            self,
+            peer.broadcast_address,
+            peer.tcp_port,
+            peer.http_port,
+            peer.version,
+        )
+        self.peer = peer
+        if self.lookupd.db.identify(peer):
+            log.info("DB: client(%s) REGISTER category:client key: subkey:", self)
+        return self.lookupd.identify_response()
+
+    def _register(self, params: list[bytes]) -> bytes:
+        if self.peer is None:
+            raise FatalClientError("E_INVALID", "client must IDENTIFY")
+        topic, channel = get_topic_chan("REGISTER", params)
+        for r in self.lookupd.db.register(self.peer, topic, channel):
+            log.info(
+                "DB: client(%s) REGISTER category:%s key:%s subkey:%s",
+                self,
+                r.category,
+                r.key,
+                r.subkey,
+            )
+        return OK
+
+    def _unregister(self, params: list[bytes]) -> bytes:
+        if self.peer is None:
+            raise FatalClientError("E_INVALID", "client must IDENTIFY")
+        topic, channel = get_topic_chan("UNREGISTER", params)
+        removed, unexpected = self.lookupd.db.unregister(self.peer.id, topic, channel)
+        for r in unexpected:
+            log.warning(
+                "client(%s) unexpected UNREGISTER category:channel key:%s subkey:%s",
+                self,
+                topic,
+                r.subkey,
+            )
+        for r in removed:
+            log.info(
+                "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
+                self,
+                r.category,
+                r.key,
+                r.subkey,
+            )
+        return OK
+
+    # ------------------------------------------------------------ output and teardown
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_response(data))
+
+    def _reply(self, data: bytes) -> None:
+        self._write(data)
+
+    def _fatal(self, e: FatalClientError) -> None:
+        log.error("[%s] - %s", self, e)
+        self._write(e.data)
+        self._close()
+
+    def _close(self) -> None:
+        self.state = _ST_CLOSED
+        self._finish()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _finish(self) -> None:
+        """The connection is done: its producer leaves every registration (once)."""
+        self.state = _ST_CLOSED
+        peer, self.peer = self.peer, None
+        if peer is None:
+            return
+        log.info("PROTOCOL(V1): [%s] exiting ioloop", self)
+        for r in self.lookupd.db.remove_peer(peer.id):
+            log.info(
+                "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
+                self,
+                r.category,
+                r.key,
+                r.subkey,
+            )
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def identify_response(tcp_port: int, http_port: int, broadcast_address: str) -> bytes:
+    """IDENTIFY's answer: json.Marshal of a map, so keys sorted."""
+    from ..httpd import go_json
+
+    return go_json(
+        {
+            "broadcast_address": broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": http_port,
+            "tcp_port": tcp_port,
+            "version": NSQ_VERSION,
+        }
+    )
