@@ -23,7 +23,6 @@ from .options import NSQ_VERSION, NSQPY_VERSION, Options
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
 UNIMPLEMENTED_FLAGS = frozenset(
     [
-        "lookupd-tcp-address",
         "enable-experiment",
     ]
 )
@@ -228,6 +227,11 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
     "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
 )
 @click.option(
+    "--lookupd-tcp-address",
+    multiple=True,
+    help="lookupd TCP address (may be given multiple times)",
+)
+@click.option(
     "--worker-id/--no-worker-id", default=False, hidden=True, help="[deprecated] use --node-id"
 )
 def nsqpy_d(**kw: Any) -> None:
@@ -313,6 +317,7 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
     o.http_client_connect_timeout_ms = kw["http_client_connect_timeout"]
     o.http_client_request_timeout_ms = kw["http_client_request_timeout"]
     o.auth_http_addresses = list(kw["auth_http_address"])
+    o.nsqlookupd_tcp_addresses = list(kw["lookupd_tcp_address"])
     o.auth_http_request_method = kw["auth_http_request_method"]
     o.tls_cert = kw["tls_cert"]
     o.tls_key = kw["tls_key"]

@@ -290,6 +290,8 @@ class HTTPAPI:
                 ):
                     raise NsqHTTPError(400, "INVALID_VALUE")
                 opts.nsqlookupd_tcp_addresses = value  # type: ignore[assignment]
+                if self.nsqd.lookup is not None:
+                    self.nsqd.lookup.set_addresses(value or [])
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").lower()
                 if level not in _LOG_LEVELS:

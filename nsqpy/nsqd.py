@@ -38,6 +38,7 @@ from .deferred_log import DeferredJournal
 from .diskqueue import DiskQueue
 from .fileutil import write_sync_file
 from .guid import GUIDFactory
+from .lookup_peer import LookupPeers
 from .netaddr import format_listen_addr, split_host_port
 from .options import NSQ_VERSION, Options
 from .quantile import E2ELatency
@@ -91,6 +92,8 @@ class NSQD:
         # idle daemon with 10,000 channels does no per-channel work.
         self._active: set[DiskQueue] = set()
         self._schedule: Callable[[Callable[[], None]], None] | None = None
+        # nsqlookupd registration (lookup_peer.py); set by start()
+        self.lookup: LookupPeers | None = None
 
     # ------------------------------------------------------------ health
 
@@ -169,7 +172,24 @@ class NSQD:
             log.info("TOPIC(%s): created", name)
             if not ephemeral:
                 self.metadata_changed()
+            lookup = self.lookup
+            if lookup is not None and not self._loading:
+                lookup.topic_added(name)
+                t.starting = lookup.precreate_channels(
+                    name, lambda names: self._start_topic(t, names)
+                )
         return t
+
+    def _start_topic(self, t: Topic, channel_names: list[str]) -> None:
+        """nsqd's GetTopic after its lookupd query: create the channels other nodes have
+        (ephemeral ones excepted), then let the topic's messages flow."""
+        if self.topics.get(t.name) is not t:
+            return
+        for name in channel_names:
+            if name.endswith("#ephemeral") or not wire.is_valid_name(name):
+                continue
+            t.get_channel(name)
+        t.start()
 
     def get_existing_topic(self, name: str) -> Topic:
         t = self.topics.get(name)
@@ -182,6 +202,8 @@ class NSQD:
         if t is None:
             raise TopicError("topic does not exist")
         log.info("TOPIC(%s): deleting", name)
+        if self.lookup is not None:
+            self.lookup.topic_removed(name)
         if t.backend is not None:
             self._dirty.discard(t.backend)
         for ch in t.channels.values():
@@ -216,9 +238,15 @@ class NSQD:
             )
         return ch
 
-    def _channels_changed(self) -> None:
+    def _channels_changed(self, topic: Topic, channel: str, added: bool) -> None:
         self.channels_version += 1
         self.metadata_changed()
+        lookup = self.lookup
+        if lookup is not None and not self._loading:
+            if added:
+                lookup.channel_added(topic.name, channel)
+            else:
+                lookup.channel_removed(topic.name, channel)
 
     def _ephemeral_channel_gone(self, ch: Channel) -> None:
         t = self.topics.get(ch.topic_name)
@@ -505,6 +533,13 @@ class NSQD:
             raise OSError(f"listen ({self.opts.http_address}) failed - {e}") from e
         self.http_address = (sock[0], sock[1])
         log.info("HTTP: listening on %s", format_listen_addr(sock))
+        # as nsqd.New: unset broadcast ports are the ports actually bound
+        if not self.opts.broadcast_http_port:
+            self.opts.broadcast_http_port = self.http_address[1]
+        if not self.opts.broadcast_tcp_port:
+            self.opts.broadcast_tcp_port = self.tcp_address[1]
+        self.lookup = LookupPeers(self)
+        self.lookup.set_addresses(self.opts.nsqlookupd_tcp_addresses)
 
         self._tasks = [
             asyncio.create_task(self.scanner.run()),
@@ -513,7 +548,7 @@ class NSQD:
         from .statsd import StatsdPusher, resolve_prefix
 
         # as nsqd.New: "%s" in --statsd-prefix becomes <broadcast address>_<http port>, once
-        http_port = self.opts.broadcast_http_port or (self.http_address or ("", 0))[1]
+        http_port = self.opts.broadcast_http_port
         self.opts.statsd_prefix = resolve_prefix(
             self.opts.statsd_prefix, self.opts.broadcast_address, http_port
         )
@@ -536,6 +571,9 @@ class NSQD:
                 await task
             except asyncio.CancelledError:
                 pass
+        if self.lookup is not None:
+            await self.lookup.close()
+            self.lookup = None
         if self._http_runner is not None:
             await self._http_runner.cleanup()
         if self._https_runner is not None:

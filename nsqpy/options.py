@@ -137,8 +137,8 @@ class Options:
     output_buffer_timeout_ms: int = 250
     max_channel_consumers: int = 0
 
-    # lookupd: stored (flag, --config, PUT /config/nsqlookupd_tcp_addresses); registration is
-    # not built yet.
+    # nsqlookupd registration (lookup_peer.py): --lookupd-tcp-address, --config,
+    # PUT /config/nsqlookupd_tcp_addresses.
     nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
 
     # statsd (statsd.py); the prefix's "%s" becomes the host key at start, as nsqd's New does.

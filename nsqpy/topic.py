@@ -60,13 +60,14 @@ class Topic:
         "message_count",
         "name",
         "paused",
+        "starting",
     )
 
     def __init__(
         self,
         name: str,
         new_channel: Callable[[Topic, str], Channel],
-        on_channels_changed: Callable[[], None] | None = None,
+        on_channels_changed: Callable[[Topic, str, bool], None] | None = None,
         on_last_channel_gone: Callable[[Topic], None] | None = None,
         *,
         mem_queue_size: int = 10000,
@@ -77,6 +78,9 @@ class Topic:
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
         self.paused = False
+        # True while the topic waits to learn its channels from nsqlookupd (nsqd starts a new
+        # topic's messagePump only after that): messages are held, as while paused.
+        self.starting = False
         self.exiting = False
         self.channels: dict[str, Channel] = {}
         self._queue: deque[bytes] = deque()
@@ -119,7 +123,7 @@ class Topic:
             raise TopicError("exiting")
         self.message_count += len(records)
         self.message_bytes += sum(map(len, records)) - _HEADER * len(records)
-        if self.channels and not self.paused:
+        if self.channels and not self.paused and not self.starting:
             self._fan_out(records)
         else:
             self._hold(records)
@@ -130,7 +134,7 @@ class Topic:
             raise TopicError("exiting")
         self.message_count += 1
         self.message_bytes += len(record) - _HEADER
-        if self.channels and not self.paused:
+        if self.channels and not self.paused and not self.starting:
             self._fan_out_deferred([(record, delay_ms)])
         else:
             self._deferred_held.append((record, delay_ms))
@@ -179,7 +183,7 @@ class Topic:
                 ch.put_deferred(record, delay_ms)
 
     def _flush_queue(self) -> None:
-        if not self.channels or self.paused:
+        if not self.channels or self.paused or self.starting:
             return
         if self._queue:
             held = list(self._queue)
@@ -211,7 +215,7 @@ class Topic:
     def _drain_step(self) -> bool:
         """Move up to DRAIN_CHUNK backend records to the channels; True if more remain."""
         backend = self.backend
-        if backend is None or self.exiting or not self.channels or self.paused:
+        if backend is None or self.exiting or not self.channels or self.paused or self.starting:
             return False
         records: list[bytes] = []
         while len(records) < DRAIN_CHUNK:
@@ -245,7 +249,7 @@ class Topic:
             ch = self._new_channel(self, name)
             self.channels[name] = ch
             if self._on_channels_changed is not None:
-                self._on_channels_changed()
+                self._on_channels_changed(self, name, True)
             self._flush_queue()
         return ch
 
@@ -262,7 +266,7 @@ class Topic:
             raise TopicError("channel does not exist")
         ch.close()
         if self._on_channels_changed is not None:
-            self._on_channels_changed()
+            self._on_channels_changed(self, name, False)
         if not self.channels and self.ephemeral and self._on_last_channel_gone is not None:
             self._on_last_channel_gone(self)
 
@@ -273,6 +277,11 @@ class Topic:
 
     def unpause(self) -> None:
         self.paused = False
+        self._flush_queue()
+
+    def start(self) -> None:
+        """End the ``starting`` hold: held messages flow to the channels."""
+        self.starting = False
         self._flush_queue()
 
     def empty(self) -> None:
@@ -303,11 +312,11 @@ class Topic:
         self.channels.clear()
         for ch in chans:
             ch.close()
+            if self._on_channels_changed is not None:
+                self._on_channels_changed(self, ch.name, False)
         self._queue.clear()
         self._deferred_held.clear()
         if self.backend is not None:
             self.backend.delete()
             if self._hooks is not None:
                 self._hooks.deferred_dropped(self.name, None)
-        if self._on_channels_changed is not None:
-            self._on_channels_changed()

@@ -1,0 +1,330 @@
+"""nsqpy-d's registration with nsqlookupd (nsqpy/lookup_peer.py), byte for byte as nsqd 1.3.
+
+A recording lookupd (a plain TCP server on loopback that answers as nsqlookupd's protocol does:
+the IDENTIFY JSON, "OK" for everything else) captures exactly what nsqpy-d sends: the magic,
+IDENTIFY's body, REGISTER/UNREGISTER as topics and channels come and go, the whole state after a
+reconnect, PING. The end-to-end tests at the bottom use the real nsqpy-lookupd.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from conftest import wait_for
+
+_SIZE = struct.Struct(">i")
+
+
+class RecordingLookupd:
+    """A loopback TCP server speaking nsqlookupd's side of the V1 protocol; ``conns`` lists,
+    per accepted connection, the commands received: (text line, body or None)."""
+
+    def __init__(self, http_port: int = 0, identify_reply: bytes | None = None) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.http_port = http_port
+        self.identify_reply = identify_reply
+        self.conns: list[list[tuple[str, bytes | None]]] = []
+        self.magics: list[bytes] = []
+        self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.conns.append([])
+                self.socks.append(c)
+                idx = len(self.conns) - 1
+            threading.Thread(target=self._serve, args=(c, idx), daemon=True).start()
+
+    def _serve(self, c: socket.socket, idx: int) -> None:
+        f = c.makefile("rb")
+        try:
+            magic = f.read(4)
+            self.magics.append(magic)
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                text = line.rstrip(b"\n").decode()
+                body = None
+                if text == "IDENTIFY":
+                    (n,) = _SIZE.unpack(f.read(4))
+                    body = f.read(n)
+                    reply = (
+                        self.identify_reply
+                        or json.dumps(
+                            {
+                                "tcp_port": self.port,
+                                "http_port": self.http_port,
+                                "version": "1.3.0",
+                                "broadcast_address": "127.0.0.1",
+                                "hostname": "recorder",
+                            }
+                        ).encode()
+                    )
+                else:
+                    reply = b"OK"
+                with self.lock:
+                    self.conns[idx].append((text, body))
+                c.sendall(_SIZE.pack(len(reply)) + reply)
+        except OSError:
+            return
+
+    def commands(self, conn: int = -1) -> list[str]:
+        with self.lock:
+            return [t for t, _ in self.conns[conn]] if self.conns else []
+
+    def identify_body(self, conn: int = -1) -> dict:
+        with self.lock:
+            for t, b in self.conns[conn]:
+                if t == "IDENTIFY":
+                    assert b is not None
+                    return json.loads(b)
+        raise AssertionError("no IDENTIFY")
+
+    def drop_connections(self) -> None:
+        with self.lock:
+            for s in self.socks:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.drop_connections()
+        self.sock.close()
+
+
+@pytest.fixture
+def recorder():
+    r = RecordingLookupd()
+    yield r
+    r.close()
+
+
+def _post(d, path: str) -> None:
+    code, body, _ = d.http("POST", path)
+    assert code == 200, body
+
+
+def test_identify_and_registrations_are_nsqds(daemon_factory, recorder):
+    d = daemon_factory(f"--lookupd-tcp-address={recorder.address}", "--broadcast-address=127.0.0.1")
+    wait_for(lambda: recorder.conns and recorder.commands(), what="IDENTIFY")
+    assert recorder.magics[0] == b"  V1"
+    body = recorder.identify_body()
+    # go's json.Marshal of a map: keys sorted; ports are the bound ones when not set
+    assert list(body) == ["broadcast_address", "hostname", "http_port", "tcp_port", "version"]
+    assert body["broadcast_address"] == "127.0.0.1"
+    assert body["hostname"] == socket.gethostname()
+    assert (body["tcp_port"], body["http_port"]) == (d.tcp_port, d.http_port)
+    assert body["version"] == "1.3.0"
+    assert recorder.commands() == ["IDENTIFY"]  # no topics yet: no state to register
+
+    _post(d, "/topic/create?topic=t1")
+    _post(d, "/channel/create?topic=t1&channel=c1")
+    _post(d, "/channel/create?topic=t1&channel=c2%23ephemeral")
+    _post(d, "/channel/delete?topic=t1&channel=c1")
+    _post(d, "/topic/delete?topic=t1")
+    want = [
+        "IDENTIFY",
+        "REGISTER t1",
+        "REGISTER t1 c1",
+        "REGISTER t1 c2#ephemeral",
+        "UNREGISTER t1 c1",
+        "UNREGISTER t1",
+        "UNREGISTER t1 c2#ephemeral",
+    ]
+    wait_for(lambda: len(recorder.commands()) >= len(want), what="registrations")
+    assert recorder.commands() == want
+    assert len(recorder.conns) == 1  # one connection throughout
+    assert f"LOOKUPD({recorder.address}): channel REGISTER t1 c1" in d.log_text()
+    assert f"LOOKUPD({recorder.address}): peer info {{TCPPort:" in d.log_text()
+
+
+def test_broadcast_flags_go_into_identify_and_info(daemon_factory, recorder):
+    d = daemon_factory(
+        f"--lookupd-tcp-address={recorder.address}",
+        "--broadcast-address=node-a.example",
+        "--broadcast-tcp-port=14150",
+        "--broadcast-http-port=14151",
+    )
+    wait_for(lambda: recorder.conns and recorder.commands(), what="IDENTIFY")
+    body = recorder.identify_body()
+    assert (body["broadcast_address"], body["tcp_port"], body["http_port"]) == (
+        "node-a.example",
+        14150,
+        14151,
+    )
+    info = json.loads(d.http("GET", "/info")[1])
+    assert info["broadcast_address"] == "node-a.example"
+    assert (info["tcp_port"], info["http_port"]) == (d.tcp_port, d.http_port)  # the real ones
+    assert json.loads(d.http("GET", "/config/broadcast_tcp_port")[1]) == 14150
+
+
+def test_reconnect_sends_the_whole_state_again(daemon_factory, recorder):
+    d = daemon_factory(f"--lookupd-tcp-address={recorder.address}")
+    _post(d, "/topic/create?topic=a")
+    _post(d, "/topic/create?topic=b")
+    _post(d, "/channel/create?topic=b&channel=x")
+    _post(d, "/channel/create?topic=b&channel=y")
+    wanted = {"REGISTER a", "REGISTER b x", "REGISTER b y"}
+    wait_for(lambda: wanted <= set(recorder.commands(0)), what="first registrations")
+    recorder.drop_connections()
+    # the next command finds the connection gone; one after it reconnects with the state
+    for n in range(30):
+        _post(d, f"/topic/create?topic=later{n}")
+        try:
+            wait_for(lambda: len(recorder.conns) >= 2, timeout=1, what="reconnect")
+            break
+        except AssertionError:
+            continue
+    else:
+        raise AssertionError("nsqpy-d did not reconnect")
+    wait_for(lambda: "IDENTIFY" in recorder.commands(1), what="re-IDENTIFY")
+    wait_for(lambda: wanted <= set(recorder.commands(1)), what="state")
+    cmds = recorder.commands(1)
+    assert recorder.magics[1] == b"  V1"
+    assert cmds[0] == "IDENTIFY"
+    assert "REGISTER b" not in cmds  # a topic with channels is registered through them
+
+
+def test_registration_after_restart_covers_loaded_topics(daemon_factory, recorder, tmp_path):
+    d = daemon_factory(f"--lookupd-tcp-address={recorder.address}")
+    _post(d, "/topic/create?topic=kept")
+    _post(d, "/channel/create?topic=kept&channel=ch")
+    assert d.stop() == 0
+    from conftest import Daemon
+
+    d2 = Daemon([f"--lookupd-tcp-address={recorder.address}"], d.data_path)
+    try:
+        wait_for(lambda: len(recorder.conns) >= 2 and len(recorder.commands(1)) >= 2, what="state")
+        assert recorder.commands(1) == ["IDENTIFY", "REGISTER kept ch"]
+    finally:
+        assert d2.stop() == 0
+
+
+def test_put_config_moves_to_the_new_lookupds(daemon_factory, recorder):
+    other = RecordingLookupd()
+    try:
+        d = daemon_factory(f"--lookupd-tcp-address={recorder.address}")
+        _post(d, "/topic/create?topic=t")
+        wait_for(lambda: "REGISTER t" in recorder.commands(), what="first lookupd")
+        body = json.dumps([other.address]).encode()
+        code, got, _ = d.http("PUT", "/config/nsqlookupd_tcp_addresses", body)
+        assert (code, got) == (200, body)
+        wait_for(lambda: other.commands() == ["IDENTIFY", "REGISTER t"], what="second lookupd")
+        _post(d, "/topic/create?topic=u")
+        wait_for(lambda: "REGISTER u" in other.commands(), what="new registration")
+        assert "REGISTER u" not in recorder.commands()
+        assert f"LOOKUP({recorder.address}): removing peer" in d.log_text()
+    finally:
+        other.close()
+
+
+def test_unreachable_or_silent_lookupd_never_blocks_the_broker(daemon_factory):
+    # a port nothing listens on, and a lookupd that accepts and never answers
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_addr = f"127.0.0.1:{dead.getsockname()[1]}"
+    dead.close()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    silent_addr = f"127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        d = daemon_factory(
+            f"--lookupd-tcp-address={dead_addr}", f"--lookupd-tcp-address={silent_addr}"
+        )
+        c = d.raw()
+        t0 = time.monotonic()
+        for i in range(20):
+            c.pub(f"topic{i}", b"x")  # each a new topic: a notification per lookupd
+        c.sub("topic0", "ch", rdy=1)
+        assert c.read_message()[3] == b"x"
+        assert time.monotonic() - t0 < 5
+        assert d.http("GET", "/ping")[:2] == (200, b"OK")
+        wait_for(lambda: f"LOOKUPD({dead_addr})" in d.log_text(), what="error logged")
+        c.close()
+    finally:
+        silent.close()
+
+
+@pytest.mark.slow
+def test_ping_every_15_seconds(daemon_factory, recorder):
+    daemon_factory(f"--lookupd-tcp-address={recorder.address}")
+    wait_for(lambda: recorder.commands() == ["IDENTIFY"], what="IDENTIFY")
+    t0 = time.monotonic()
+    wait_for(lambda: "PING" in recorder.commands(), timeout=25, interval=0.1, what="PING")
+    assert 13 < time.monotonic() - t0 < 20
+
+
+# ----------------------------------------------------------------------------- with nsqpy-lookupd
+
+
+def _lookup(lookupd, topic: str) -> dict:
+    code, body, _ = lookupd.http("GET", f"/lookup?topic={topic}")
+    return json.loads(body) if code == 200 else {}
+
+
+def test_nodes_found_through_nsqpy_lookupd(daemon_factory, lookupd_factory):
+    lk = lookupd_factory()
+    a = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    b = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    a.raw().pub("shared", b"1")
+    b.raw().pub("shared", b"2")
+    wait_for(lambda: len(_lookup(lk, "shared").get("producers") or []) == 2, what="2 producers")
+    ports = sorted(p["tcp_port"] for p in _lookup(lk, "shared")["producers"])
+    assert ports == sorted([a.tcp_port, b.tcp_port])
+    # a killed node leaves /lookup once its connection drops
+    b.proc.kill()
+    b.proc.wait(5)
+    wait_for(lambda: len(_lookup(lk, "shared").get("producers") or []) == 1, what="1 producer")
+
+
+def test_new_topic_creates_the_channels_other_nodes_have(daemon_factory, lookupd_factory):
+    """nsqd's GetTopic: a topic new on this node first learns its channels from lookupd, so a
+    message published at once reaches every channel (here two, one of them ephemeral: not
+    pre-created)."""
+    lk = lookupd_factory()
+    a = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    _post(a, "/topic/create?topic=orders")
+    _post(a, "/channel/create?topic=orders&channel=billing")
+    _post(a, "/channel/create?topic=orders&channel=audit")
+    sub = a.raw()
+    sub.sub("orders", "tmp#ephemeral")
+    wait_for(
+        lambda: len(json.loads(lk.http("GET", "/channels?topic=orders")[1])["channels"]) == 3,
+        what="channels registered",
+    )
+    b = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    wait_for(lambda: json.loads(b.http("GET", "/config/nsqlookupd_tcp_addresses")[1]), what="cfg")
+    wait_for(lambda: "peer info" in b.log_text(), what="b identified")
+    b.raw().pub("orders", b"first")
+    stats = b.stats(topic="orders")
+    chans = {c["channel_name"]: c for c in stats["topics"][0]["channels"]}
+    assert set(chans) == {"billing", "audit"}
+    wait_for(
+        lambda: all(c["depth"] == 1 for c in b.stats(topic="orders")["topics"][0]["channels"]),
+        what="message in both channels",
+    )
+    sub.close()
