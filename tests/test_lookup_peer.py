@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
+from conftest import Daemon, wait_for
 
 _SIZE = struct.Struct(">i")
 
@@ -213,8 +213,6 @@ def test_registration_after_restart_covers_loaded_topics(daemon_factory, recorde
     _post(d, "/topic/create?topic=kept")
     _post(d, "/channel/create?topic=kept&channel=ch")
     assert d.stop() == 0
-    from conftest import Daemon
-
     d2 = Daemon([f"--lookupd-tcp-address={recorder.address}"], d.data_path)
     try:
         wait_for(lambda: len(recorder.conns) >= 2 and len(recorder.commands(1)) >= 2, what="state")
@@ -286,10 +284,13 @@ def _lookup(lookupd, topic: str) -> dict:
     return json.loads(body) if code == 200 else {}
 
 
-def test_nodes_found_through_nsqpy_lookupd(daemon_factory, lookupd_factory):
+def test_nodes_found_through_nsqpy_lookupd(daemon_factory, lookupd_factory, tmp_path):
     lk = lookupd_factory()
     a = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
-    b = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    b = Daemon(
+        [f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1"],
+        tmp_path / "b",
+    )
     a.raw().pub("shared", b"1")
     b.raw().pub("shared", b"2")
     wait_for(lambda: len(_lookup(lk, "shared").get("producers") or []) == 2, what="2 producers")
@@ -320,11 +321,11 @@ def test_new_topic_creates_the_channels_other_nodes_have(daemon_factory, lookupd
     wait_for(lambda: json.loads(b.http("GET", "/config/nsqlookupd_tcp_addresses")[1]), what="cfg")
     wait_for(lambda: "peer info" in b.log_text(), what="b identified")
     b.raw().pub("orders", b"first")
-    stats = b.stats(topic="orders")
-    chans = {c["channel_name"]: c for c in stats["topics"][0]["channels"]}
-    assert set(chans) == {"billing", "audit"}
-    wait_for(
-        lambda: all(c["depth"] == 1 for c in b.stats(topic="orders")["topics"][0]["channels"]),
-        what="message in both channels",
-    )
+
+    def depths() -> dict[str, int]:
+        topics = b.stats(topic="orders")["topics"]
+        return {c["channel_name"]: c["depth"] for c in topics[0]["channels"]} if topics else {}
+
+    # the channels appear once lookupd has answered; the message waited for them
+    wait_for(lambda: depths() == {"billing": 1, "audit": 1}, what="message in both channels")
     sub.close()
