@@ -30,13 +30,10 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .netaddr import join_host_port, split_host_port
-from .options import NSQ_VERSION
-
-if TYPE_CHECKING:
-    from .nsqd import NSQD
+from .options import NSQ_VERSION, Options
 
 log = logging.getLogger("nsqpy")
 
@@ -240,6 +237,14 @@ class LookupPeer:
         self._reader = self._writer = None
 
 
+class Node(Protocol):
+    """What the lookup peers read of the daemon (NSQD): its options and its topics (each with
+    ``name`` and ``channels`` by name)."""
+
+    opts: Options
+    topics: dict[str, Any]
+
+
 class LookupPeers:
     """Every lookupd this node registers with (--lookupd-tcp-address, PUT /config).
 
@@ -247,7 +252,7 @@ class LookupPeers:
     identified lookupds' HTTP API addresses (broadcast_address:http_port).
     """
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: Node) -> None:
         self.nsqd = nsqd
         self.peers: list[LookupPeer] = []
         self._hostname = socket.gethostname()
