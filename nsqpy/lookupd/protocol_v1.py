@@ -78,6 +78,10 @@ def _fold(name: str) -> str:
     return name.lower().replace("\u017f", "s")
 
 
+class _Pairs(list):  # type: ignore[type-arg]
+    """A JSON object's (key, value) pairs in document order."""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"invalid character {name!r}")
 
@@ -88,12 +92,12 @@ def decode_identify(body: bytes, peer: PeerInfo) -> None:
     ignored; ValueError for bad JSON, a non-object, or a value of the wrong type."""
     pairs = json.loads(
         body.decode("utf-8", "replace"),
-        object_pairs_hook=lambda kv: kv,
+        object_pairs_hook=_Pairs,
         parse_constant=_reject_constant,
     )
     if pairs is None:
         return
-    if not isinstance(pairs, list):
+    if not isinstance(pairs, _Pairs):
         raise ValueError("cannot unmarshal into PeerInfo")
     error: ValueError | None = None
     for key, value in pairs:
@@ -261,6 +265,9 @@ class LookupProtocolV1(asyncio.Protocol):
                     self.state = _ST_LINE
         except FatalClientError as e:
             self._fatal(e)
+        except Exception:  # a bug must cost one connection, never the daemon
+            log.exception("client(%s) - internal error, closing", self.addr)
+            self._close()
         if self.state == _ST_CLOSED:
             buf.clear()
         elif pos:
