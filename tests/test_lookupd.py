@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 from conftest import ROOT, Lookupd, wait_for
@@ -96,6 +97,14 @@ class Conn:
         self.sock.close()
 
 
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Lookupd]:
+    """One nsqpy-lookupd for the many error cases (each uses its own connections)."""
+    lk = Lookupd([])
+    yield lk
+    assert lk.stop() == 0
+
+
 def expect_fatal(c: Conn, data: bytes, text: bytes) -> None:
     c.send(data)
     assert c.read_raw_until_close() == frame(text)
@@ -161,7 +170,8 @@ def test_identify_register_ping_exact_bytes(lookupd_factory) -> None:
         (b"X" * 20000, b"E_INVALID command line longer than 16384 bytes"),
     ],
 )
-def test_errors_are_fatal_and_isolated(lookupd, data: bytes, text: bytes) -> None:
+def test_errors_are_fatal_and_isolated(shared, data: bytes, text: bytes) -> None:
+    lookupd = shared
     other = Conn(lookupd)
     other.identify()
     assert other.cmd(b"REGISTER keep") == b"OK"
@@ -189,7 +199,8 @@ def test_errors_are_fatal_and_isolated(lookupd, data: bytes, text: bytes) -> Non
         (b"IDENTIFY", b"E_INVALID cannot IDENTIFY again"),
     ],
 )
-def test_identified_errors(lookupd, line: bytes, text: bytes) -> None:
+def test_identified_errors(shared, line: bytes, text: bytes) -> None:
+    lookupd = shared
     c = Conn(lookupd)
     c.identify()
     expect_fatal(c, line + b"\n", text)
@@ -517,3 +528,32 @@ def test_signal_exits_0(sig) -> None:
     lk.stop()
     assert any("TCP: listening on 127.0.0.1:" in line for line in lk.lines)
     assert any("HTTP: listening on 127.0.0.1:" in line for line in lk.lines)
+
+
+def test_client_not_reading_replies_does_not_stall_others(lookupd) -> None:
+    flood = Conn(lookupd)
+    flood.sock.setblocking(False)
+    sent = 0
+    chunk = b"PING\n" * 20000
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sent < 50 * len(chunk):
+        try:
+            sent += flood.sock.send(chunk)
+        except BlockingIOError:
+            break  # the daemon stopped reading it: its socket buffers are full
+    other = Conn(lookupd)
+    other.identify()
+    assert other.cmd(b"REGISTER t") == b"OK"
+    assert lookupd.get_json("/topics") == {"topics": ["t"]}
+    flood.close()
+    assert other.cmd(b"PING") == b"OK"
+
+
+def test_json_written_as_go_does(lookupd) -> None:
+    c = Conn(lookupd)
+    c.send(identify_cmd({**NSQD_BODY, "hostname": "h\u00e9<&>\ud800"}))
+    c.read()
+    c.cmd(b"REGISTER t")
+    body = lookupd.http("GET", "/lookup?topic=t")[1]
+    # UTF-8 as is, HTML characters escaped, a lone surrogate decoded as U+FFFD
+    assert '"hostname":"h\u00e9\\u003c\\u0026\\u003e\ufffd"'.encode() in body

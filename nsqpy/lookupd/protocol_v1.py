@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import struct
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,9 @@ MAGIC_V1 = b"  V1"
 OK = b"OK"
 #: Largest IDENTIFY body accepted (nsqd sends about 200 bytes; Go has no limit).
 MAX_IDENTIFY_BODY = 1024 * 1024
+
+#: Commands handled per event-loop turn for one connection before the others get a turn.
+COMMANDS_PER_TURN = 256
 
 _SIZE = struct.Struct(">i")
 
@@ -78,6 +82,9 @@ def _fold(name: str) -> str:
     return name.lower().replace("\u017f", "s")
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class _Pairs(list):  # type: ignore[type-arg]
     """A JSON object's (key, value) pairs in document order."""
 
@@ -111,6 +118,8 @@ def decode_identify(body: bytes, peer: PeerInfo) -> None:
         elif not isinstance(value, str):
             error = error or ValueError(f"cannot unmarshal {value!r} into {field}")
             continue
+        elif not value.isascii():
+            value = _LONE_SURROGATE.sub("\ufffd", value)  # Go decodes a lone \ud800 as U+FFFD
         setattr(peer, field, value)
     if error is not None:
         raise error
@@ -151,6 +160,7 @@ class LookupProtocolV1(asyncio.Protocol):
         "peer",
         "addr",
         "paused",
+        "yielding",
     )
 
     def __init__(self, lookupd: NSQLookupd) -> None:
@@ -161,7 +171,8 @@ class LookupProtocolV1(asyncio.Protocol):
         self.body_size = 0
         self.peer: PeerInfo | None = None
         self.addr = ""
-        self.paused = False
+        self.paused = False  # the client does not read its replies: stop reading it
+        self.yielding = False  # a turn's command budget is spent: the rest runs next turn
 
     def __str__(self) -> str:
         return self.addr
@@ -184,7 +195,7 @@ class LookupProtocolV1(asyncio.Protocol):
         if self.state == _ST_CLOSED:
             return
         self.buf += data
-        if not self.paused:
+        if not (self.paused or self.yielding):
             self._process()
 
     def eof_received(self) -> bool:
@@ -209,6 +220,16 @@ class LookupProtocolV1(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.yielding:
+            return  # _next_turn resumes
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+            self._process()
+
+    def _next_turn(self) -> None:
+        self.yielding = False
+        if self.paused or self.state == _ST_CLOSED:
+            return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
             self._process()
@@ -218,9 +239,18 @@ class LookupProtocolV1(asyncio.Protocol):
     def _process(self) -> None:
         buf = self.buf
         pos = 0
+        budget = COMMANDS_PER_TURN
         try:
             while not self.paused and self.state != _ST_CLOSED:
                 if self.state == _ST_LINE:
+                    budget -= 1
+                    if budget < 0:
+                        # Let other connections run: stop reading, go on in the next turn.
+                        self.yielding = True
+                        if self.transport is not None:
+                            self.transport.pause_reading()
+                        asyncio.get_running_loop().call_soon(self._next_turn)
+                        break
                     nl = buf.find(b"\n", pos)
                     if nl < 0:
                         if len(buf) - pos > MAX_LINE_LENGTH:
