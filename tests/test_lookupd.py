@@ -557,3 +557,11 @@ def test_json_written_as_go_does(lookupd) -> None:
     body = lookupd.http("GET", "/lookup?topic=t")[1]
     # UTF-8 as is, HTML characters escaped, a lone surrogate decoded as U+FFFD
     assert '"hostname":"h\u00e9\\u003c\\u0026\\u003e\ufffd"'.encode() in body
+
+
+def test_half_close_still_answers_every_command(lookupd) -> None:
+    c = Conn(lookupd)
+    c.send(identify_cmd(NSQD_BODY) + b"REGISTER t\n" + b"PING\n" * 1000 + b"IDENTIFY\n\x00")
+    c.sock.shutdown(socket.SHUT_WR)
+    raw = c.read_raw_until_close()
+    assert raw.endswith(frame(b"OK") * 1001 + frame(b"E_INVALID cannot IDENTIFY again"))

@@ -199,6 +199,10 @@ class LookupProtocolV1(asyncio.Protocol):
             self._process()
 
     def eof_received(self) -> bool:
+        if self.buf and self.state != _ST_CLOSED:
+            # Commands sent before the half-close still get their answers, as in Go.
+            self.yielding = False
+            self._process(budget=len(self.buf) + 1)
         if self.state == _ST_SIZE:
             self._fatal(FatalClientError("E_BAD_BODY", "IDENTIFY failed to read body size"))
         elif self.state == _ST_BODY:
@@ -236,10 +240,9 @@ class LookupProtocolV1(asyncio.Protocol):
 
     # ------------------------------------------------------------ the state machine
 
-    def _process(self) -> None:
+    def _process(self, budget: int = COMMANDS_PER_TURN) -> None:
         buf = self.buf
         pos = 0
-        budget = COMMANDS_PER_TURN
         try:
             while not self.paused and self.state != _ST_CLOSED:
                 if self.state == _ST_LINE:
