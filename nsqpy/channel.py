@@ -10,12 +10,12 @@
 #
 # Storage: queued messages are records (immutable bytes in nsqd's layout, see message.py), not
 # objects. At most ``mem_queue_size`` wait in memory; the rest spill to the channel's backend (a
-# DiskQueue named "<topic>:<channel>") as they are, and dispatch reads from memory and backend in
-# turn so neither starves. A record read from the backend counts as consumed only once it is
-# handed to a consumer, and the backend's meta file keeps its read position at the oldest such
-# record not yet FIN'd (a read floor), so after a crash every record handed out and not finished
-# is delivered again (at-least-once). Ephemeral channels have no backend: past mem_queue_size
-# their messages are dropped, as nsqd does.
+# DiskQueue named "<topic>:<channel>") as they are (spill.py), and dispatch reads from memory and
+# backend in turn so neither starves. A record read from the backend counts as consumed only once it
+# is handed to a consumer, and the backend's meta file keeps its read position at the oldest such
+# record not yet FIN'd (a read floor), so after a crash every record handed out and not finished is
+# delivered again (at-least-once). Ephemeral channels have no backend: past mem_queue_size their
+# messages are dropped, as nsqd does.
 #
 # Consumers are seen through a small interface (see `Consumer`), implemented by the TCP client in
 # protocol_v2.py; this module never touches a socket.
@@ -31,16 +31,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import wire
-from .message import Message
+from .message import Message, record_id
 from .pqueue import TimeoutQueue
+from .spill import SpillQueue, StorageHooks
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
 
 log = logging.getLogger("nsqpy")
-
-_HEADER = wire.MSG_HEADER_LENGTH
 
 
 class Consumer(Protocol):
@@ -75,40 +73,11 @@ class Consumer(Protocol):
         ...
 
 
-class StorageHooks(Protocol):
-    """What topics and channels tell the daemon about storage (implemented by NSQD)."""
-
-    def spilled(self, backend: DiskQueue) -> None:
-        """Records were put in ``backend``; flush them before acknowledging a publish."""
-        ...
-
-    def backend_read(self, backend: DiskQueue) -> None:
-        """Records were consumed from ``backend`` (its read position needs syncing)."""
-        ...
-
-    def deferred(self, topic: str, channel: str | None, record: bytes, delay_ms: int) -> None:
-        """A published message is deferred (journal it); channel None: held by the topic."""
-        ...
-
-    def deferred_done(self, topic: str, channel: str | None, ids: list[bytes]) -> None:
-        """These deferred messages left the deferred state (due, or moved to channels)."""
-        ...
-
-    def deferred_dropped(self, topic: str, channel: str | None) -> None:
-        """A channel (or, with channel None, a topic's own queue) was emptied or deleted."""
-        ...
-
-
 class ChannelError(Exception):
     """FIN/REQ/TOUCH on a message the channel cannot act on; text is nsqd's."""
 
 
-def record_id(record: bytes) -> bytes:
-    """The 16-byte hex ID inside a record."""
-    return record[10:26]
-
-
-class Channel:
+class Channel(SpillQueue):
     """One channel of a topic.
 
     Counters (as in nsqd's /stats): ``message_count``, ``requeue_count``, ``timeout_count``.
@@ -122,13 +91,10 @@ class Channel:
         "_disk_refs",
         "_disk_turn",
         "_dispatching",
-        "_hooks",
         "_in_flight_pq",
         "_on_empty",
-        "_queue",
         "_rand",
         "_ready",
-        "backend",
         "clients",
         "deferred",
         "e2e",
@@ -136,9 +102,7 @@ class Channel:
         "exiting",
         "in_flight",
         "max_msg_timeout_ns",
-        "mem_queue_size",
         "message_count",
-        "name",
         "paused",
         "requeue_count",
         "timeout_count",
@@ -158,13 +122,12 @@ class Channel:
         backend: DiskQueue | None = None,
         hooks: StorageHooks | None = None,
     ) -> None:
+        super().__init__(name, mem_queue_size, backend, hooks)
         self.topic_name = topic_name
-        self.name = name
         self.ephemeral = name.endswith("#ephemeral")
         self.paused = False
         self.exiting = False
         self.clients: dict[int, Consumer] = {}
-        self._queue: deque[bytes] = deque()
         self._ready: deque[Consumer] = deque()
         self.in_flight: dict[bytes, Message] = {}
         self._in_flight_pq = TimeoutQueue()
@@ -181,10 +144,7 @@ class Channel:
         self._on_empty = on_last_client_gone
         self._dispatching = False
         self._rand = rand
-        self.mem_queue_size = mem_queue_size
-        self.backend = backend
         self._disk_turn = False
-        self._hooks = hooks
         # Records read from the backend and not yet finished: [file, pos, done] in read order,
         # and by message ID (see _release).
         self._disk_acks: deque[list[int]] = deque()
@@ -193,16 +153,6 @@ class Channel:
             backend.read_floor = self._read_floor
 
     # ---------------------------------------------------------------- state
-
-    @property
-    def depth(self) -> int:
-        """Messages waiting for a consumer: in memory plus in the backend."""
-        backend = self.backend
-        return len(self._queue) + (backend.depth if backend is not None else 0)
-
-    @property
-    def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
 
     def __repr__(self) -> str:
         return f"Channel({self.topic_name}:{self.name})"
@@ -234,45 +184,21 @@ class Channel:
         if self._hooks is not None and self.backend is not None:
             self._hooks.deferred(self.topic_name, self.name, record, delay_ms)
 
-    def _enqueue_many(self, records: list[bytes]) -> None:
-        queue = self._queue
-        room = self.mem_queue_size - len(queue)
-        if room >= len(records):
-            queue.extend(records)
-            return
-        if room > 0:
-            queue.extend(records[:room])
-            records = records[room:]
-        self._spill(records)
-
-    def _spill(self, records: list[bytes]) -> None:
-        backend = self.backend
-        if backend is None:
-            return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
-        backend.put_many(records)
+    def _spilled(self, records: list[bytes]) -> None:
+        # A record written again (a requeue, a timeout) no longer needs its earlier copy.
         if self._disk_refs:
             for r in records:
                 self._release(record_id(r))
-        if self._hooks is not None:
-            self._hooks.spilled(backend)
 
     def _read_backend(self) -> bytes | None:
         """The next backend record (consumed), or None if there is none to read now."""
-        backend = self.backend
-        assert backend is not None
         while True:
-            try:
-                rec = backend.peek()
-            except OSError as e:  # it had to flush first and the disk refused: try later
-                log.error("CHANNEL(%s): failed to read from backend - %s", self.name, e)
-                return None
+            rec, file_num, pos = self._next_backend_record("CHANNEL")
             if rec is None:
                 return None
-            ref = [backend.read_file_num, backend.read_pos, 0]
-            backend.advance()
+            ref = [file_num, pos, 0]
             self._disk_acks.append(ref)
-            if len(rec) < _HEADER:  # diskqueue's min size guards this; be safe anyway
-                log.error("CHANNEL(%s): failed to decode message - invalid size", self.name)
+            if not rec:
                 ref[2] = 1
                 continue
             msg_id = record_id(rec)
@@ -433,13 +359,9 @@ class Channel:
 
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message (nsqd Channel.Empty)."""
-        self._queue.clear()
         self._disk_acks.clear()
         self._disk_refs.clear()
-        if self.backend is not None:
-            self.backend.empty()
-            if self._hooks is not None:
-                self._hooks.deferred_dropped(self.topic_name, self.name)
+        self._drop_queued(self.topic_name, self.name)
         self.in_flight.clear()
         for m in self._in_flight_pq.clear():
             m.client = None

@@ -11,7 +11,41 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+# The record layout (nsqd's message encoding, also a diskqueue record and a message frame's
+# body; nsq.io TCP protocol spec, "Data Format"):
+#
+#   [0:8]    timestamp  int64 big-endian, publish time in Unix nanoseconds
+#   [8:10]   attempts   uint16 big-endian, deliveries so far
+#   [10:26]  id         16 ASCII hex bytes
+#   [26:]    body
+HEADER_LENGTH = 26
 _TS_ATTEMPTS = struct.Struct(">qH")
+
+
+def encode_record(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """A record from its parts (``msg_id`` must be 16 bytes)."""
+    return b"".join((_TS_ATTEMPTS.pack(timestamp_ns, attempts), msg_id, body))
+
+
+def fresh_header(timestamp_ns: int) -> bytes:
+    """The 10-byte timestamp+attempts header of a new message (attempts 0): a record is this,
+    the ID and the body joined."""
+    return _TS_ATTEMPTS.pack(timestamp_ns, 0)
+
+
+def record_id(record: bytes) -> bytes:
+    """The 16-byte hex ID of a record."""
+    return record[10:26]
+
+
+def record_body(record: bytes) -> bytes:
+    return record[26:]
+
+
+def record_header(record: bytes) -> tuple[int, int]:
+    """(timestamp ns, attempts) of a record."""
+    ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
+    return ts, attempts
 
 
 class Message:

@@ -27,7 +27,6 @@ import fcntl
 import json
 import logging
 import os
-import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +38,14 @@ from .diskqueue import DiskQueue
 from .fileutil import write_sync_file
 from .guid import GUIDFactory
 from .lookup_peer import LookupPeers
+from .message import (
+    HEADER_LENGTH,
+    encode_record,
+    fresh_header,
+    record_body,
+    record_header,
+    record_id,
+)
 from .netaddr import format_listen_addr, split_host_port
 from .options import NSQ_VERSION, Options
 from .quantile import E2ELatency
@@ -47,7 +54,6 @@ from .topic import Topic, TopicError
 
 log = logging.getLogger("nsqpy")
 
-_TS_ATTEMPTS = struct.Struct(">qH")
 
 METADATA_FILE = "nsqd.dat"
 DEFERRED_FILE = "nsqpy.deferred.dat"
@@ -129,11 +135,11 @@ class NSQD:
 
     def new_record(self, body: bytes) -> bytes:
         """A new message record (nsqd layout: timestamp now, attempts 0, fresh ID, body)."""
-        return b"".join((_TS_ATTEMPTS.pack(time.time_ns(), 0), self.guid.new_id(), body))
+        return b"".join((fresh_header(time.time_ns()), self.guid.new_id(), body))
 
     def new_records(self, bodies: list[bytes]) -> list[bytes]:
         """Records for an MPUB: one timestamp, an ID each."""
-        header = _TS_ATTEMPTS.pack(time.time_ns(), 0)
+        header = fresh_header(time.time_ns())
         new_id = self.guid.new_id
         join = b"".join
         return [join((header, new_id(), b)) for b in bodies]
@@ -144,8 +150,8 @@ class NSQD:
             name,
             self.data_path,
             o.max_bytes_per_file,
-            wire.MSG_HEADER_LENGTH,
-            o.max_msg_size + wire.MSG_HEADER_LENGTH,
+            HEADER_LENGTH,
+            o.max_msg_size + HEADER_LENGTH,
             o.sync_every,
             o.sync_timeout_ms,
             logger=log,
@@ -260,7 +266,7 @@ class NSQD:
 
     # ------------------------------------------------------------ durability
 
-    # StorageHooks (channel.py): what topics and channels report.
+    # StorageHooks (spill.py): what topics and channels report.
 
     def spilled(self, backend: DiskQueue) -> None:
         self._dirty.add(backend)
@@ -273,8 +279,10 @@ class NSQD:
         if self._loading:
             return  # restored from the journal: already in it
         due_ms = time.time_ns() // 1_000_000 + delay_ms
-        ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
-        self.journal.add(topic, channel, record[10:26], record[26:], ts, attempts, due_ms)
+        ts, attempts = record_header(record)
+        self.journal.add(
+            topic, channel, record_id(record), record_body(record), ts, attempts, due_ms
+        )
 
     def deferred_done(self, topic: str, channel: str | None, ids: list[bytes]) -> None:
         done = self.journal.done
@@ -419,7 +427,7 @@ class NSQD:
             if not wire.is_valid_name(topic_name):
                 continue
             t = self.get_topic(topic_name)
-            record = wire.encode_message(ts, attempts, msg_id, body)
+            record = encode_record(ts, attempts, msg_id, body)
             delay = max(0, due_ms - now_ms)
             if channel_name is None:
                 t._deferred_held.append((record, max(1, delay)))
@@ -598,11 +606,13 @@ class NSQD:
         kept: list[list[Any]] = []
         for t in self.topics.values():
             for record, delay_ms in t.drain_for_exit():
-                msg_id = record[10:26]
+                msg_id = record_id(record)
                 if not t.ephemeral and (t.name, None, msg_id) not in live:
-                    ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
+                    ts, attempts = record_header(record)
                     due_ms = now_ms + delay_ms
-                    kept.append(["A", t.name, None, msg_id, record[26:], ts, attempts, due_ms])
+                    kept.append(
+                        ["A", t.name, None, msg_id, record_body(record), ts, attempts, due_ms]
+                    )
             for ch in t.channels.values():
                 try:
                     deferred = ch.drain_for_exit()

@@ -7,9 +7,9 @@
 # one (or on unpause), as nsqd's topic messagePump does. DPUB messages enter each channel's
 # deferred queue.
 #
-# Storage: at most ``mem_queue_size`` held records stay in memory, the rest go to the topic's
-# backend (a DiskQueue named after the topic); when channels appear the backend is drained into
-# them a chunk per event-loop pass, so a large backlog never stalls other clients. Deferred
+# Storage (spill.py): at most ``mem_queue_size`` held records stay in memory, the rest go to the
+# topic's backend (a DiskQueue named after the topic); when channels appear the backend is drained
+# into them a chunk per event-loop pass, so a large backlog never stalls other clients. Deferred
 # messages held by the topic stay in memory (and in the daemon's deferred journal) so they keep
 # their delay. Ephemeral topics have no backend.
 #
@@ -17,12 +17,12 @@
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import wire
-from .channel import Channel, StorageHooks, record_id
+from .channel import Channel
+from .message import HEADER_LENGTH, record_id
+from .spill import SpillQueue, StorageHooks
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -32,33 +32,28 @@ log = logging.getLogger("nsqpy")
 #: Backend records moved to the channels per event-loop pass while a topic drains its backlog.
 DRAIN_CHUNK = 2000
 
-_HEADER = wire.MSG_HEADER_LENGTH
+_HEADER = HEADER_LENGTH
 
 
 class TopicError(Exception):
     """Topic operation refused (text as nsqd: "exiting", "channel does not exist")."""
 
 
-class Topic:
+class Topic(SpillQueue):
     """One topic: ``channels`` by name, counters ``message_count`` and ``message_bytes``."""
 
     __slots__ = (
         "_deferred_held",
         "_drain_scheduled",
-        "_hooks",
         "_new_channel",
         "_on_channels_changed",
         "_on_last_channel_gone",
-        "_queue",
         "_schedule",
-        "backend",
         "channels",
         "ephemeral",
         "exiting",
-        "mem_queue_size",
         "message_bytes",
         "message_count",
-        "name",
         "paused",
         "starting",
     )
@@ -75,7 +70,7 @@ class Topic:
         hooks: StorageHooks | None = None,
         schedule: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
-        self.name = name
+        super().__init__(name, mem_queue_size, backend, hooks)
         self.ephemeral = name.endswith("#ephemeral")
         self.paused = False
         # True while the topic waits to learn its channels from nsqlookupd (nsqd starts a new
@@ -83,16 +78,12 @@ class Topic:
         self.starting = False
         self.exiting = False
         self.channels: dict[str, Channel] = {}
-        self._queue: deque[bytes] = deque()
         self._deferred_held: list[tuple[bytes, int]] = []
         self.message_count = 0
         self.message_bytes = 0
         self._new_channel = new_channel
         self._on_channels_changed = on_channels_changed
         self._on_last_channel_gone = on_last_channel_gone
-        self.mem_queue_size = mem_queue_size
-        self.backend = backend
-        self._hooks = hooks
         self._schedule = schedule
         self._drain_scheduled = False
 
@@ -102,10 +93,6 @@ class Topic:
         backend = self.backend
         n = len(self._queue) + len(self._deferred_held)
         return n + (backend.depth if backend is not None else 0)
-
-    @property
-    def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -142,22 +129,8 @@ class Topic:
                 self._hooks.deferred(self.name, None, record, delay_ms)
 
     def _hold(self, records: list[bytes]) -> None:
-        """Keep records for later channels: memory first, then the backend (raises OSError
-        when that write fails)."""
-        queue = self._queue
-        room = self.mem_queue_size - len(queue)
-        if room >= len(records):
-            queue.extend(records)
-            return
-        if room > 0:
-            queue.extend(records[:room])
-            records = records[room:]
-        backend = self.backend
-        if backend is None:
-            return  # ephemeral: dropped past --mem-queue-size (as nsqd)
-        backend.put_many(records)
-        if self._hooks is not None:
-            self._hooks.spilled(backend)
+        """Keep records for later channels (raises OSError when a backend write fails)."""
+        self._enqueue_many(records)
 
     def _fan_out(self, records: list[bytes]) -> None:
         """Give each channel the records; a backend write failure on one channel does not stop
@@ -219,18 +192,11 @@ class Topic:
             return False
         records: list[bytes] = []
         while len(records) < DRAIN_CHUNK:
-            try:
-                rec = backend.peek()
-            except OSError as e:
-                log.error("TOPIC(%s): failed to read from backend - %s", self.name, e)
-                break
+            rec = self._next_backend_record("TOPIC")[0]
             if rec is None:
                 break
-            backend.advance()
-            if len(rec) >= _HEADER:
+            if rec:
                 records.append(rec)
-            else:
-                log.error("TOPIC(%s): failed to decode message - invalid size", self.name)
         if records:
             if self._hooks is not None:
                 self._hooks.backend_read(backend)
@@ -286,12 +252,8 @@ class Topic:
 
     def empty(self) -> None:
         """Drop the messages the topic itself holds (channels keep theirs), as nsqd."""
-        self._queue.clear()
         self._deferred_held.clear()
-        if self.backend is not None:
-            self.backend.empty()
-            if self._hooks is not None:
-                self._hooks.deferred_dropped(self.name, None)
+        self._drop_queued(self.name, None)
 
     def drain_for_exit(self) -> list[tuple[bytes, int]]:
         """Clean exit: held records go to the backend; held deferred messages are returned as

@@ -1,0 +1,134 @@
+# Messages waiting in a topic or a channel: memory first, then the backend.
+#
+# Strategy: one owner for nsqd's "memoryMsgChan, else the BackendQueue" rule, which topics and
+# channels both keep (nsqd/topic.go and nsqd/channel.go `put`). At most ``mem_queue_size``
+# records wait in memory (a deque of immutable record bytes, see message.py); the rest are
+# written to the backend (a DiskQueue) as they are. ``--mem-queue-size=0`` sends every record to
+# the backend; an ephemeral topic or channel has no backend and drops what memory cannot hold,
+# as nsqd does. Topic and Channel inherit this class (no indirection on the publish path) and
+# add what differs: a topic moves what it holds to its channels, a channel hands it to consumers
+# and tracks which backend records are still unfinished (``_spilled``).
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+from .message import HEADER_LENGTH
+
+if TYPE_CHECKING:
+    from .diskqueue import DiskQueue
+
+log = logging.getLogger("nsqpy")
+
+
+class StorageHooks(Protocol):
+    """What topics and channels tell the daemon about storage (implemented by NSQD)."""
+
+    def spilled(self, backend: DiskQueue) -> None:
+        """Records were put in ``backend``; flush them before acknowledging a publish."""
+        ...
+
+    def backend_read(self, backend: DiskQueue) -> None:
+        """Records were consumed from ``backend`` (its read position needs syncing)."""
+        ...
+
+    def deferred(self, topic: str, channel: str | None, record: bytes, delay_ms: int) -> None:
+        """A published message is deferred (journal it); channel None: held by the topic."""
+        ...
+
+    def deferred_done(self, topic: str, channel: str | None, ids: list[bytes]) -> None:
+        """These deferred messages left the deferred state (due, or moved to channels)."""
+        ...
+
+    def deferred_dropped(self, topic: str, channel: str | None) -> None:
+        """A channel (or, with channel None, a topic's own queue) was emptied or deleted."""
+        ...
+
+
+class SpillQueue:
+    """Records in memory (``_queue``, at most ``mem_queue_size``) and in ``backend``.
+
+    ``_enqueue_many`` raises OSError when a backend write fails (the records that fitted in
+    memory stay there).
+    """
+
+    __slots__ = ("_hooks", "_queue", "backend", "mem_queue_size", "name")
+
+    def __init__(
+        self,
+        name: str,
+        mem_queue_size: int,
+        backend: DiskQueue | None,
+        hooks: StorageHooks | None,
+    ) -> None:
+        self.name = name
+        self.mem_queue_size = mem_queue_size
+        self.backend = backend
+        self._hooks = hooks
+        self._queue: deque[bytes] = deque()
+
+    @property
+    def depth(self) -> int:
+        """Records waiting: in memory plus in the backend."""
+        backend = self.backend
+        return len(self._queue) + (backend.depth if backend is not None else 0)
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
+
+    def _enqueue_many(self, records: list[bytes]) -> None:
+        """Memory while there is room, the backend for the rest."""
+        queue = self._queue
+        room = self.mem_queue_size - len(queue)
+        if room >= len(records):
+            queue.extend(records)
+            return
+        if room > 0:
+            queue.extend(records[:room])
+            records = records[room:]
+        self._spill(records)
+
+    def _spill(self, records: list[bytes]) -> None:
+        backend = self.backend
+        if backend is None:
+            return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
+        backend.put_many(records)
+        self._spilled(records)
+        if self._hooks is not None:
+            self._hooks.spilled(backend)
+
+    def _spilled(self, records: list[bytes]) -> None:
+        """``records`` were just written to the backend (a subclass may need to know)."""
+
+    def _next_backend_record(self, kind: str) -> tuple[bytes | None, int, int]:
+        """Consume the backend's next record: (record, file number, position it was read at).
+
+        The record is None when there is nothing to read now, or when a read failed (logged;
+        tried again later). A record too short to be a message is logged and returned as
+        b"" so the caller can skip it and account for its position.
+        """
+        backend = self.backend
+        assert backend is not None
+        try:
+            rec = backend.peek()
+        except OSError as e:  # it had to flush first and the disk refused: try later
+            log.error("%s(%s): failed to read from backend - %s", kind, self.name, e)
+            return None, 0, 0
+        if rec is None:
+            return None, 0, 0
+        file_num, pos = backend.read_file_num, backend.read_pos
+        backend.advance()
+        if len(rec) < HEADER_LENGTH:  # diskqueue's min size guards this; be safe anyway
+            log.error("%s(%s): failed to decode message - invalid size", kind, self.name)
+            return b"", file_num, pos
+        return rec, file_num, pos
+
+    def _drop_queued(self, topic: str, channel: str | None) -> None:
+        """Empty memory and the backend (the deferred journal forgets this queue's entries)."""
+        self._queue.clear()
+        if self.backend is not None:
+            self.backend.empty()
+            if self._hooks is not None:
+                self._hooks.deferred_dropped(topic, channel)
