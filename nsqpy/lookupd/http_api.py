@@ -125,8 +125,6 @@ class LookupdHTTP:
                         "tcp_port": peer.tcp_port,
                         "tombstoned": p.tombstoned,
                         "tombstoned_at": p.tombstoned_at,
-                        "topology_region": peer.topology_region,
-                        "topology_zone": peer.topology_zone,
                         "version": peer.version,
                     }
                 )

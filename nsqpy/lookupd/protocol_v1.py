@@ -71,8 +71,8 @@ def trim_space(line: bytes) -> bytes:
     return line
 
 
-_STR_FIELDS: tuple[str, ...] = ("remote_address", "hostname", "broadcast_address", "version")
-_STR_FIELDS += ("topology_zone", "topology_region")
+# PeerInfo's JSON fields in nsqlookupd v1.3.0 (the topology ones came after it).
+_STR_FIELDS = ("remote_address", "hostname", "broadcast_address", "version")
 _INT_FIELDS = ("tcp_port", "http_port")
 _FIELDS = {f: f for f in _STR_FIELDS + _INT_FIELDS}
 

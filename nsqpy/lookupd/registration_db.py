@@ -58,8 +58,6 @@ class PeerInfo:
         "tcp_port",
         "http_port",
         "version",
-        "topology_zone",
-        "topology_region",
         "last_update",
     )
 
@@ -72,8 +70,6 @@ class PeerInfo:
         tcp_port: int = 0,
         http_port: int = 0,
         version: str = "",
-        topology_zone: str = "",
-        topology_region: str = "",
         last_update: int = 0,
     ) -> None:
         self.id = id
@@ -83,12 +79,10 @@ class PeerInfo:
         self.tcp_port = tcp_port
         self.http_port = http_port
         self.version = version
-        self.topology_zone = topology_zone
-        self.topology_region = topology_region
         self.last_update = last_update
 
     def to_json(self) -> dict[str, object]:
-        """The peer as /lookup lists it, in Go's field order."""
+        """The peer as /lookup lists it, in Go's field order (1.3.0 has no topology fields)."""
         return {
             "remote_address": self.remote_address,
             "hostname": self.hostname,
@@ -96,8 +90,6 @@ class PeerInfo:
             "tcp_port": self.tcp_port,
             "http_port": self.http_port,
             "version": self.version,
-            "topology_zone": self.topology_zone,
-            "topology_region": self.topology_region,
         }
 
 
