@@ -51,14 +51,22 @@ class QueueScanner:
         self._rng = rng or random.Random()
         self.passes = 0  # sampling passes run (for tests and stats)
 
-    def scan_once(self, chans: Sequence[Channel]) -> tuple[int, int]:
-        """One sampling pass over ``chans``: returns (picked, dirty)."""
+    def pick(self, chans: Sequence[Channel]) -> list[Channel]:
+        """One pass's sample: --queue-scan-selection-count channels at random (all if fewer)."""
         num = min(self.opts.queue_scan_selection_count, len(chans))
-        if num == 0:
-            return 0, 0
-        dirty = sum(_process(chans[i]) for i in self._rng.sample(range(len(chans)), num))
+        return [chans[i] for i in self._rng.sample(range(len(chans)), num)]
+
+    def again(self, picked: int, dirty: int) -> bool:
+        """nsqd's rule: repeat at once while more than --queue-scan-dirty-percent of the picked
+        channels had work."""
+        return picked > 0 and dirty / picked > self.opts.queue_scan_dirty_percent
+
+    def scan_once(self, chans: Sequence[Channel]) -> tuple[int, int]:
+        """One sampling pass over ``chans`` without yielding: returns (picked, dirty)."""
+        picked = self.pick(chans)
+        dirty = sum(_process(c) for c in picked)
         self.passes += 1
-        return num, dirty
+        return len(picked), dirty
 
     async def run(self) -> None:
         opts = self.opts
@@ -80,14 +88,13 @@ class QueueScanner:
                 continue
             step = pool_size(len(chans), opts.queue_scan_worker_pool_max)
             while True:
-                num = min(opts.queue_scan_selection_count, len(chans))
-                picked = self._rng.sample(range(len(chans)), num)
+                picked = self.pick(chans)
                 dirty = 0
-                for k in range(0, num, step):
-                    dirty += sum(_process(chans[i]) for i in picked[k : k + step])
-                    if k + step < num:
-                        await asyncio.sleep(0)
+                for k in range(0, len(picked), step):
+                    dirty += sum(_process(c) for c in picked[k : k + step])
+                    if k + step < len(picked):
+                        await asyncio.sleep(0)  # between "workers": let client I/O run
                 self.passes += 1
-                if dirty / num <= opts.queue_scan_dirty_percent:
+                if not self.again(len(picked), dirty):
                     break
                 await asyncio.sleep(0)

@@ -1,0 +1,276 @@
+"""Unit tests of the broker core (channel.py, topic.py, queue_scan.py) with an injected clock.
+
+No sockets and no sleeps: time is a number the test moves, consumers are small objects that
+implement channel.Consumer and record what they were sent.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from nsqpy.channel import Channel, ChannelError
+from nsqpy.message import Message, encode_record
+from nsqpy.options import Options
+from nsqpy.queue_scan import QueueScanner
+from nsqpy.topic import Topic
+
+MS = 1_000_000  # ns
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000 * MS
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance_ms(self, ms: int) -> None:
+        self.now += ms * MS
+
+
+class FakeConsumer:
+    """A subscribed client with RDY ``rdy``; keeps what it was sent."""
+
+    def __init__(self, client_id: int, rdy: int = 1, msg_timeout_ms: int = 60_000) -> None:
+        self.client_id = client_id
+        self.in_ready = False
+        self.msg_timeout_ms = msg_timeout_ms
+        self.sample_rate = 0
+        self.rdy = rdy
+        self.in_flight = 0
+        self.sent: list[Message] = []
+        self.timeouts = 0
+        self.closed = False
+
+    def ready_room(self) -> int:
+        return max(0, self.rdy - self.in_flight)
+
+    def send_message(self, msg: Message) -> None:
+        self.in_flight += 1
+        self.sent.append(msg)
+
+    def timed_out_message(self) -> None:
+        self.in_flight -= 1
+        self.timeouts += 1
+
+    def emptied(self) -> None:
+        self.in_flight = 0
+
+    def close(self) -> None:
+        self.closed = True
+
+    def fin(self, ch: Channel, msg: Message) -> None:
+        ch.finish(self, msg.id)
+        self.in_flight -= 1
+        ch.notify_ready(self)
+
+
+def record(n: int, body: bytes = b"body") -> bytes:
+    return encode_record(1_700_000_000_000_000_000, 0, b"%016x" % n, body)
+
+
+def channel(clock: Clock, **kw) -> Channel:
+    return Channel("t", "c", clock_ns=clock, **kw)
+
+
+def subscribe(ch: Channel, c: FakeConsumer) -> FakeConsumer:
+    ch.add_client(c)
+    ch.notify_ready(c)
+    return c
+
+
+# ----------------------------------------------------------------------------- channel
+
+
+def test_in_flight_timeout_requeues_and_redelivers_with_next_attempt() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    a = subscribe(ch, FakeConsumer(1, rdy=1, msg_timeout_ms=1000))
+    ch.put(record(1))
+    assert [m.attempts for m in a.sent] == [1]
+    clock.advance_ms(999)
+    assert ch.process_in_flight() is False
+    clock.advance_ms(1)
+    assert ch.process_in_flight() is True
+    assert (ch.timeout_count, a.timeouts, len(ch.in_flight)) == (1, 1, 0)
+    ch.notify_ready(a)  # the client's room came back with the timeout
+    assert [m.attempts for m in a.sent] == [1, 2]
+    assert a.sent[1].id == a.sent[0].id
+
+
+def test_touch_restarts_the_timeout_but_not_past_max_msg_timeout() -> None:
+    clock = Clock()
+    ch = channel(clock, max_msg_timeout_ms=2500)
+    a = subscribe(ch, FakeConsumer(1, msg_timeout_ms=1000))
+    ch.put(record(1))
+    msg = a.sent[0]
+    clock.advance_ms(900)
+    assert ch.process_in_flight() is False
+    ch.touch(a, msg.id, 1000)  # due at delivery + 1900 ms
+    clock.advance_ms(900)
+    assert ch.process_in_flight() is False
+    ch.touch(a, msg.id, 1000)  # delivery + 2800 ms, capped at delivery + 2500 ms
+    clock.advance_ms(699)
+    assert ch.process_in_flight() is False
+    clock.advance_ms(1)
+    assert ch.process_in_flight() is True  # capped at delivery + 2500 ms
+
+
+def test_deferred_message_waits_its_delay() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    a = subscribe(ch, FakeConsumer(1, rdy=5))
+    ch.put_deferred(record(1), 500)
+    assert a.sent == [] and len(ch.deferred) == 1 and ch.depth == 0
+    clock.advance_ms(499)
+    assert ch.process_deferred() is False
+    clock.advance_ms(1)
+    assert ch.process_deferred() is True
+    assert [m.attempts for m in a.sent] == [1]
+
+
+def test_req_without_delay_goes_to_the_tail_and_with_delay_to_deferred() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    a = subscribe(ch, FakeConsumer(1, rdy=1))
+    ch.put(record(1))
+    ch.put(record(2))
+    first = a.sent[0]
+    ch.requeue(a, first.id, 0)
+    a.in_flight -= 1
+    ch.notify_ready(a)
+    assert a.sent[1].id == record(2)[10:26]  # message 1 went behind message 2
+    ch.requeue(a, a.sent[1].id, 250)
+    a.in_flight -= 1
+    assert len(ch.deferred) == 1 and ch.requeue_count == 2
+    ch.notify_ready(a)
+    assert a.sent[2].id == first.id and a.sent[2].attempts == 2
+    with pytest.raises(ChannelError, match="ID not in flight"):
+        ch.requeue(a, b"0" * 16, 0)
+
+
+def test_fin_by_another_client_is_refused() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    a = subscribe(ch, FakeConsumer(1))
+    b = subscribe(ch, FakeConsumer(2))
+    ch.put(record(1))
+    holder, other = (a, b) if a.sent else (b, a)
+    with pytest.raises(ChannelError, match="client does not own message"):
+        ch.finish(other, holder.sent[0].id)
+    holder.fin(ch, holder.sent[0])
+    assert not ch.in_flight
+
+
+def test_max_channel_consumers() -> None:
+    ch = channel(Clock())
+    ch.add_client(FakeConsumer(1), max_consumers=2)
+    ch.add_client(FakeConsumer(2), max_consumers=2)
+    with pytest.raises(ChannelError, match="consumers for t:c exceeds limit of 2"):
+        ch.add_client(FakeConsumer(3), max_consumers=2)
+
+
+def test_a_slow_consumer_does_not_hold_messages_from_a_ready_one() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    slow = subscribe(ch, FakeConsumer(1, rdy=1))
+    fast = subscribe(ch, FakeConsumer(2, rdy=100))
+    for n in range(50):
+        ch.put(record(n))
+    assert len(slow.sent) == 1  # it never FINs: its one slot stays taken
+    assert len(fast.sent) == 49
+    for m in list(fast.sent):
+        fast.fin(ch, m)
+    assert ch.depth == 0
+
+
+def test_disconnect_requeues_in_flight_at_once_in_delivery_order() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    a = subscribe(ch, FakeConsumer(1, rdy=3))
+    for n in range(3):
+        ch.put(record(n))
+        clock.advance_ms(1)
+    ch.remove_client(a)
+    b = subscribe(ch, FakeConsumer(2, rdy=3))
+    assert [m.id for m in b.sent] == [m.id for m in a.sent]
+    assert ch.requeue_count == 3
+
+
+def test_memory_past_mem_queue_size_without_backend_is_dropped_as_nsqd() -> None:
+    ch = Channel("t", "c#ephemeral", clock_ns=Clock(), mem_queue_size=3)
+    for n in range(5):
+        ch.put(record(n))
+    assert ch.depth == 3 and ch.message_count == 5
+
+
+# ----------------------------------------------------------------------------- topic
+
+
+def _topic(clock: Clock) -> Topic:
+    return Topic("t", lambda topic, name: Channel(topic.name, name, clock_ns=clock))
+
+
+def test_topic_holds_messages_until_a_channel_exists_then_copies_to_each() -> None:
+    t = _topic(Clock())
+    t.put_many([record(1), record(2)])
+    assert t.depth == 2
+    c1 = t.get_channel("one")
+    assert t.depth == 0 and c1.depth == 2
+    c2 = t.get_channel("two")
+    t.put(record(3))
+    assert (c1.depth, c2.depth) == (3, 1)
+
+
+def test_topic_pause_and_starting_hold_messages() -> None:
+    t = _topic(Clock())
+    c = t.get_channel("c")
+    t.pause()
+    t.put(record(1))
+    assert (t.depth, c.depth) == (1, 0)
+    t.unpause()
+    assert (t.depth, c.depth) == (0, 1)
+    t.starting = True  # waiting for lookupd's channel list
+    t.put(record(2))
+    assert (t.depth, c.depth) == (1, 1)
+    t.start()
+    assert (t.depth, c.depth) == (0, 2)
+
+
+# ----------------------------------------------------------------------------- queue scan
+
+
+def _scanner(selection: int = 20) -> QueueScanner:
+    opts = Options()
+    opts.queue_scan_selection_count = selection
+    return QueueScanner(opts, lambda: [], lambda: 0, rng=random.Random(7))
+
+
+def test_scan_pass_processes_due_timeouts_of_the_sampled_channels() -> None:
+    clock = Clock()
+    chans = []
+    for _ in range(4):
+        ch = channel(clock)
+        c = subscribe(ch, FakeConsumer(1, msg_timeout_ms=100))
+        ch.put(record(1))
+        chans.append((ch, c))
+    clock.advance_ms(100)
+    picked, dirty = _scanner().scan_once([ch for ch, _ in chans])
+    assert (picked, dirty) == (4, 4)
+    assert all(ch.timeout_count == 1 for ch, _ in chans)
+
+
+def test_scan_repeats_while_more_than_a_quarter_was_dirty() -> None:
+    s = _scanner()
+    assert s.again(20, 6) is True  # 30% > 25%
+    assert s.again(20, 5) is False  # exactly 25%: nsqd stops
+    assert s.again(0, 0) is False
+
+
+def test_scan_samples_at_most_selection_count_channels() -> None:
+    clock = Clock()
+    chans = [channel(clock) for _ in range(50)]
+    picked = _scanner(selection=20).pick(chans)
+    assert len(picked) == 20 and len(set(map(id, picked))) == 20
