@@ -340,6 +340,7 @@ def run(opts: Options) -> None:
     import uvloop
 
     from .nsqd import NSQD
+    from .server import Server
 
     # Many clients and many diskqueue files need many descriptors: raise the soft limit to the
     # hard one, as the Go runtime does for nsqd.
@@ -355,16 +356,16 @@ def run(opts: Options) -> None:
     async def main() -> int:
         log.info(version_string())
         log.info("ID: %d", opts.node_id)
-        nsqd = NSQD(opts)
+        server = Server(NSQD(opts))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await nsqd.start()
+            await server.start()
         except (OSError, ValueError) as e:
             log.critical("failed to instantiate nsqd - %s", e)
-            await nsqd.stop()
+            await server.stop()
             return 1
         # Start-up objects (modules, aiohttp's app, ...) live for ever: move them out of the
         # cyclic collector's sight, so a full collection never walks them again (it cost
@@ -375,7 +376,7 @@ def run(opts: Options) -> None:
         gc.set_threshold(10_000, 20, 20)
         await stop.wait()
         log.info("NSQ: received signal, exiting")
-        await nsqd.stop()
+        await server.stop()
         return 0
 
     sys.exit(uvloop.run(main()))

@@ -1,10 +1,11 @@
 # NSQD: the core owner.
 #
-# Strategy: one object owns the topics, the GUID factory, the connected clients, the data
-# directory and the health string, and starts the TCP listener, the HTTP API, the queue-scan
-# loop and the diskqueue sync loop on one event loop. Transports call into it; it never reaches
-# into a socket itself. Topic and channel creation and deletion bump ``channels_version`` (the
-# queue scanner refreshes its sample set) and rewrite nsqd.dat.
+# Strategy: one object owns the topics, the GUID factory, the connected clients, the data directory
+# and the health string, and runs the queue-scan loop, the diskqueue sync loop and the registration
+# with nsqlookupd on one event loop. The transports (TCP, HTTP) call into it and server.py binds
+# them around it; it never imports a transport nor reaches into a socket. Topic and channel creation
+# and deletion bump ``channels_version`` (the queue scanner refreshes its sample set) and rewrite
+# nsqd.dat.
 #
 # Data directory (nsqd 1.3's layout, so Go nsqd and nsqpy-d can open each other's):
 #   nsqd.dat                                   JSON metadata: topics, channels, paused flags
@@ -46,7 +47,6 @@ from .message import (
     record_header,
     record_id,
 )
-from .netaddr import format_listen_addr, split_host_port
 from .options import NSQ_VERSION, Options
 from .quantile import E2ELatency
 from .queue_scan import QueueScanner
@@ -76,16 +76,14 @@ class NSQD:
         self.channels_version = 0
         self._client_seq = 0
         self._health_error: str | None = None
-        self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: Any = None
-        self._https_runner: Any = None
+        # Set by server.py, which binds the listeners: their addresses, the TLS server context
+        # (None without --tls-cert/--tls-key) and the auth servers (tls.py, auth.py).
+        self.tcp_address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
         self.https_address: tuple[str, int] | None = None
-        # TLS server context (None: no --tls-cert/--tls-key) and auth servers (tls.py, auth.py)
         self.tls_context: Any = None
         self.auth: Any = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.tcp_address: tuple[str, int] | None = None
-        self.http_address: tuple[str, int] | None = None
         self.scanner = QueueScanner(opts, self.channels, lambda: self.channels_version)
         self.data_path = opts.data_path or "."
         self._lock_fd: int | None = None
@@ -477,101 +475,41 @@ class NSQD:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Lock the data path, load nsqd.dat, listen on --tcp-address and --http-address and
-        start the loops.
-
-        Raises DataDirLocked, ValueError (bad nsqd.dat) or OSError (with nsqd's
-        "listen (addr) failed - ..." text when a port is taken).
-        """
-        from .http_api import start_http
-        from .protocol_v2 import ClientV2
-
+    def open(self) -> None:
+        """Lock the data path and load nsqd.dat and the deferred journal (call on the event
+        loop). Raises DataDirLocked, ValueError (bad nsqd.dat) or OSError."""
         loop = asyncio.get_running_loop()
 
         def schedule(callback: Callable[[], None]) -> None:
             loop.call_soon(callback)
 
         self._schedule = schedule
-        from .tls import build_server_context
-
-        try:
-            self.tls_context = build_server_context(self.opts)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"failed to build TLS config - {e}") from e
-        if self.opts.auth_http_addresses:
-            from .auth import AuthClient
-
-            self.auth = AuthClient(
-                self.opts.auth_http_addresses,
-                self.opts.auth_http_request_method,
-                self.opts.http_client_connect_timeout_ms,
-                self.opts.http_client_request_timeout_ms,
-            )
         self._lock_data_path()
         self.load_metadata()
 
-        host, port = split_host_port(self.opts.tcp_address)
-        try:
-            self._tcp_server = await loop.create_server(
-                lambda: ClientV2(self), host or None, port, reuse_address=True, backlog=1024
-            )
-        except OSError as e:
-            raise OSError(f"listen ({self.opts.tcp_address}) failed - {e}") from e
-        sock = self._tcp_server.sockets[0].getsockname()
-        self.tcp_address = (sock[0], sock[1])
-        log.info("TCP: listening on %s", format_listen_addr(sock))
-
-        # HTTPS before HTTP: the plain listener's TLS_REQUIRED answer names the HTTPS port.
-        if self.tls_context is not None and self.opts.https_address:
-            host, port = split_host_port(self.opts.https_address)
-            try:
-                self._https_runner, sock = await start_http(
-                    self, host or None, port, ssl_context=self.tls_context
-                )
-            except OSError as e:
-                raise OSError(f"listen ({self.opts.https_address}) failed - {e}") from e
-            self.https_address = (sock[0], sock[1])
-            log.info("HTTPS: listening on %s", format_listen_addr(sock))
-
-        host, port = split_host_port(self.opts.http_address)
-        try:
-            self._http_runner, sock = await start_http(self, host or None, port)
-        except OSError as e:
-            raise OSError(f"listen ({self.opts.http_address}) failed - {e}") from e
-        self.http_address = (sock[0], sock[1])
-        log.info("HTTP: listening on %s", format_listen_addr(sock))
-        # as nsqd.New: unset broadcast ports are the ports actually bound
-        if not self.opts.broadcast_http_port:
-            self.opts.broadcast_http_port = self.http_address[1]
-        if not self.opts.broadcast_tcp_port:
-            self.opts.broadcast_tcp_port = self.tcp_address[1]
-        self.lookup = LookupPeers(self)
-        self.lookup.set_addresses(self.opts.nsqlookupd_tcp_addresses)
-
+    def start_loops(self) -> None:
+        """Start the queue-scan and diskqueue-sync loops and, with the listeners bound (their
+        ports are the default broadcast ports, as nsqd.New), registration with nsqlookupd."""
+        o = self.opts
+        if self.http_address is not None and not o.broadcast_http_port:
+            o.broadcast_http_port = self.http_address[1]
+        if self.tcp_address is not None and not o.broadcast_tcp_port:
+            o.broadcast_tcp_port = self.tcp_address[1]
         self._tasks = [
             asyncio.create_task(self.scanner.run()),
             asyncio.create_task(self._sync_loop()),
         ]
-        from .statsd import StatsdPusher, resolve_prefix
+        self.lookup = LookupPeers(self)
+        self.lookup.set_addresses(o.nsqlookupd_tcp_addresses)
 
-        # as nsqd.New: "%s" in --statsd-prefix becomes <broadcast address>_<http port>, once
-        http_port = self.opts.broadcast_http_port
-        self.opts.statsd_prefix = resolve_prefix(
-            self.opts.statsd_prefix, self.opts.broadcast_address, http_port
-        )
-        if self.opts.statsd_address:
-            self._tasks.append(asyncio.create_task(StatsdPusher(self).run()))
+    def add_task(self, task: asyncio.Task[None]) -> None:
+        """A loop that stops with the daemon (cancelled by close())."""
+        self._tasks.append(task)
 
-    async def stop(self) -> None:
-        """Clean exit (SIGTERM/SIGINT): stop accepting, close every client, write memory,
-        in-flight and deferred messages to disk, persist metadata, sync and close backends."""
-        if self._tcp_server is not None:
-            self._tcp_server.close()
-            if self.tcp_address is not None:
-                log.info("TCP: closing %s", format_listen_addr(self.tcp_address))
-        for c in list(self.clients.values()):
-            c.close()
+    async def close(self) -> None:
+        """Clean exit, once the clients are gone: stop the loops and lookupd registration,
+        write memory, in-flight and deferred messages to disk, persist metadata, sync and
+        close backends."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -582,12 +520,6 @@ class NSQD:
         if self.lookup is not None:
             await self.lookup.close()
             self.lookup = None
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-        if self._https_runner is not None:
-            await self._https_runner.cleanup()
-        if self.auth is not None:
-            await self.auth.close()
         if self._lock_fd is not None:
             self.persist_metadata()
             log.info("NSQ: closing topics")

@@ -98,24 +98,25 @@ def run(opts: Any) -> None:
     import uvloop
 
     from .nsqlookupd import NSQLookupd
+    from .server import Server
 
     log = logging.getLogger("nsqpy")
 
     async def main() -> int:
         log.info(version_string())
-        lookupd = NSQLookupd(opts)
+        server = Server(NSQLookupd(opts))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await lookupd.start()
+            await server.start()
         except (OSError, ValueError) as e:
             log.critical("failed to instantiate nsqlookupd - %s", e)
-            await lookupd.stop()
+            await server.stop()
             return 1
         await stop.wait()
-        await lookupd.stop()
+        await server.stop()
         return 0
 
     sys.exit(uvloop.run(main()))

@@ -1,20 +1,27 @@
-# nsqpy-lookupd's core: options, the registration DB and the two listeners.
+# nsqpy-lookupd's core: options, the registration DB and the connected clients.
 #
 # Strategy: as nsqlookupd/nsqlookupd.go and options.go. The core owns the RegistrationDB and
-# starts the TCP ("  V1") and HTTP servers; transports call into the DB, never the other way.
-# Listening order and log lines match nsqlookupd: TCP first, then HTTP, each logging
-# "<NAME>: listening on <addr>" with the real port (port 0 picks a free one).
+# the connected clients; the transports (protocol_v1.py, http_api.py) call into it, and
+# server.py binds them around it.
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from ..netaddr import format_listen_addr, split_host_port
-from .protocol_v1 import LookupProtocolV1, identify_response
+from ..httpd import go_json
+from ..options import NSQ_VERSION
 from .registration_db import RegistrationDB
+
+
+class Client(Protocol):
+    """A connected nsqd (protocol_v1.LookupProtocolV1) as the core sees it."""
+
+    def close(self) -> None:
+        """Drop the connection (its producer leaves the DB)."""
+        ...
+
 
 log = logging.getLogger("nsqpy")
 
@@ -33,16 +40,15 @@ class LookupdOptions:
 
 
 class NSQLookupd:
-    """The daemon: ``start()`` listens, ``stop()`` closes listeners and connections."""
+    """nsqlookupd's state: ``db``, the connected ``clients``, and the listeners' addresses
+    (set by server.py)."""
 
     def __init__(self, opts: LookupdOptions, db: RegistrationDB | None = None) -> None:
         self.opts = opts
         self.db = db if db is not None else RegistrationDB()
-        self.clients: set[LookupProtocolV1] = set()
+        self.clients: set[Client] = set()
         self.tcp_address: tuple | None = None
         self.http_address: tuple | None = None
-        self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: Any = None
         self._identify_reply: bytes | None = None
 
     @property
@@ -61,45 +67,16 @@ class NSQLookupd:
             self._identify_reply = identify_response(tcp, http, self.opts.broadcast_address)
         return self._identify_reply
 
-    async def start(self) -> None:
-        """Listen on --tcp-address, then --http-address. Raises OSError with nsqlookupd's
-        "listen (addr) failed - ..." text, ValueError for an address without a port."""
-        from .http_api import build_app
 
-        loop = asyncio.get_running_loop()
-        host, port = split_host_port(self.opts.tcp_address)
-        try:
-            self._tcp_server = await loop.create_server(
-                lambda: LookupProtocolV1(self), host or None, port, reuse_address=True, backlog=1024
-            )
-        except OSError as e:
-            raise OSError(f"listen ({self.opts.tcp_address}) failed - {e}") from None
-        self.tcp_address = self._tcp_server.sockets[0].getsockname()
-        host, port = split_host_port(self.opts.http_address)
-        from ..httpd import start_site
+def identify_response(tcp_port: int, http_port: int, broadcast_address: str) -> bytes:
+    """IDENTIFY's answer: json.Marshal of a map, so keys sorted."""
 
-        try:
-            self._http_runner, self.http_address = await start_site(
-                build_app(self), host or None, port
-            )
-        except OSError as e:
-            raise OSError(f"listen ({self.opts.http_address}) failed - {e}") from None
-        log.info("TCP: listening on %s", format_listen_addr(self.tcp_address))
-        log.info("HTTP: listening on %s", format_listen_addr(self.http_address))
-
-    async def stop(self) -> None:
-        """Close the listeners and every client connection (their producers leave)."""
-        if self._tcp_server is not None:
-            self._tcp_server.close()
-            log.info("TCP: closing %s", format_listen_addr(self.tcp_address or ("", 0)))
-        for c in list(self.clients):
-            c._close()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-            self._http_runner = None
-        if self._tcp_server is not None:
-            try:
-                await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
-            except TimeoutError:
-                pass
-            self._tcp_server = None
+    return go_json(
+        {
+            "broadcast_address": broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": http_port,
+            "tcp_port": tcp_port,
+            "version": NSQ_VERSION,
+        }
+    )

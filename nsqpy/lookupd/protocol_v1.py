@@ -22,7 +22,6 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from ..netaddr import join_host_port
-from ..options import NSQ_VERSION
 from ..wire import MAX_LINE_LENGTH, is_valid_name
 from .registration_db import PeerInfo
 
@@ -402,6 +401,10 @@ class LookupProtocolV1(asyncio.Protocol):
         self._write(e.data)
         self._close()
 
+    def close(self) -> None:
+        """Drop the connection (the daemon's stop)."""
+        self._close()
+
     def _close(self) -> None:
         self.state = _ST_CLOSED
         self._finish()
@@ -427,18 +430,3 @@ class LookupProtocolV1(asyncio.Protocol):
 
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
-
-
-def identify_response(tcp_port: int, http_port: int, broadcast_address: str) -> bytes:
-    """IDENTIFY's answer: json.Marshal of a map, so keys sorted."""
-    from ..httpd import go_json
-
-    return go_json(
-        {
-            "broadcast_address": broadcast_address,
-            "hostname": socket.gethostname(),
-            "http_port": http_port,
-            "tcp_port": tcp_port,
-            "version": NSQ_VERSION,
-        }
-    )

@@ -1,0 +1,73 @@
+# nsqlookupd's Main: the TCP and HTTP listeners around one NSQLookupd.
+#
+# Strategy: as nsqlookupd/nsqlookupd.go Main: TCP first, then HTTP, each logging
+# "<NAME>: listening on <addr>" with the real port (port 0 picks a free one); a clean stop
+# closes the listeners and every connection (their producers leave the DB).
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from ..httpd import start_site
+from ..netaddr import format_listen_addr, split_host_port
+from .http_api import build_app
+from .nsqlookupd import NSQLookupd
+from .protocol_v1 import LookupProtocolV1
+
+log = logging.getLogger("nsqpy")
+
+
+class Server:
+    """nsqlookupd's listeners around ``lookupd``: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, lookupd: NSQLookupd) -> None:
+        self.lookupd = lookupd
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._http_runner: Any = None
+
+    async def start(self) -> None:
+        """Listen on --tcp-address, then --http-address. Raises OSError with nsqlookupd's
+        "listen (addr) failed - ..." text, ValueError for an address without a port."""
+        lookupd = self.lookupd
+        opts = lookupd.opts
+        loop = asyncio.get_running_loop()
+        host, port = split_host_port(opts.tcp_address)
+        try:
+            self._tcp_server = await loop.create_server(
+                lambda: LookupProtocolV1(lookupd),
+                host or None,
+                port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        except OSError as e:
+            raise OSError(f"listen ({opts.tcp_address}) failed - {e}") from None
+        lookupd.tcp_address = self._tcp_server.sockets[0].getsockname()
+        host, port = split_host_port(opts.http_address)
+        try:
+            self._http_runner, lookupd.http_address = await start_site(
+                build_app(lookupd), host or None, port
+            )
+        except OSError as e:
+            raise OSError(f"listen ({opts.http_address}) failed - {e}") from None
+        log.info("TCP: listening on %s", format_listen_addr(lookupd.tcp_address))
+        log.info("HTTP: listening on %s", format_listen_addr(lookupd.http_address))
+
+    async def stop(self) -> None:
+        """Close the listeners and every client connection (their producers leave)."""
+        lookupd = self.lookupd
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+            log.info("TCP: closing %s", format_listen_addr(lookupd.tcp_address or ("", 0)))
+        for c in list(lookupd.clients):
+            c.close()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+            self._http_runner = None
+        if self._tcp_server is not None:
+            try:
+                await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
+            except TimeoutError:
+                pass
+            self._tcp_server = None

@@ -1,0 +1,111 @@
+# nsqd's Main: the listeners and services around one NSQD.
+#
+# Strategy: the core (nsqd.py) knows nothing of sockets; this module composes the daemon in
+# nsqd's order (nsqd/nsqd.go New and Main): TLS context and auth servers from the options, the
+# data directory locked and loaded, then the TCP listener, HTTPS before HTTP (the plain
+# listener's TLS_REQUIRED answer names the HTTPS port), the loops (queue scan, diskqueue sync,
+# nsqlookupd registration) and statsd. A clean exit undoes it in reverse: stop accepting, close
+# every client, stop HTTP, then let the core write everything to disk.
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .http_api import start_http
+from .netaddr import format_listen_addr, split_host_port
+from .nsqd import NSQD
+from .protocol_v2 import ClientV2
+
+log = logging.getLogger("nsqpy")
+
+
+class Server:
+    """nsqd's listeners around ``nsqd``: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._http_runner: Any = None
+        self._https_runner: Any = None
+
+    async def start(self) -> None:
+        """Raises DataDirLocked, ValueError (bad nsqd.dat, bad TLS files) or OSError (nsqd's
+        "listen (addr) failed - ..." text when a port is taken)."""
+        nsqd = self.nsqd
+        opts = nsqd.opts
+        loop = asyncio.get_running_loop()
+        from .tls import build_server_context
+
+        try:
+            nsqd.tls_context = build_server_context(opts)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"failed to build TLS config - {e}") from e
+        if opts.auth_http_addresses:
+            from .auth import AuthClient
+
+            nsqd.auth = AuthClient(
+                opts.auth_http_addresses,
+                opts.auth_http_request_method,
+                opts.http_client_connect_timeout_ms,
+                opts.http_client_request_timeout_ms,
+            )
+        nsqd.open()
+
+        host, port = split_host_port(opts.tcp_address)
+        try:
+            self._tcp_server = await loop.create_server(
+                lambda: ClientV2(nsqd), host or None, port, reuse_address=True, backlog=1024
+            )
+        except OSError as e:
+            raise OSError(f"listen ({opts.tcp_address}) failed - {e}") from e
+        sock = self._tcp_server.sockets[0].getsockname()
+        nsqd.tcp_address = (sock[0], sock[1])
+        log.info("TCP: listening on %s", format_listen_addr(sock))
+
+        if nsqd.tls_context is not None and opts.https_address:
+            host, port = split_host_port(opts.https_address)
+            try:
+                self._https_runner, sock = await start_http(
+                    nsqd, host or None, port, ssl_context=nsqd.tls_context
+                )
+            except OSError as e:
+                raise OSError(f"listen ({opts.https_address}) failed - {e}") from e
+            nsqd.https_address = (sock[0], sock[1])
+            log.info("HTTPS: listening on %s", format_listen_addr(sock))
+
+        host, port = split_host_port(opts.http_address)
+        try:
+            self._http_runner, sock = await start_http(nsqd, host or None, port)
+        except OSError as e:
+            raise OSError(f"listen ({opts.http_address}) failed - {e}") from e
+        nsqd.http_address = (sock[0], sock[1])
+        log.info("HTTP: listening on %s", format_listen_addr(sock))
+
+        nsqd.start_loops()
+        from .statsd import StatsdPusher, resolve_prefix
+
+        # as nsqd.New: "%s" in --statsd-prefix becomes <broadcast address>_<http port>, once
+        opts.statsd_prefix = resolve_prefix(
+            opts.statsd_prefix, opts.broadcast_address, opts.broadcast_http_port
+        )
+        if opts.statsd_address:
+            nsqd.add_task(asyncio.create_task(StatsdPusher(nsqd).run()))
+
+    async def stop(self) -> None:
+        """Clean exit (SIGTERM/SIGINT): stop accepting, close every client and the HTTP
+        listeners, then the core's close() keeps every message on disk."""
+        nsqd = self.nsqd
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+            if nsqd.tcp_address is not None:
+                log.info("TCP: closing %s", format_listen_addr(nsqd.tcp_address))
+        for c in list(nsqd.clients.values()):
+            c.close()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+        if self._https_runner is not None:
+            await self._https_runner.cleanup()
+        if nsqd.auth is not None:
+            await nsqd.auth.close()
+        await nsqd.close()
