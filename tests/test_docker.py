@@ -1,0 +1,540 @@
+"""docker/: the Dockerfile and the compose cluster, checked without a Docker daemon.
+
+This machine cannot pull base images, so the images are not built here. What is checked:
+the compose file parses and wires the cluster as documented (two lookupds, three nodes each with
+its own volume registered with both lookupds, publishers, the Spark job reading through both
+lookupds); every nsqpy service's command line, taken from compose.yaml with its hostnames and
+ports mapped to loopback/ephemeral ones and /data to temporary directories, runs here as a real
+process through the same console script (it listens, the nodes register with both lookupds
+under their compose broadcast names, the publishers publish, SIGTERM stops each with exit 0); the
+Spark job's argparse accepts exactly the compose flags; the Dockerfile's COPY sources exist and
+are enough for `pip install .`, and the commands it and compose run are the project's scripts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import tomllib
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ROOT, wait_for
+
+from nsqpy.spark.client import Producer
+
+DOCKER = ROOT / "docker"
+COMPOSE = DOCKER / "compose.yaml"
+DOCKERFILE = DOCKER / "Dockerfile"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SCRIPTS = PYPROJECT["project"]["scripts"]
+BIN = Path(sys.executable).parent
+if str(ROOT / "spark_jobs") not in sys.path:
+    sys.path.insert(0, str(ROOT / "spark_jobs"))
+
+_LISTEN_RE = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
+
+
+# ------------------------------------------------------------------------------ processes
+
+
+class Server:
+    """A daemon process (nsqpy-d or nsqpy-lookupd, any command line) whose listening addresses
+    are read from its "TCP: listening on H:P" / "HTTP: listening on H:P" log lines."""
+
+    def __init__(self, cmd: list[str], name: str = "", ready_timeout: float = 20) -> None:
+        self.cmd = cmd
+        self.name = name or Path(cmd[0]).name
+        self.lines: list[str] = []
+        self.tcp_address = ""
+        self.http_address = ""
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(ready_timeout) or not (self.tcp_address and self.http_address):
+            self.kill()
+            raise RuntimeError(f"{self.name} did not listen: {cmd}\n" + self.log_text())
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            m = _LISTEN_RE.search(line)
+            if m:
+                addr = f"{m.group(2)}:{m.group(3)}"
+                if m.group(1) == "TCP":
+                    self.tcp_address = addr
+                else:
+                    self.http_address = addr
+                if self.tcp_address and self.http_address:
+                    self._ready.set()
+        self._ready.set()
+
+    @property
+    def tcp_port(self) -> int:
+        return int(self.tcp_address.rsplit(":", 1)[1])
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http_address.rsplit(":", 1)[1])
+
+    def log_text(self, tail: int = 4000) -> str:
+        return "\n".join(self.lines)[-tail:]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def get_json(self, path: str, timeout: float = 5) -> Any:
+        req = urllib.request.Request(
+            f"http://{self.http_address}{path}", headers={"Accept": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, timeout: float = 5) -> int:
+        req = urllib.request.Request(f"http://{self.http_address}{path}", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status
+
+    def stop(self, timeout: float = 15) -> int:
+        """SIGTERM; the exit code (AssertionError when it does not exit in time)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"{self.name} did not exit on SIGTERM") from None
+        self._reader.join(5)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._reader.join(5)
+
+
+def script(name: str) -> list[str]:
+    """The console script's command: the venv's executable when installed (as in the image),
+    else the module behind it."""
+    path = BIN / name
+    if path.exists():
+        return [str(path)]
+    module = SCRIPTS[name].split(":")[0]
+    if module.endswith(".cli"):
+        module = module[: -len(".cli")]
+    return [sys.executable, "-m", module]
+
+
+# ------------------------------------------------------------------------------ compose
+
+
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def services() -> dict[str, dict]:
+    return compose()["services"]
+
+
+def flag_values(cmd: list[str], flag: str) -> list[str]:
+    """Every value of ``--flag=value`` / ``--flag value`` in ``cmd``."""
+    out = []
+    for i, a in enumerate(cmd):
+        if a.startswith(f"--{flag}="):
+            out.append(a.split("=", 1)[1])
+        elif a == f"--{flag}" and i + 1 < len(cmd):
+            out.append(cmd[i + 1])
+    return out
+
+
+def flag_names(cmd: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in cmd if a.startswith("--")]
+
+
+def jobs(job: str) -> dict[str, list[str]]:
+    """The services that run spark_jobs/<job> (from the image's /src)."""
+    return {
+        n: s["command"]
+        for n, s in services().items()
+        if s["command"][:2] == ["python", f"/src/spark_jobs/{job}"]
+    }
+
+
+def listen_port(cmd: list[str], flag: str) -> int:
+    (value,) = flag_values(cmd, flag)
+    return int(value.rsplit(":", 1)[1])
+
+
+def by_program(program: str) -> dict[str, list[str]]:
+    return {n: s["command"] for n, s in services().items() if s["command"][0] == program}
+
+
+def localize(cmd: list[str], addresses: dict[str, str], data_path: Path | None = None) -> list[str]:
+    """A compose command line for this machine: listen addresses on 127.0.0.1 port 0,
+    ``--data-path`` in ``data_path``, every ``service:port`` value mapped through ``addresses``
+    (a KeyError for a reference to an address no service listens on)."""
+    out = []
+    for a in cmd[1:]:
+        if not a.startswith("--") or "=" not in a:
+            out.append(a)
+            continue
+        name, value = a.split("=", 1)
+        if name in ("--tcp-address", "--http-address"):
+            value = "127.0.0.1:0"
+        elif name == "--data-path":
+            assert data_path is not None
+            value = str(data_path)
+        elif name.endswith(("-tcp-address", "-http-address")):
+            value = addresses[value]
+        out.append(f"{name}={value}")
+    return out
+
+
+def test_compose_parses_and_wires_the_cluster() -> None:
+    doc = compose()
+    svc = doc["services"]
+    lookupds = by_program("nsqpy-lookupd")
+    nsqds = by_program("nsqpy-d")
+    assert sorted(lookupds) == ["lookupd1", "lookupd2"]
+    assert sorted(nsqds) == ["nsqd1", "nsqd2", "nsqd3"]
+    lookupd_tcp = sorted(f"{n}:{listen_port(c, 'tcp-address')}" for n, c in lookupds.items())
+    lookupd_http = sorted(f"{n}:{listen_port(c, 'http-address')}" for n, c in lookupds.items())
+    assert lookupd_tcp == ["lookupd1:4160", "lookupd2:4160"]
+    volumes = set()
+    for name, cmd in nsqds.items():
+        assert flag_values(cmd, "broadcast-address") == [name]
+        assert sorted(flag_values(cmd, "lookupd-tcp-address")) == lookupd_tcp
+        (data,) = flag_values(cmd, "data-path")
+        mounts = [v for v in svc[name]["volumes"] if v.split(":")[1] == data]
+        assert len(mounts) == 1, (name, svc[name]["volumes"])
+        volume = mounts[0].split(":")[0]
+        assert volume in doc["volumes"]
+        volumes.add(volume)
+    assert len(volumes) == 3  # each node its own named volume
+
+    # Publishers: one per node, each to a node that listens there.
+    nsqd_tcp = {f"{n}:{listen_port(c, 'tcp-address')}" for n, c in nsqds.items()}
+    publishers = jobs("publish_events.py")
+    assert {flag_values(c, "nsqd-tcp-address")[0] for c in publishers.values()} == nsqd_tcp
+    # The Spark job: through both lookupds' HTTP, no nsqd address of its own.
+    spark = svc["spark"]["command"]
+    assert Path(spark[1]).name == "event_counts.py"
+    assert sorted(flag_values(spark, "lookupd-http-address")) == lookupd_http
+    assert not flag_values(spark, "nsqd-tcp-address")
+    assert len({flag_values(c, "topic")[0] for c in publishers.values()}) == 1
+    assert flag_values(spark, "topic") == flag_values(next(iter(publishers.values())), "topic")
+
+    # Builds, dependencies and health checks refer to what exists.
+    stages = dockerfile_stages()
+    for name, s in svc.items():
+        b = s["build"]
+        assert (COMPOSE.parent / b["context"]).resolve() == ROOT, name
+        assert (ROOT / b["dockerfile"]).resolve() == DOCKERFILE, name
+        assert b["target"] in stages, name
+        deps = s.get("depends_on", [])
+        assert set(deps) <= set(svc), (name, deps)
+        for dep, how in deps.items() if isinstance(deps, dict) else []:
+            if how.get("condition") == "service_healthy":
+                assert "healthcheck" in svc[dep], (name, dep)
+        hc = s.get("healthcheck")
+        if hc:
+            port = int(re.search(r"127\.0\.0\.1:(\d+)/ping", " ".join(hc["test"])).group(1))
+            assert port == listen_port(s["command"], "http-address"), name
+    assert svc["spark"]["build"]["target"] == "spark"
+    assert all(svc[n]["build"]["target"] == "nsqpy" for n in [*lookupds, *nsqds, *publishers])
+
+
+def test_docker_compose_config_when_the_cli_has_compose(tmp_path: Path) -> None:
+    docker = shutil.which("docker")
+    if not docker:
+        pytest.skip("no docker CLI")
+    probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=20)
+    if probe.returncode != 0:
+        pytest.skip("the docker CLI has no compose plugin here (the YAML is checked above)")
+    r = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert set(json.loads(r.stdout)["services"]) == set(services())
+
+
+def test_compose_services_run_here_as_processes(tmp_path: Path) -> None:
+    """Each nsqpy service's compose command line, localized, runs: lookupds, then nodes that
+    register with both under their compose names, then the publishers; all stop on SIGTERM."""
+    svc = services()
+    addresses: dict[str, str] = {}
+    running: list[Server] = []
+    try:
+        for name, cmd in by_program("nsqpy-lookupd").items():
+            s = Server([*script("nsqpy-lookupd"), *localize(cmd, addresses)], name)
+            running.append(s)
+            addresses[f"{name}:{listen_port(cmd, 'tcp-address')}"] = s.tcp_address
+            addresses[f"{name}:{listen_port(cmd, 'http-address')}"] = s.http_address
+        lookupds = list(running)
+        nodes: dict[str, Server] = {}
+        for name, cmd in by_program("nsqpy-d").items():
+            s = Server([*script("nsqpy-d"), *localize(cmd, addresses, tmp_path / name)], name)
+            running.append(s)
+            nodes[name] = s
+            addresses[f"{name}:{listen_port(cmd, 'tcp-address')}"] = s.tcp_address
+            addresses[f"{name}:{listen_port(cmd, 'http-address')}"] = s.http_address
+            assert (tmp_path / name).is_dir()
+
+        def registered(lk: Server) -> bool:
+            found = {
+                (p["broadcast_address"], p["tcp_port"], p["http_port"])
+                for p in lk.get_json("/nodes")["producers"]
+            }
+            return found == {(n, s.tcp_port, s.http_port) for n, s in nodes.items()}
+
+        for lk in lookupds:
+            wait_for(lambda lk=lk: registered(lk), 15, 0.1, f"{lk.name} lists the 3 nodes")
+
+        # The publishers' compose commands, against the localized nodes (fewer, faster events).
+        publishers = jobs("publish_events.py")
+        assert len(publishers) == 3
+        topic = None
+        for name, cmd in publishers.items():
+            args = localize(cmd, addresses)  # [script path, flags...]
+            assert args[0] == "/src/spark_jobs/publish_events.py", args
+            run = [sys.executable, str(ROOT / "spark_jobs" / "publish_events.py"), *args[1:]]
+            r = subprocess.run(
+                [*run, "--count=40", "--rate=2000", "--max-seconds=20"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=ROOT,
+            )
+            assert r.returncode == 0, (name, r.stderr)
+            topic = flag_values(cmd, "topic")[0]
+            assert f"published 40 events to {topic}" in r.stdout
+        assert topic
+        for name, node in nodes.items():
+            (t,) = [t for t in node.get_json("/stats?format=json")["topics"]]
+            assert (t["topic_name"], t["message_count"]) == (topic, 40), name
+        # Consumers through either lookupd find all three nodes under their compose names.
+        for lk in lookupds:
+            producers = lk.get_json(f"/lookup?topic={topic}")["producers"]
+            assert sorted(p["broadcast_address"] for p in producers) == sorted(nodes)
+
+        # The Spark job's argparse takes the compose flags as they are (same values).
+        spark = svc["spark"]["command"]
+        event_counts = importlib.import_module("event_counts")
+        ns = event_counts.parse_args(spark[2:])
+        assert ns.lookupd_http_address == flag_values(spark, "lookupd-http-address")
+        assert ns.topic == topic and ns.console and ns.trigger == "5 seconds"
+        assert ns.checkpoint.startswith("/data/")
+        opts = event_counts.nsq_options(ns)
+        assert opts["lookupd_http_addresses"] == "lookupd1:4161,lookupd2:4161"
+    finally:
+        codes = {}
+        for s in reversed(running):
+            codes[s.name] = s.stop()
+    assert codes == {s.name: 0 for s in running}, {
+        s.name: s.log_text() for s in running if codes[s.name]
+    }
+
+
+@pytest.mark.parametrize("job", ["publish_events.py", "event_counts.py"])
+def test_spark_job_and_publisher_help_lists_every_compose_flag(job: str) -> None:
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "spark_jobs" / job), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    used = {f for cmd in jobs(job).values() for f in flag_names(cmd)}
+    assert used
+    for flag in used:
+        assert re.search(rf"(^|[\s\[,]){re.escape(flag)}\b", r.stdout), (flag, r.stdout)
+
+
+# ------------------------------------------------------------------------------ Dockerfile
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        full = (pending + line).strip()
+        pending = ""
+        word, _, rest = full.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """Stage name -> its instructions (a stage inherits its parent's through FROM <stage>)."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for ins, rest in dockerfile_instructions():
+        if ins == "FROM":
+            m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.IGNORECASE)
+            assert m, rest
+            parent, name = m.group(1), m.group(2) or f"stage{len(stages)}"
+            current = list(stages.get(parent, []))
+            stages[name] = current
+        elif current is not None:
+            current.append((ins, rest))
+    return stages
+
+
+def exec_form(rest: str) -> list[str]:
+    return json.loads(rest)
+
+
+def copy_sources() -> list[str]:
+    srcs = []
+    for ins, rest in dockerfile_instructions():
+        if ins in ("COPY", "ADD"):
+            args = exec_form(rest) if rest.startswith("[") else rest.split()
+            args = [a for a in args if not a.startswith("--")]
+            srcs.extend(a for a in args[:-1] if a not in srcs)
+    return srcs
+
+
+def dockerignored() -> list[str]:
+    p = DOCKER / "Dockerfile.dockerignore"
+    return [
+        ln.strip() for ln in p.read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
+
+
+def test_dockerfile_copies_exist_and_are_not_ignored() -> None:
+    srcs = copy_sources()
+    assert srcs
+    ignored = dockerignored()
+    for src in srcs:
+        assert (ROOT / src).exists(), src
+        top = src.strip("/").split("/")[0]
+        assert top not in ignored, (src, "excluded by docker/Dockerfile.dockerignore")
+    # Every file the image's commands run is copied.
+    for s in services().values():
+        for a in s["command"]:
+            if str(a).startswith("/src/"):
+                rel = a[len("/src/") :]
+                assert any(rel == c.strip("/") or rel.startswith(c.strip("/") + "/") for c in srcs)
+                assert (ROOT / rel).is_file(), a
+
+
+def test_dockerfile_copies_are_enough_for_pip_install(tmp_path: Path) -> None:
+    """What `pip install .` needs is in the copied files: the readme, every package listed in
+    pyproject (and no package of the tree missing from that list), every console script's
+    module and function, importable from the copy alone."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    for src in copy_sources():
+        s = ROOT / src
+        if s.is_dir():
+            shutil.copytree(s, ctx / src.strip("/"), ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(s, ctx / src)
+    assert (ctx / "pyproject.toml").exists()
+    assert (ctx / PYPROJECT["project"]["readme"]).exists()
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(p.parent.relative_to(ctx).parts) for p in (ctx / "nsqpy").rglob("__init__.py")
+    }
+    assert listed == on_disk, "pyproject's [tool.setuptools] packages vs nsqpy/ packages"
+    probe = "; ".join(
+        f"import importlib; assert callable(getattr(importlib.import_module({m!r}), {f!r}))"
+        for m, f in (v.split(":") for v in SCRIPTS.values())
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, '.'); {probe}"],
+        cwd=ctx,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
+    stages = dockerfile_stages()
+    assert {"nsqpy", "spark"} <= set(stages)
+    froms = [rest for ins, rest in dockerfile_instructions() if ins == "FROM"]
+    args = dict(r.split("=", 1) for i, r in dockerfile_instructions() if i == "ARG" and "=" in r)
+    base = froms[0].split()[0]
+    base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], base)
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?", base), base
+    # The default target (the last stage) is the daemons' image.
+    assert froms[-1].split()[-1] == "nsqpy"
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for name in ("nsqpy", "spark"):
+        ins = stages[name]
+        runs = " ".join(rest for i, rest in ins if i == "RUN")
+        user = [rest for i, rest in ins if i == "USER"]
+        assert user and user[-1] not in ("root", "0"), name
+        assert any("/data" in rest for i, rest in ins if i == "VOLUME"), name
+        cmd = exec_form([rest for i, rest in ins if i == "CMD"][-1])
+        assert cmd[0] in SCRIPTS or cmd[0] == "python", cmd
+        installs = re.findall(r"pip install (\S+)", runs)
+        assert installs, name
+        for spec in installs:
+            spec = spec.strip("'\"")
+            assert spec.startswith(".")
+            for extra in re.findall(r"\[(.*?)\]", spec):
+                assert extra in extras, extra
+        for s in SCRIPTS:
+            assert f"{s} --version" in runs, (name, s)  # the scripts exist in the image
+    assert "openjdk-17-jre-headless" in " ".join(rest for i, rest in stages["spark"])
+    assert re.search(r"pip install '?\.\[spark\]", " ".join(r for _, r in stages["spark"]))
+    exposed = {
+        int(p)
+        for i, rest in stages["nsqpy"]
+        if i == "EXPOSE"
+        for p in rest.replace("/tcp", "").split()
+    }
+    assert exposed == {4150, 4151, 4160, 4161}
+    # What compose runs is a console script from pyproject, or python on a copied job.
+    for name, s in services().items():
+        prog = s["command"][0]
+        assert prog in SCRIPTS or prog == "python", (name, prog)
+
+
+def test_nsqd_stops_cleanly_after_publish_and_restarts_on_its_volume(tmp_path: Path) -> None:
+    """The nodes' volumes matter: a compose node stopped (SIGTERM, as `docker compose stop`)
+    and started again on the same --data-path still has its queued messages."""
+    cmd = [a for a in services()["nsqd1"]["command"] if "lookupd" not in a]
+    args = localize(cmd, {}, tmp_path / "nsqd1")
+    s = Server([*script("nsqpy-d"), *args], "nsqd1")
+    try:
+        with Producer(s.tcp_address, "kept") as p:
+            p.publish([b"m%d" % i for i in range(100)])
+    finally:
+        assert s.stop() == 0, s.log_text()
+    s = Server([*script("nsqpy-d"), *args], "nsqd1")
+    try:
+        (t,) = s.get_json("/stats?format=json&topic=kept")["topics"]
+        assert t["depth"] == 100
+    finally:
+        assert s.stop() == 0, s.log_text()
