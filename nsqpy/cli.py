@@ -7,10 +7,7 @@
 # nsqd's shape on stderr: ``[nsqd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on ...``.
 from __future__ import annotations
 
-import asyncio
-import gc
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -335,51 +332,20 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
 
 def run(opts: Options) -> None:
     """Start nsqd on uvloop and serve until SIGTERM or SIGINT; exits 0 on a clean stop."""
-    import resource
-
-    import uvloop
-
+    from .daemon import freeze_startup_objects, raise_nofile_limit, serve
     from .nsqd import NSQD
     from .server import Server
 
-    # Many clients and many diskqueue files need many descriptors: raise the soft limit to the
-    # hard one, as the Go runtime does for nsqd.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            pass
-
+    raise_nofile_limit()
     log = logging.getLogger("nsqpy")
-
-    async def main() -> int:
-        log.info(version_string())
-        log.info("ID: %d", opts.node_id)
-        server = Server(NSQD(opts))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await server.start()
-        except (OSError, ValueError) as e:
-            log.critical("failed to instantiate nsqd - %s", e)
-            await server.stop()
-            return 1
-        # Start-up objects (modules, aiohttp's app, ...) live for ever: move them out of the
-        # cyclic collector's sight, so a full collection never walks them again (it cost
-        # 20-30 ms per pass), and collect young objects less often: queued messages are bytes,
-        # which the collector does not track, so little garbage is cyclic here.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(10_000, 20, 20)
-        await stop.wait()
-        log.info("NSQ: received signal, exiting")
-        await server.stop()
-        return 0
-
-    sys.exit(uvloop.run(main()))
+    log.info(version_string())
+    log.info("ID: %d", opts.node_id)
+    serve(
+        "nsqd",
+        lambda: Server(NSQD(opts)),
+        on_signal="NSQ: received signal, exiting",
+        after_start=freeze_startup_objects,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

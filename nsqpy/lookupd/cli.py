@@ -7,9 +7,7 @@
 # light: the daemon's modules load only when it runs.
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -95,31 +93,12 @@ def nsqpy_lookupd(**kw: Any) -> None:
 def run(opts: Any) -> None:
     """Start nsqlookupd on uvloop and serve until SIGTERM or SIGINT; exit 0 on a clean stop,
     1 when a listener cannot be bound."""
-    import uvloop
-
+    from ..daemon import serve
     from .nsqlookupd import NSQLookupd
     from .server import Server
 
-    log = logging.getLogger("nsqpy")
-
-    async def main() -> int:
-        log.info(version_string())
-        server = Server(NSQLookupd(opts))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await server.start()
-        except (OSError, ValueError) as e:
-            log.critical("failed to instantiate nsqlookupd - %s", e)
-            await server.stop()
-            return 1
-        await stop.wait()
-        await server.stop()
-        return 0
-
-    sys.exit(uvloop.run(main()))
+    logging.getLogger("nsqpy").info(version_string())
+    serve("nsqlookupd", lambda: Server(NSQLookupd(opts)))
 
 
 def main(argv: list[str] | None = None) -> None:
