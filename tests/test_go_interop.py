@@ -20,6 +20,7 @@ import json
 import re
 import socket
 import struct
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,7 @@ def go_lookupd_factory(go_bins) -> Iterator[Callable[..., GoProcess]]:
     for p in started:
         rc = p.stop()
         assert rc == 0, f"Go nsqlookupd exited {rc}:\n{p.log_text()[-3000:]}"
+
 
 # (method, path) sent to both lookupds, in this order, after one peer registered
 # REGISTER t c and REGISTER t2 over "  V1" (see _http_requests_setup).
@@ -658,3 +660,64 @@ def test_answers_match_the_go_pair(scenarios, pair: tuple[str, str]) -> None:
         if got.get(step, {}).get(path) != want[step][path]
     ]
     assert not diffs, "\n".join(diffs)
+
+
+# ---------------------------------------------------------------------------- 5. nsq_tail
+
+
+@pytest.mark.parametrize(
+    "lookupd_kind, nsqd_kinds",
+    [("nsqpy", ("nsqpy", "nsqpy")), ("go", ("nsqpy", "nsqpy")), ("nsqpy", ("go", "nsqpy"))],
+    ids=["nsqpy-lookupd+2-nsqpy-d", "go-lookupd+2-nsqpy-d", "nsqpy-lookupd+go-nsqd+nsqpy-d"],
+)
+def test_nsq_tail_discovers_nodes_through_lookupd(
+    go_bins, tmp_path: Path, lookupd_kind: str, nsqd_kinds: tuple[str, str]
+) -> None:
+    """go-nsq's ConnectToNSQLookupd (nsq_tail --lookupd-http-address) finds every node
+    registered for the topic and receives the messages published to each."""
+    lk = _start_lookupd(lookupd_kind)
+    nodes: list[Any] = []
+    try:
+        for i, kind in enumerate(nsqd_kinds):
+            nodes.append(
+                _start_nsqd(
+                    kind,
+                    tmp_path / f"node{i}",
+                    f"--lookupd-tcp-address={lk.tcp_address}",
+                    "--broadcast-address=127.0.0.1",
+                )
+            )
+        want = []
+        for i, node in enumerate(nodes):
+            for j in range(3):
+                body = f"node{i}-msg{j}".encode()
+                status, resp, _ = node.http("POST", "/pub?topic=tailed", body)
+                assert (status, resp) == (200, b"OK"), (status, resp)
+                want.append(body.decode())
+        wait_for(
+            lambda: len(_producers(lk, "tailed") or []) == 2,
+            timeout=10,
+            what="both nodes in /lookup?topic=tailed",
+        )
+        tail = subprocess.run(
+            [
+                go_bins["nsq_tail"],
+                f"--lookupd-http-address={lk.http_address}",
+                "--topic=tailed",
+                f"-n={len(want)}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert tail.returncode == 0, tail.stderr[-3000:]
+        assert sorted(tail.stdout.splitlines()) == sorted(want), tail.stderr[-3000:]
+        # It found them through the lookupd, not any other way.
+        assert f"querying nsqlookupd http://{lk.http_address}/lookup?topic=tailed" in tail.stderr
+        for node in nodes:
+            assert f"({node.tcp_address}) connecting to nsqd" in tail.stderr, tail.stderr
+    finally:
+        for node in nodes:
+            node.stop()
+        lk.stop()
