@@ -227,7 +227,8 @@ def test_lookup_both_answer_shapes_404_and_dead_lookupd(fake_lookupd) -> None:
 
 
 def test_source_options_and_spool(tmp_path: Path) -> None:
-    from nsqpy.spark.source import SourceOptions, Spool, parse_duration_ms
+    from nsqpy.spark.options import parse_duration_ms
+    from nsqpy.spark.source import SourceOptions, Spool
 
     assert parse_duration_ms("1m30s", "x") == 90_000
     assert parse_duration_ms("250ms", "x") == 250

@@ -12,21 +12,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .source import NSQDataSource
+    from .datasource import NSQDataSource
 
 __all__ = ["NSQDataSource", "register"]
 
 
 def register(spark: Any) -> None:
     """Register the ``nsq`` format on ``spark`` (a SparkSession)."""
-    from .source import NSQDataSource
+    from .datasource import NSQDataSource
 
     spark.dataSource.register(NSQDataSource)
 
 
 def __getattr__(name: str) -> Any:
     if name == "NSQDataSource":
-        from .source import NSQDataSource
+        from .datasource import NSQDataSource
 
         return NSQDataSource
     raise AttributeError(name)

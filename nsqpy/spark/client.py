@@ -17,6 +17,7 @@ from collections import deque
 from typing import Any
 
 from nsqpy import wire
+from nsqpy.netaddr import split_host_port
 
 USER_AGENT = "nsqpy-spark/0.1"
 
@@ -39,12 +40,13 @@ class NSQError(Exception):
 def parse_address(address: str) -> tuple[str, int]:
     """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``."""
     address = address.strip()
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    try:
+        host, port = split_host_port(address)
+    except ValueError:
+        host, port = "", -1
+    if not host or port < 0:
         raise ValueError(f"bad nsqd address {address!r} (want host:port)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
+    return host, port
 
 
 def split_addresses(value: str | None) -> list[str]:

@@ -21,7 +21,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .client import Producer, split_addresses
 from .lookup import lookup_producers
-from .source import _int_option
+from .options import int_option
 
 log = logging.getLogger("nsqpy.spark")
 
@@ -58,9 +58,9 @@ class _NSQWriterBase:
             ):
                 raise ValueError("set the option topic (or give a string column 'topic')")
             self.topic_index = names.index("topic")
-        self.batch_size: int = _int_option(o, "batch_size", 500)
-        self.batch_bytes: int = _int_option(o, "batch_bytes", 1 << 20)
-        self.window: int = _int_option(o, "mpub_window", 4)
+        self.batch_size: int = int_option(o, "batch_size", 500)
+        self.batch_bytes: int = int_option(o, "batch_bytes", 1 << 20)
+        self.window: int = int_option(o, "mpub_window", 4)
 
     def _addresses(self, topic: str) -> list[str]:
         addrs = list(self.nsqd_tcp_addresses)

@@ -46,13 +46,11 @@ from .client import (
     split_addresses,
 )
 from .lookup import lookup_producers
+from .options import int_option, parse_duration_ms
 
 try:  # pyspark is an optional dependency (the `spark` extra)
     from pyspark.sql.datasource import (
-        DataSource,
         DataSourceStreamReader,
-        DataSourceStreamWriter,
-        DataSourceWriter,
         InputPartition,
     )
     from pyspark.sql.streaming.datasource import (
@@ -61,7 +59,6 @@ try:  # pyspark is an optional dependency (the `spark` extra)
         ReadMaxRows,
         ReadMinRows,
     )
-    from pyspark.sql.types import StructType
 except ImportError as e:  # pragma: no cover
     raise ImportError(
         "nsqpy.spark needs pyspark>=4.2 (pip install 'nsqpy[spark]') and a Java 17 runtime"
@@ -78,43 +75,9 @@ SCHEMA_DDL = (
 
 SPOOL_VERSION = 1
 _SPOOL_RE = re.compile(r"^(\d{12})\.msgpack$")
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
 
 
 # ------------------------------------------------------------------------------------ options
-
-
-def parse_duration_ms(value: str | int | float, name: str) -> int:
-    """A Go duration (``"60s"``, ``"1m30s"``, ``"250ms"``) or a plain number of milliseconds."""
-    s = str(value).strip()
-    try:
-        return int(float(s))
-    except ValueError:
-        pass
-    pos = 0
-    total = 0.0
-    for m in _DURATION_RE.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise ValueError(f"option {name}: {value!r} is not a duration (e.g. 60s, 250ms, 1m30s)")
-    return int(total)
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int | None, low: int = 1) -> Any:
-    v = options.get(name)
-    if v is None or str(v).strip() == "":
-        return default
-    try:
-        n = int(str(v).strip())
-    except ValueError:
-        raise ValueError(f"option {name}: {v!r} is not an integer") from None
-    if n < low:
-        raise ValueError(f"option {name}: {n} is below {low}")
-    return n
 
 
 class SourceOptions:
@@ -140,8 +103,8 @@ class SourceOptions:
         if "://" in self.spool_dir and not self.spool_dir.startswith("file://"):
             raise ValueError("spool_dir must be a local or mounted path (no hdfs://, s3a:// ...)")
         self.spool_dir = self.spool_dir.removeprefix("file://")
-        self.max_in_flight: int = _int_option(o, "max_in_flight", 2500)
-        self.max_messages_per_trigger: int | None = _int_option(o, "max_messages_per_trigger", None)
+        self.max_in_flight: int = int_option(o, "max_in_flight", 2500)
+        self.max_messages_per_trigger: int | None = int_option(o, "max_messages_per_trigger", None)
         self.msg_timeout_ms = parse_duration_ms(o.get("msg_timeout", "60s"), "msg_timeout")
         if self.msg_timeout_ms < 1000:
             raise ValueError("option msg_timeout: nsqd accepts 1s at least")
@@ -155,8 +118,8 @@ class SourceOptions:
         self.lookupd_poll_interval_ms = parse_duration_ms(
             o.get("lookupd_poll_interval", "60s"), "lookupd_poll_interval"
         )
-        self.connections_per_nsqd: int = _int_option(o, "connections_per_nsqd", 1)
-        self.max_rows_per_partition: int = _int_option(o, "max_rows_per_partition", 10000)
+        self.connections_per_nsqd: int = int_option(o, "connections_per_nsqd", 1)
+        self.max_rows_per_partition: int = int_option(o, "max_rows_per_partition", 10000)
         self.tombstone_ttl_s = 2 * self.msg_timeout_ms / 1000 + 120
 
 
@@ -740,30 +703,3 @@ class NSQStreamReader(DataSourceStreamReader):
             with f.cond:
                 f.commit_through(done)
         f.close()
-
-
-class NSQDataSource(DataSource):
-    """The ``nsq`` format: a streaming source and a batch/streaming sink.
-
-    Register once per SparkSession: ``spark.dataSource.register(NSQDataSource)``.
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        return "nsq"
-
-    def schema(self) -> StructType | str:
-        return SCHEMA_DDL
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return NSQStreamReader(self.options)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from .sink import NSQWriter
-
-        return NSQWriter(self.options, schema, overwrite)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from .sink import NSQStreamWriter
-
-        return NSQStreamWriter(self.options, schema, overwrite)
