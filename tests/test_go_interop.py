@@ -21,6 +21,7 @@ import re
 import socket
 import struct
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -721,3 +722,152 @@ def test_nsq_tail_discovers_nodes_through_lookupd(
         for node in nodes:
             node.stop()
         lk.stop()
+
+
+# ------------------------------------------------ what nsqd sends to a lookupd, Go vs nsqpy
+
+
+class Recorder:
+    """A fake nsqlookupd on 127.0.0.1 that records what each nsqd connection sends (magic,
+    command lines, IDENTIFY bodies) and answers as nsqlookupd does."""
+
+    def __init__(self) -> None:
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.srv.getsockname()[1]}"
+        self.conns: list[socket.socket] = []
+        self.items: list[list[tuple[str, bytes]]] = []  # per connection, in order
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.conns.append(conn)
+                self.items.append([])
+                items = self.items[-1]
+            threading.Thread(target=self._serve, args=(conn, items), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, items: list[tuple[str, bytes]]) -> None:
+        f = conn.makefile("rb")
+        try:
+            items.append(("magic", f.read(4)))
+            while line := f.readline():
+                items.append(("line", line))
+                if line.strip() == b"IDENTIFY":
+                    (size,) = struct.unpack(">i", f.read(4))
+                    items.append(("identify body", f.read(size)))
+                    reply = b'{"broadcast_address":"rec","hostname":"rec","http_port":1,'
+                    reply += b'"tcp_port":2,"version":"1.3.0"}'
+                else:
+                    reply = b"OK"
+                conn.sendall(struct.pack(">i", len(reply)) + reply)
+        except OSError:
+            pass
+
+    def lines(self, i: int) -> list[str]:
+        """Connection i's command lines (PINGs left out: their timing is the ticker's)."""
+        with self.lock:
+            items = list(self.items[i]) if i < len(self.items) else []
+        return [d.decode() for k, d in items if k == "line" and d != b"PING\n"]
+
+    def drop(self, i: int) -> None:
+        self.conns[i].shutdown(socket.SHUT_RDWR)
+        self.conns[i].close()
+
+    def close(self) -> None:
+        self.srv.close()
+        for c in self.conns:
+            c.close()
+
+
+# (nsqd HTTP POSTs, the lines they must cause, compared as a set: Go's notifications are
+# goroutines, so the order inside one step is not fixed)
+NSQD_STEPS: list[tuple[list[str], list[str]]] = [
+    (["/topic/create?topic=t1"], ["REGISTER t1\n"]),
+    (["/channel/create?topic=t1&channel=c1"], ["REGISTER t1 c1\n"]),
+    (["/topic/create?topic=t2"], ["REGISTER t2\n"]),
+    (["/channel/delete?topic=t1&channel=c1"], ["UNREGISTER t1 c1\n"]),
+    (["/topic/delete?topic=t2"], ["UNREGISTER t2\n"]),
+    (
+        ["/topic/create?topic=t3", "/channel/create?topic=t3&channel=c3"],
+        ["REGISTER t3\n", "REGISTER t3 c3\n"],
+    ),
+    (["/topic/delete?topic=t3"], ["UNREGISTER t3\n", "UNREGISTER t3 c3\n"]),
+    (
+        ["/topic/create?topic=e%23ephemeral", "/channel/create?topic=e%23ephemeral&channel=c"],
+        ["REGISTER e#ephemeral\n", "REGISTER e#ephemeral c\n"],
+    ),
+    # The last channel of an ephemeral topic gone: nsqd deletes the topic too.
+    (
+        ["/channel/delete?topic=e%23ephemeral&channel=c"],
+        ["UNREGISTER e#ephemeral c\n", "UNREGISTER e#ephemeral\n"],
+    ),
+]
+
+
+def record_nsqd(kind: str, data_path: Path) -> dict[str, Any]:
+    """Drive one nsqd against a Recorder: IDENTIFY, NSQD_STEPS, then the lookupd drops the
+    connection and two topics are created (Go loses the command sent on the dead connection;
+    the next one reconnects). Returns what was seen, ports named."""
+    rec = Recorder()
+    nsqd = None
+    seen: dict[str, Any] = {}
+    try:
+        nsqd = _start_nsqd(
+            kind, data_path, f"--lookupd-tcp-address={rec.address}", "--broadcast-address=127.0.0.1"
+        )
+
+        def wait(pred: Callable[[], Any], what: str) -> None:
+            wait_for(pred, timeout=20, what=f"{kind} nsqd: {what}")
+
+        wait(lambda: rec.lines(0) == ["IDENTIFY\n"], "IDENTIFY")
+        seen["magic"] = rec.items[0][0]
+        body = rec.items[0][2][1]
+        body = body.replace(b'"tcp_port":%d' % nsqd.tcp_port, b'"tcp_port":<TCP>')
+        body = body.replace(b'"http_port":%d' % nsqd.http_port, b'"http_port":<HTTP>')
+        seen["identify body"] = body
+        for i, (posts, lines) in enumerate(NSQD_STEPS):
+            before = len(rec.lines(0))
+            for p in posts:
+                _post(nsqd, p)
+            n = before + len(lines)
+            wait(lambda n=n: len(rec.lines(0)) >= n, f"step {i} {posts}")
+            seen[f"step {i} {posts}"] = sorted(rec.lines(0)[before:])
+        rec.drop(0)
+        _post(nsqd, "/topic/create?topic=t4")
+        _post(nsqd, "/topic/create?topic=t5")
+        state = {"REGISTER t1\n", "REGISTER t4\n", "REGISTER t5\n"}
+        wait(lambda: state <= set(rec.lines(1)), "reconnect with the whole state")
+        seen["reconnect magic"] = rec.items[1][0]
+        seen["reconnect first line"] = rec.lines(1)[0]
+        seen["reconnect registrations"] = sorted(set(rec.lines(1)[1:]))
+        seen["connections"] = len(rec.conns)
+        rc = nsqd.stop()
+        assert rc == 0, nsqd.log_text()[-3000:]
+    finally:
+        if nsqd is not None and nsqd.alive():
+            nsqd.stop()
+        rec.close()
+    return seen
+
+
+def test_nsqpy_d_sends_what_go_nsqd_sends(go_bins, tmp_path: Path) -> None:
+    """The exact bytes Go nsqd sends a lookupd (IDENTIFY body, REGISTER/UNREGISTER lines per
+    topic and channel change, whole state on reconnect), and nsqpy-d sends the same."""
+    want = record_nsqd("go", tmp_path / "go")
+    assert want["magic"] == ("magic", b"  V1")
+    host = socket.gethostname().encode()
+    assert want["identify body"] == (
+        b'{"broadcast_address":"127.0.0.1","hostname":"' + host + b'","http_port":<HTTP>,'
+        b'"tcp_port":<TCP>,"version":"1.3.0"}'
+    )
+    assert want["reconnect registrations"] == ["REGISTER t1\n", "REGISTER t4\n", "REGISTER t5\n"]
+    got = record_nsqd("nsqpy", tmp_path / "nsqpy")
+    diffs = [
+        f"{k}:\n  Go    {want[k]!r}\n  nsqpy {got.get(k)!r}" for k in want if got.get(k) != want[k]
+    ]
+    assert not diffs, "\n".join(diffs)
