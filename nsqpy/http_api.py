@@ -16,12 +16,22 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from . import config, metrics, stats, wire
-from .httpd import JSON_TYPE, NSQ_HEADER, NsqHTTPError, api, go_router, start_site
+from .httpd import (
+    JSON_TYPE,
+    NSQ_HEADER,
+    NsqHTTPError,
+    api,
+    go_router,
+    parse_go_query,
+    start_site,
+)
 from .options import NSQ_VERSION
 from .topic import TopicError
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
+
+log = logging.getLogger("nsqpy")
 
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _LEN = struct.Struct(">i")
@@ -61,8 +71,19 @@ class HTTPAPI:
 
     # ------------------------------------------------------------ helpers
 
-    def _topic_from_query(self, request: web.Request) -> tuple[Any, Any]:
-        q = request.query
+    @staticmethod
+    def _query(request: web.Request) -> dict[str, str]:
+        """The query as nsqd reads it (Go's url.ParseQuery, first value of each key); a query
+        Go cannot parse (a bad %-escape, a ``;``) is 400 INVALID_REQUEST in every handler."""
+        try:
+            values = parse_go_query(request.rel_url.raw_query_string)
+        except ValueError as e:
+            log.error("failed to parse request params - %s", e)
+            raise NsqHTTPError(400, "INVALID_REQUEST") from None
+        return {k: v[0] for k, v in values.items()}
+
+    def _topic_from_query(self, request: web.Request) -> tuple[dict[str, str], Any]:
+        q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         name = q["topic"]
@@ -71,7 +92,7 @@ class HTTPAPI:
         return q, self.nsqd.get_topic(name)
 
     def _existing_topic_and_channel(self, request: web.Request) -> tuple[Any, str]:
-        q = request.query
+        q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         topic_name = q["topic"]
@@ -96,7 +117,7 @@ class HTTPAPI:
             raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
 
     def _existing_topic(self, request: web.Request, validate: bool) -> Any:
-        q = request.query
+        q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         name = q["topic"]
@@ -212,21 +233,22 @@ class HTTPAPI:
         return "OK"
 
     async def stats(self, request: web.Request) -> Any:
-        q = request.query
+        q = self._query(request)
         include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
         include_mem = _BOOL_PARAMS.get(q.get("include_mem", ""), True)
         topic = q.get("topic", "")
         channel = q.get("channel", "")
         if q.get("format", "") == "json":
             return stats.stats_json(self.nsqd, topic, channel, include_clients, include_mem)
-        return stats.stats_text(self.nsqd, topic, channel, include_clients, include_mem).encode()
+        # A str: answered as text/plain; charset=utf-8, the type Go's server sniffs for it.
+        return stats.stats_text(self.nsqd, topic, channel, include_clients, include_mem)
 
     async def topic_create(self, request: web.Request) -> Any:
         self._topic_from_query(request)
         return None
 
     async def topic_delete(self, request: web.Request) -> Any:
-        q = request.query
+        q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
+import sys
 import zlib
 from dataclasses import dataclass, field
 
@@ -16,6 +17,13 @@ from dataclasses import dataclass, field
 NSQ_VERSION = "1.3.0"
 #: nsqpy's own version.
 NSQPY_VERSION = "0.1.0"
+
+
+def version_string(app: str = "nsqd") -> str:
+    """The daemon's version line in nsqd's shape (``--version``, the first log line and the first
+    line of text /stats): "built w/" names nsqpy and Python where nsqd names its Go release."""
+    py = ".".join(str(x) for x in sys.version_info[:3])
+    return f"{app} v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py})"
 
 
 def default_node_id(hostname: str | None = None) -> int:

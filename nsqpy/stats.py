@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import quantile
-from .options import NSQ_VERSION, format_go_duration_ms
+from .options import NSQ_VERSION, format_go_duration_ms, version_string
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -203,48 +203,82 @@ def _client_line(c: dict[str, Any]) -> str:
     )
 
 
+def go_duration_ns(ns: int) -> str:
+    """Nanoseconds as Go's time.Duration.String() prints them ("27.358330278s", "1h0m5s",
+    "1.5ms", "250ns")."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    if ns < 1_000:
+        return f"{sign}{ns}ns"
+    if ns < 1_000_000:
+        return sign + _go_fraction(ns, 1_000, 3) + "µs"
+    if ns < 1_000_000_000:
+        return sign + _go_fraction(ns, 1_000_000, 6) + "ms"
+    h, rem = divmod(ns, 3_600_000_000_000)
+    m, rem = divmod(rem, 60_000_000_000)
+    out = sign + (f"{h}h" if h else "") + (f"{m}m" if h or m else "")
+    return out + _go_fraction(rem, 1_000_000_000, 9) + "s"
+
+
+def _go_fraction(value: int, unit: int, digits: int) -> str:
+    whole, frac = divmod(value, unit)
+    if not frac:
+        return str(whole)
+    return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
+
+
+def _rfc3339_local(ts: int) -> str:
+    """Go's time.Format(time.RFC3339) of a Unix time in the local zone ("Z" for offset 0)."""
+    local = time.localtime(ts)
+    off = local.tm_gmtoff or 0
+    zone = "Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 3600:02d}:"
+    if off:
+        zone += f"{abs(off) % 3600 // 60:02d}"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", local) + zone
+
+
 def stats_text(
     nsqd: NSQD, topic: str, channel: str, include_clients: bool, include_mem: bool
 ) -> str:
-    """The plain-text /stats page (nsqd's printStats layout)."""
+    """The plain-text /stats page, laid out as nsqd's printStats writes it (nsqd/http.go)."""
     topics, producers = get_stats(nsqd, topic, channel, include_clients)
-    uptime_ms = (int(time.time()) - nsqd.start_time) * 1000
-    lines = [
-        f"nsqd v{NSQ_VERSION} (nsqpy)",
-        "start_time " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(nsqd.start_time)),
-        f"uptime {format_go_duration_ms(uptime_ms)}",
-        "",
-        f"Health: {nsqd.health}",
+    # nsqd measures uptime from its start instant; start_time is whole seconds here, so this is
+    # the time since that second (start_time + uptime = now), printed at Go's precision.
+    uptime_ns = time.time_ns() - nsqd.start_time * 1_000_000_000
+    out = [
+        f"{version_string()}\n",
+        f"start_time {_rfc3339_local(nsqd.start_time)}\n",
+        f"uptime {go_duration_ns(uptime_ns)}\n",
+        f"\nHealth: {nsqd.health}\n",
     ]
     if include_mem:
-        lines += ["", "Memory:"]
-        lines += [f"   {k:<25}\t{v}" for k, v in mem_stats().items()]
-    if not topics:
-        lines += ["", "Topics: None"]
-    else:
-        lines += ["", "Topics:"]
+        out.append("\nMemory:\n")
+        out += [f"   {k:<25}\t{v}\n" for k, v in mem_stats().items()]
+    out.append("\nTopics:" if topics else "\nTopics: None\n")
     for t in topics or []:
         prefix = "*P " if t["paused"] else "   "
-        lines.append(
-            f"{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5d} "
+        out.append(
+            f"\n{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5d} "
             f"be-depth: {t['backend_depth']:<5d} msgs: {t['message_count']:<8d} e2e%: "
             + quantile.result_text(t["e2e_processing_latency"])
+            + "\n"
         )
         for c in t["channels"]:
             prefix = "   *P " if c["paused"] else "      "
-            lines.append(
+            out.append(
                 f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5d} "
                 f"be-depth: {c['backend_depth']:<5d} inflt: {c['in_flight_count']:<4d} "
                 f"def: {c['deferred_count']:<4d} re-q: {c['requeue_count']:<5d} "
                 f"timeout: {c['timeout_count']:<5d} msgs: {c['message_count']:<8d} e2e%: "
                 + quantile.result_text(c["e2e_processing_latency"])
+                + "\n"
             )
-            for cl in c["clients"] or []:
-                lines.append("        " + _client_line(cl))
-        lines.append("")
+            out += [f"        {_client_line(cl)}\n" for cl in c["clients"] or []]
     if not producers:
-        lines += ["", "Producers: None"]
+        out.append("\nProducers: None\n")
     else:
-        lines += ["", "Producers:"]
-        lines += ["   " + _client_line(p) for p in producers]
-    return "\n".join(lines) + "\n"
+        out.append("\nProducers:\n")
+        out += [f"   {_client_line(p)}\n" for p in producers]
+    return "".join(out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import struct
 import time
@@ -860,3 +861,196 @@ def test_stats_text(nsqd):
     text = nsqd.http("GET", "/stats?include_mem=false")[1].decode()
     assert "Memory:" not in text
     assert "Health: OK" in text
+
+
+# ----------------------------------------------------------------------------- issue 10 §3:
+# byte-level differences found against nsqd 1.3 (text /stats, router, query parsing)
+
+
+def raw_http(
+    d: Daemon, method: str, path: str, body: bytes | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    """One request over http.client: the path goes out byte for byte, redirects not followed."""
+    conn = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=10)
+    try:
+        conn.request(method, path, body=body)
+        r = conn.getresponse()
+        return r.status, r.read(), _lower(dict(r.getheaders()))
+    finally:
+        conn.close()
+
+
+def test_stats_text_header_and_layout(nsqd):
+    """nsqd's printStats: text/plain (Go sniffs the body), version.String("nsqd") first, an RFC
+    3339 start time, uptime as Go's Duration, one blank line between sections and topics."""
+    from nsqpy.options import version_string
+
+    assert_ok(nsqd.http("POST", "/topic/create?topic=lay_a"), body=b"")
+    assert_ok(nsqd.http("POST", "/channel/create?topic=lay_a&channel=c1"), body=b"")
+    assert_ok(nsqd.http("POST", "/topic/create?topic=lay_b"), body=b"")
+    code, body, h = raw_http(nsqd, "GET", "/stats?include_mem=false")
+    assert code == 200
+    assert h.get("content-type") == "text/plain; charset=utf-8"
+    assert h.get("x-nsq-content-type") == NSQ_CT
+    text = body.decode()
+    lines = text.split("\n")
+    assert lines[0] == version_string()
+    assert lines[0].startswith("nsqd v1.3.0 (built w/")
+    assert re.fullmatch(r"start_time \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)", lines[1])
+    assert re.fullmatch(r"uptime (\d+m)?\d+(\.\d{1,9})?s|uptime \d+(\.\d+)?(ms|µs)", lines[2])
+    topic_a = r"   \[lay_a          \] depth: 0     be-depth: 0     msgs: 0        e2e%: \n"
+    chan = (
+        r"      \[c1                       \] depth: 0     be-depth: 0     inflt: 0    "
+        r"def: 0    re-q: 0     timeout: 0     msgs: 0        e2e%: \n"
+    )
+    topic_b = r"   \[lay_b          \] depth: 0     be-depth: 0     msgs: 0        e2e%: \n"
+    rest = "\n".join(lines[3:])
+    pattern = (
+        r"\nHealth: OK\n\nTopics:\n" + topic_a + chan + r"\n" + topic_b + r"\nProducers: None\n"
+    )
+    assert re.fullmatch(pattern, rest), rest
+
+    code, body, _ = raw_http(nsqd, "GET", "/stats?include_mem=false&topic=none")
+    assert body.decode().endswith("\nHealth: OK\n\nTopics: None\n\nProducers: None\n")
+
+
+def test_stats_text_memory_section(nsqd):
+    text = raw_http(nsqd, "GET", "/stats")[1].decode()
+    mem = text.split("\nMemory:\n", 1)[1].split("\n\nTopics:", 1)[0].split("\n")
+    keys = [
+        "heap_objects",
+        "heap_idle_bytes",
+        "heap_in_use_bytes",
+        "heap_released_bytes",
+        "gc_pause_usec_100",
+        "gc_pause_usec_99",
+        "gc_pause_usec_95",
+        "next_gc_bytes",
+        "gc_total_runs",
+    ]
+    assert [line.split("\t")[0] for line in mem] == [f"   {k:<25}" for k in keys]
+    assert all(line.split("\t")[1].isdigit() for line in mem)
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (0, "0s"),
+        (1, "1ns"),
+        (999, "999ns"),
+        (1_000, "1µs"),
+        (1_500, "1.5µs"),
+        (1_000_000, "1ms"),
+        (2_345_678, "2.345678ms"),
+        (1_000_000_000, "1s"),
+        (27_358_330_278, "27.358330278s"),
+        (61_000_000_000, "1m1s"),
+        (3_600_000_000_000, "1h0m0s"),
+        (3_725_500_000_000, "1h2m5.5s"),
+        (-1_500_000_000, "-1.5s"),
+    ],
+)
+def test_go_duration_ns(ns, text):
+    from nsqpy.stats import go_duration_ns
+
+    assert go_duration_ns(ns) == text
+
+
+def test_router_options_lists_allowed_methods(nsqd):
+    code, body, h = raw_http(nsqd, "OPTIONS", "/ping")
+    assert (code, body, h.get("allow")) == (200, b"", "GET, OPTIONS")
+    code, body, h = raw_http(nsqd, "OPTIONS", "/pub")
+    assert (code, body, h.get("allow")) == (200, b"", "OPTIONS, POST")
+    code, body, h = raw_http(nsqd, "OPTIONS", "/config/log_level")
+    assert (code, body, h.get("allow")) == (200, b"", "GET, OPTIONS, PUT")
+    assert_err(raw_http(nsqd, "OPTIONS", "/nope"), 404, "NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("POST", "/ping", "GET, OPTIONS"),
+        ("DELETE", "/stats", "GET, OPTIONS"),
+        ("GET", "/pub", "OPTIONS, POST"),
+        ("PUT", "/topic/create", "OPTIONS, POST"),
+        ("POST", "/config/log_level", "GET, OPTIONS, PUT"),
+    ],
+)
+def test_router_wrong_method_405_with_allow(nsqd, method, path, allow):
+    resp = raw_http(nsqd, method, path, b"x" if method in ("POST", "PUT") else None)
+    assert_err(resp, 405, "METHOD_NOT_ALLOWED")
+    assert resp[1] == b'{"message":"METHOD_NOT_ALLOWED"}'
+    assert resp[2].get("allow") == allow
+
+
+def test_router_head_is_405_without_body(nsqd):
+    code, body, h = raw_http(nsqd, "HEAD", "/ping")
+    assert (code, body, h.get("allow")) == (405, b"", "GET, OPTIONS")
+    assert h.get("content-length") == "32"
+
+
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [
+        ("/PING", "/ping"),
+        ("/ping/", "/ping"),
+        ("/Stats/?format=json", "/stats?format=json"),
+        ("/./ping", "/ping"),
+    ],
+)
+def test_router_get_redirect_301(nsqd, path, location):
+    code, body, h = raw_http(nsqd, "GET", path)
+    assert (code, h.get("location")) == (301, location)
+    assert h.get("content-type") == "text/html; charset=utf-8"
+    assert body == f'<a href="{location}">Moved Permanently</a>.\n\n'.encode()
+
+
+def test_router_other_methods_redirect_307(nsqd):
+    code, body, h = raw_http(nsqd, "POST", "/Pub?topic=r307", b"x")
+    assert (code, body, h.get("location")) == (307, b"", "/pub?topic=r307")
+    code, body, h = raw_http(nsqd, "POST", "/topic/create/?topic=r307")
+    assert (code, body, h.get("location")) == (307, b"", "/topic/create?topic=r307")
+    # no route for POST matches /PING in any case: 404 (nsqd's router looks no further)
+    assert_err(raw_http(nsqd, "POST", "/PING"), 404, "NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/topic/create?topic=%zz"),
+        ("POST", "/topic/create?topic=ok&x=%"),
+        ("POST", "/topic/create?topic=a;b"),
+        ("POST", "/mpub?topic=%g1"),
+        ("POST", "/topic/delete?topic=%zz"),
+        ("POST", "/topic/empty?topic=%zz"),
+        ("POST", "/topic/pause?topic=%zz"),
+        ("POST", "/topic/unpause?topic=%zz"),
+        ("POST", "/channel/create?topic=t&channel=%"),
+        ("POST", "/channel/delete?topic=t&channel=%"),
+        ("POST", "/channel/empty?topic=t&channel=%"),
+        ("POST", "/channel/pause?topic=t&channel=%"),
+        ("POST", "/channel/unpause?topic=t&channel=%"),
+        ("GET", "/stats?topic=%zz"),
+        ("GET", "/stats?format=json&x=%4"),
+    ],
+)
+def test_bad_query_escape_is_invalid_request(nsqd, method, path):
+    """nsqd parses every query with Go's url.ParseQuery and answers its error 400
+    INVALID_REQUEST before looking at any argument."""
+    assert_err(
+        raw_http(nsqd, method, path, b"x" if method == "POST" else None), 400, "INVALID_REQUEST"
+    )
+    assert nsqd.stats()["topics"] == []
+
+
+def test_pub_bad_query_escape_after_body_checks(nsqd):
+    # /pub reads and checks the body first (MSG_EMPTY), then the query
+    assert_err(raw_http(nsqd, "POST", "/pub?topic=%zz", b""), 400, "MSG_EMPTY")
+    assert_err(raw_http(nsqd, "POST", "/pub?topic=%zz", b"x"), 400, "INVALID_REQUEST")
+
+
+def test_query_escapes_decoded_as_go_does(nsqd):
+    assert_ok(raw_http(nsqd, "POST", "/topic/create?topic=%61bc"), body=b"")
+    assert_err(raw_http(nsqd, "POST", "/topic/create?topic=a%3bb"), 400, "INVALID_TOPIC")
+    assert_err(raw_http(nsqd, "POST", "/topic/create?topic=a+b"), 400, "INVALID_TOPIC")
+    assert [t["topic_name"] for t in nsqd.stats()["topics"]] == ["abc"]
