@@ -7,120 +7,30 @@ picked by the OS (port 0; the real ports are read from its "TCP: listening on" a
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import re
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nsqpy import wire
+from nsqpy.testing import Nsqd, Nsqlookupd
+from nsqpy.testing import wait_for as wait_for  # re-exported for the test modules
 
 ROOT = Path(__file__).resolve().parent.parent
-_LISTEN_RE = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
 
 
-class Daemon:
-    """A running nsqpy-d process."""
+class Daemon(Nsqd):
+    """A running nsqpy-d process (nsqpy.testing.Nsqd, run from the repository root):
+    ``Daemon(extra_flags, data_path)``."""
 
     def __init__(self, args: list[str], data_path: Path) -> None:
         self.args = args
-        self.data_path = data_path
-        self.lines: list[str] = []
-        self.tcp_port = 0
-        self.http_port = 0
-        self._ready = threading.Event()
-        cmd = [
-            sys.executable,
-            "-m",
-            "nsqpy",
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            "--https-address=127.0.0.1:0",
-            f"--data-path={data_path}",
-            *args,
-        ]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-        )
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(15):
-            self.proc.kill()
-            raise RuntimeError("nsqpy-d did not start:\n" + "\n".join(self.lines))
-        if not (self.tcp_port and self.http_port):
-            raise RuntimeError("nsqpy-d did not listen:\n" + "\n".join(self.lines))
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            m = _LISTEN_RE.search(line)
-            if m:
-                if m.group(1) == "TCP":
-                    self.tcp_port = int(m.group(3))
-                else:
-                    self.http_port = int(m.group(3))
-                if self.tcp_port and self.http_port:
-                    self._ready.set()
-        self._ready.set()
-
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    def log_text(self) -> str:
-        return "\n".join(self.lines)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 10) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise AssertionError("nsqpy-d did not exit on SIGTERM") from None
-        self._reader.join(5)
-        return self.proc.returncode
-
-    # ------------------------------------------------------------ HTTP
-
-    def http(
-        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
-    ) -> tuple[int, bytes, dict[str, str]]:
-        req = urllib.request.Request(f"http://{self.http_address}{path}", data=body, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
-
-    def stats(self, **params: str) -> dict:
-        q = urllib.parse.urlencode({"format": "json", **params})
-        code, body, _ = self.http("GET", f"/stats?{q}")
-        assert code == 200, body
-        return json.loads(body)
+        super().__init__(args, data_path, cwd=ROOT)
 
     def raw(self, **kw: float) -> RawClient:
         return RawClient(self.tcp_port, **kw)
@@ -230,117 +140,18 @@ def nsqd(daemon_factory) -> Daemon:
     return daemon_factory()
 
 
-def wait_for(pred, timeout: float = 10, interval: float = 0.05, what: str = "condition"):
-    """Poll ``pred`` until truthy (returns its value) or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 
 # ---------------------------------------------------------------------------- nsqpy-lookupd
 
 
-class Lookupd:
-    """A running nsqpy-lookupd process (``python -m nsqpy.lookupd``) on loopback, ports picked by
-    the OS and read from its "TCP: listening on" / "HTTP: listening on" log lines."""
+class Lookupd(Nsqlookupd):
+    """A running nsqpy-lookupd process (nsqpy.testing.Nsqlookupd) on loopback."""
 
     def __init__(self, args: list[str]) -> None:
         self.args = args
-        self.lines: list[str] = []
-        self.tcp_port = 0
-        self.http_port = 0
-        self._ready = threading.Event()
-        cmd = [
-            sys.executable,
-            "-m",
-            "nsqpy.lookupd",
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            *args,
-        ]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-        )
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(15):
-            self.proc.kill()
-            raise RuntimeError("nsqpy-lookupd did not start:\n" + "\n".join(self.lines))
-        if not (self.tcp_port and self.http_port):
-            self.proc.kill()
-            raise RuntimeError("nsqpy-lookupd did not listen:\n" + "\n".join(self.lines))
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            m = _LISTEN_RE.search(line)
-            if m:
-                if m.group(1) == "TCP":
-                    self.tcp_port = int(m.group(3))
-                else:
-                    self.http_port = int(m.group(3))
-                if self.tcp_port and self.http_port:
-                    self._ready.set()
-        self._ready.set()
-
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    def log_text(self) -> str:
-        return "\n".join(self.lines)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 10) -> int:
-        """SIGTERM, wait; returns the exit code (AssertionError if it does not exit)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise AssertionError("nsqpy-lookupd did not exit on SIGTERM") from None
-        self._reader.join(5)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        self._reader.join(5)
-
-    def http(
-        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers) of one request; redirects are not followed."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body)
-            r = conn.getresponse()
-            return r.status, r.read(), dict(r.getheaders())
-        finally:
-            conn.close()
-
-    def get_json(self, path: str) -> Any:
-        code, body, _ = self.http("GET", path)
-        assert code == 200, (path, code, body)
-        return json.loads(body)
+        super().__init__(args, cwd=ROOT)
 
 
 @pytest.fixture

@@ -1,0 +1,323 @@
+# NSQ daemons as child processes, for test suites and benchmarks.
+#
+# Strategy: one launcher for every NSQ daemon, nsqpy's or Go's (any command line that logs
+# "TCP: listening on H:P" / "HTTP: listening on H:P" as NSQ's daemons do). The daemon listens on
+# loopback with ports picked by the OS (port 0); the real ports are read from those log lines on
+# stderr, which a thread keeps draining so the daemon never blocks on a full pipe. On Linux the
+# child gets PR_SET_PDEATHSIG, so a test run that dies (even by SIGKILL) takes its daemons with
+# it: no process is left behind. Every wait is bounded.
+from __future__ import annotations
+
+import ctypes
+import http.client
+import json
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+_LISTEN_RE = re.compile(r"(TCP|HTTPS|HTTP): listening on (\S+):(\d+)")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+class DaemonProcess:
+    """A running NSQ daemon: ``argv`` is started and its listening ports read from stderr.
+
+    ``tcp_port``, ``http_port`` (and ``https_port`` when it logs one), ``host`` (what its
+    addresses are reached at), ``lines`` (stderr so far). Raises RuntimeError when the process
+    does not log both ports within ``start_timeout`` seconds (its log is in the message).
+    """
+
+    name = "daemon"
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        host: str = "127.0.0.1",
+        cwd: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 15.0,
+        wait_ping: bool = False,
+        max_lines: int = 100_000,
+    ) -> None:
+        self.argv = list(argv)
+        self.host = host
+        self.lines: list[str] = []
+        self.tcp_port = 0
+        self.http_port = 0
+        self.https_port = 0
+        self._max_lines = max_lines
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            cwd=cwd,
+            env=env,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(start_timeout) or not (self.tcp_port and self.http_port):
+            self.kill()
+            raise RuntimeError(
+                f"{self.name} did not start ({shlex.join(self.argv)}):\n"
+                + "\n".join(self.lines[-40:])
+            )
+        if wait_ping:
+            self.wait_ping()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if len(self.lines) < self._max_lines:
+                self.lines.append(line.rstrip("\n"))
+            if self._ready.is_set():
+                continue
+            m = _LISTEN_RE.search(line)
+            if m:
+                port = int(m.group(3))
+                if m.group(1) == "TCP":
+                    self.tcp_port = port
+                elif m.group(1) == "HTTP":
+                    self.http_port = port
+                else:
+                    self.https_port = port
+                if self.tcp_port and self.http_port:
+                    self._ready.set()
+        self._ready.set()
+
+    # ------------------------------------------------------------ addresses
+
+    @property
+    def tcp_address(self) -> str:
+        return f"{self.host}:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_text(self) -> str:
+        return "\n".join(self.lines)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM and wait; returns the exit code. Raises AssertionError (after a SIGKILL) if
+        it does not exit within ``timeout`` seconds."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise AssertionError(f"{self.name} did not exit on SIGTERM") from None
+        self._reader.join(5)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        self._reader.join(5)
+
+    # ------------------------------------------------------------ HTTP
+
+    def http(
+        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """(status, body, headers) of one request to the HTTP port; redirects not followed."""
+        conn = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body)
+            r = conn.getresponse()
+            return r.status, r.read(), dict(r.getheaders())
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> Any:
+        """GET ``path`` and decode its JSON; AssertionError unless 200."""
+        code, body, _ = self.http("GET", path)
+        assert code == 200, (path, code, body)
+        return json.loads(body)
+
+    def post(self, path: str, body: bytes = b"", **params: str) -> bytes:
+        """POST ``path?params`` (values URL-encoded); AssertionError unless 200."""
+        q = f"?{urllib.parse.urlencode(params)}" if params else ""
+        code, out, _ = self.http("POST", path + q, body)
+        assert code == 200, (path, params, code, out)
+        return out
+
+    def wait_ping(self, timeout: float = 10) -> None:
+        """Wait until GET /ping answers 200 (RuntimeError after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.http("GET", "/ping", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline or not self.alive():
+                raise RuntimeError(f"{self.name} did not answer /ping:\n{self.log_text()[-3000:]}")
+            time.sleep(0.02)
+
+
+class Nsqd(DaemonProcess):
+    """An nsqd (nsqpy-d unless ``cmd`` names another, e.g. a Go nsqd binary) on ``host`` with
+    ephemeral ports and ``data_path`` (a fresh temporary directory when None, removed by
+    stop()/kill()). ``args`` are extra flags; later flags win over the defaults given here."""
+
+    name = "nsqd"
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        data_path: str | Path | None = None,
+        *,
+        cmd: str | Sequence[str] | None = None,
+        host: str = "127.0.0.1",
+        https: bool = True,
+        **kw: Any,
+    ) -> None:
+        self._tmp = None
+        if data_path is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="nsqpy-nsqd-")
+            data_path = self._tmp.name
+        self.data_path = Path(data_path)
+        base = _command(cmd, "nsqpy")
+        listen = [f"--tcp-address={host}:0", f"--http-address={host}:0"]
+        if https:
+            listen.append(f"--https-address={host}:0")
+        super().__init__([*base, *listen, f"--data-path={data_path}", *args], host=host, **kw)
+
+    def stop(self, timeout: float = 10) -> int:
+        try:
+            return super().stop(timeout)
+        finally:
+            self._cleanup()
+
+    def kill(self) -> None:
+        super().kill()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._tmp is not None and self.proc.poll() is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # ------------------------------------------------------------ helpers
+
+    def pub(self, topic: str, body: bytes) -> None:
+        """Publish one message over HTTP /pub."""
+        self.post("/pub", body, topic=topic)
+
+    def mpub(self, topic: str, bodies: Sequence[bytes]) -> None:
+        """Publish messages over HTTP /mpub?binary=true."""
+        payload = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+        self.post("/mpub", len(bodies).to_bytes(4, "big") + payload, topic=topic, binary="true")
+
+    def stats(self, **params: str) -> dict[str, Any]:
+        """/stats?format=json (with ``params`` such as topic=, channel=)."""
+        q = urllib.parse.urlencode({"format": "json", **params})
+        data = self.get_json(f"/stats?{q}")
+        if isinstance(data, dict) and "data" in data and "topics" not in data:
+            data = data["data"]  # pre-1.0 nsqd envelope
+        return data
+
+    def depth(self, topic: str, channel: str | None = None) -> int:
+        """The topic's depth, or the channel's (0 when absent)."""
+        for t in self.stats(topic=topic).get("topics") or []:
+            if t.get("topic_name") != topic:
+                continue
+            if channel is None:
+                return int(t.get("depth") or 0)
+            for c in t.get("channels") or []:
+                if c.get("channel_name") == channel:
+                    return int(c.get("depth") or 0)
+        return 0
+
+    def wait_depth(
+        self, topic: str, n: int, channel: str | None = None, timeout: float = 10
+    ) -> None:
+        """Wait until depth(topic, channel) == n (AssertionError after ``timeout`` s)."""
+        wait_for(lambda: self.depth(topic, channel) == n, timeout, what=f"depth {n}")
+
+
+class Nsqlookupd(DaemonProcess):
+    """An nsqlookupd (nsqpy-lookupd unless ``cmd`` names another) on ``host`` with ephemeral
+    ports; ``args`` are extra flags."""
+
+    name = "nsqlookupd"
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        cmd: str | Sequence[str] | None = None,
+        host: str = "127.0.0.1",
+        **kw: Any,
+    ) -> None:
+        base = _command(cmd, "nsqpy.lookupd")
+        super().__init__(
+            [*base, f"--tcp-address={host}:0", f"--http-address={host}:0", *args],
+            host=host,
+            **kw,
+        )
+
+    def producers(self, topic: str) -> list[dict[str, Any]]:
+        """/lookup?topic= producers ([] when the topic is unknown)."""
+        code, body, _ = self.http("GET", f"/lookup?{urllib.parse.urlencode({'topic': topic})}")
+        if code != 200:
+            return []
+        return json.loads(body).get("producers") or []
+
+
+def _command(cmd: str | Sequence[str] | None, module: str) -> list[str]:
+    if cmd is None:
+        return [sys.executable, "-m", module]
+    if isinstance(cmd, str):
+        return shlex.split(cmd)
+    return list(cmd)
+
+
+def wait_for(
+    pred: Any, timeout: float = 10, interval: float = 0.02, what: str = "condition"
+) -> Any:
+    """Poll ``pred()`` until truthy (returns its value); AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
