@@ -92,15 +92,18 @@ class Channel(SpillQueue):
         "_disk_turn",
         "_dispatching",
         "_in_flight_pq",
+        "_on_dead_letter",
         "_on_empty",
         "_rand",
         "_ready",
         "clients",
+        "dead_letter_count",
         "deferred",
         "e2e",
         "ephemeral",
         "exiting",
         "in_flight",
+        "max_attempts",
         "max_msg_timeout_ns",
         "message_count",
         "paused",
@@ -136,6 +139,11 @@ class Channel(SpillQueue):
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        # Dead letters (beyond nsqd): a message coming back (REQ, timeout, disconnect) after
+        # max_attempts deliveries goes to on_dead_letter instead of this channel's queue.
+        self.max_attempts = 0
+        self.dead_letter_count = 0
+        self._on_dead_letter: Callable[[Channel, list[bytes]], bool] | None = None
         # FIN latency recorder (quantile.E2ELatency) when --e2e-processing-latency-percentile
         # is set, else None (then FIN does no extra work).
         self.e2e: Any = None
@@ -251,6 +259,8 @@ class Channel(SpillQueue):
                 del self.in_flight[m.id]
                 pq.remove(m)
                 m.client = None
+            if self.max_attempts:
+                mine = self._dead_letters_out(mine)
             self.requeue_count += len(mine)
             mine.sort(key=_by_delivery)
             self._queue.extendleft(m.to_record() for m in reversed(mine))
@@ -280,6 +290,8 @@ class Channel(SpillQueue):
         """REQ: back to the queue now (delay 0, at the tail as nsqd) or after ``delay_ms``."""
         msg = self._pop_in_flight(c, msg_id)
         self._in_flight_pq.remove(msg)
+        if self.max_attempts and not self._dead_letters_out([msg]):
+            return
         self.requeue_count += 1
         if delay_ms <= 0:
             if self.exiting:
@@ -324,6 +336,8 @@ class Channel(SpillQueue):
             if client is not None and client.client_id in self.clients:
                 client.timed_out_message()
         self.timeout_count += len(due)
+        if self.max_attempts:
+            due = self._dead_letters_out(due)
         self._requeue_all(due)
         self._dispatch()
         return True
@@ -416,6 +430,30 @@ class Channel(SpillQueue):
         self._start_deferred(Message(record), max(0, delay_ms))
 
     # ---------------------------------------------------------------- internals
+
+    def set_dead_letter(
+        self, max_attempts: int, on_dead_letter: Callable[[Channel, list[bytes]], bool] | None
+    ) -> None:
+        """Dead-letter messages after ``max_attempts`` deliveries (0: never, as nsqd):
+        ``on_dead_letter(channel, records)`` takes them (records keep ID, timestamp and
+        attempts) instead of this channel's queue, and returns False when it could not (they
+        then stay in this channel)."""
+        self.max_attempts = max_attempts if on_dead_letter is not None else 0
+        self._on_dead_letter = on_dead_letter
+
+    def _dead_letters_out(self, msgs: list[Message]) -> list[Message]:
+        """Hand the messages that used up max_attempts to on_dead_letter; return the others."""
+        limit = self.max_attempts
+        dead = [m for m in msgs if m.attempts >= limit]
+        if not dead or self._on_dead_letter is None:
+            return msgs
+        if not self._on_dead_letter(self, [m.to_record() for m in dead]):
+            return msgs
+        if self._disk_refs:
+            for m in dead:
+                self._release(m.id)
+        self.dead_letter_count += len(dead)
+        return [m for m in msgs if m.attempts < limit]
 
     def _pop_in_flight(self, c: Consumer, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)

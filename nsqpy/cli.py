@@ -152,6 +152,19 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
     "default duration of time between flushing data to clients",
 )
 @_opt(
+    "max-attempts",
+    int,
+    0,
+    "[nsqpy] move a message to the dead-letter topic <topic>.<channel><suffix> instead of "
+    "delivering it more than this many times (0 = never, as nsqd)",
+)
+@_opt(
+    "dead-letter-suffix",
+    str,
+    ".dead",
+    "[nsqpy] suffix of dead-letter topic names (<topic>.<channel><suffix>)",
+)
+@_opt(
     "max-channel-consumers",
     int,
     0,
@@ -298,6 +311,8 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
     o.min_output_buffer_timeout_ms = kw["min_output_buffer_timeout"]
     o.output_buffer_timeout_ms = kw["output_buffer_timeout"]
     o.max_channel_consumers = kw["max_channel_consumers"]
+    o.max_attempts = kw["max_attempts"]
+    o.dead_letter_suffix = kw["dead_letter_suffix"]
     o.statsd_address = kw["statsd_address"]
     o.statsd_prefix = kw["statsd_prefix"]
     o.statsd_interval_ms = kw["statsd_interval"]

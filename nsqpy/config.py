@@ -102,10 +102,14 @@ def load(path: str) -> dict[str, Any]:
         raise ConfigError(str(e)) from None
 
 
+#: nsqpy-d's own options beyond nsqd's (also in the config file and /config/<opt>).
+NSQPY_CFG_NAMES = ("max_attempts", "dead_letter_suffix")
+
+
 def option_value(opts: Any, cfg_name: str) -> tuple[Any, bool]:
     """nsqd's getOptByCfgName: the option's value as nsqd's JSON has it (durations in integer
     nanoseconds, the log level as nsqd's number), and whether the name is known."""
-    if cfg_name not in NSQD_CFG_NAMES:
+    if cfg_name not in NSQD_CFG_NAMES and cfg_name not in NSQPY_CFG_NAMES:
         return None, False
     if cfg_name == "id":
         return opts.node_id, True

@@ -96,8 +96,10 @@ class NSQD:
         # idle daemon with 10,000 channels does no per-channel work.
         self._active: set[DiskQueue] = set()
         self._schedule: Callable[[Callable[[], None]], None] | None = None
-        # nsqlookupd registration (lookup_peer.py); set by start()
+        # nsqlookupd registration (lookup_peer.py); set by start_loops()
         self.lookup: LookupPeers | None = None
+        # Per-channel --max-attempts set through /channel/create (kept in nsqd.dat).
+        self.channel_max_attempts: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------ health
 
@@ -235,12 +237,59 @@ class NSQD:
             backend=None if ephemeral else self._backend(f"{topic.name}:{name}"),
             hooks=self,
         )
+        self.apply_dead_letter(ch)
         if self.opts.e2e_processing_latency_percentiles:
             ch.e2e = E2ELatency(
                 self.opts.e2e_processing_latency_window_time_ms,
                 self.opts.e2e_processing_latency_percentiles,
             )
         return ch
+
+    # ------------------------------------------------------------ dead letters (beyond nsqd)
+
+    def dead_letter_topic(self, topic: str, channel: str) -> str:
+        """``<topic>.<channel><--dead-letter-suffix>``."""
+        return f"{topic}.{channel}{self.opts.dead_letter_suffix}"
+
+    def set_channel_max_attempts(self, topic: str, channel: str, n: int) -> None:
+        """A channel's own max attempts (0: off for it, whatever --max-attempts says).
+
+        Raises ValueError when the dead-letter topic's name would not be a valid topic name
+        (too long, or an ephemeral channel)."""
+        if n and not wire.is_valid_name(self.dead_letter_topic(topic, channel)):
+            raise ValueError(f"invalid dead-letter topic {self.dead_letter_topic(topic, channel)}")
+        self.channel_max_attempts[(topic, channel)] = n
+        t = self.topics.get(topic)
+        ch = t.channels.get(channel) if t is not None else None
+        if ch is not None:
+            self.apply_dead_letter(ch)
+        self.metadata_changed()
+
+    def apply_dead_letter(self, ch: Channel) -> None:
+        n = self.channel_max_attempts.get((ch.topic_name, ch.name), self.opts.max_attempts)
+        if n and (
+            ch.ephemeral or not wire.is_valid_name(self.dead_letter_topic(ch.topic_name, ch.name))
+        ):
+            log.warning(
+                "CHANNEL(%s:%s): no dead letters: %s is not a valid topic name",
+                ch.topic_name,
+                ch.name,
+                self.dead_letter_topic(ch.topic_name, ch.name),
+            )
+            n = 0
+        ch.set_dead_letter(n, self._dead_letter if n else None)
+
+    def _dead_letter(self, ch: Channel, records: list[bytes]) -> bool:
+        name = self.dead_letter_topic(ch.topic_name, ch.name)
+        try:
+            self.get_topic(name).put_many(records)
+        except (OSError, TopicError) as e:
+            log.error(
+                "CHANNEL(%s): failed to move %d messages to %s - %s", ch.name, len(records), name, e
+            )
+            return False
+        log.info("CHANNEL(%s:%s): %d messages to %s", ch.topic_name, ch.name, len(records), name)
+        return True
 
     def _channels_changed(self, topic: Topic, channel: str, added: bool) -> None:
         self.channels_version += 1
@@ -330,9 +379,15 @@ class NSQD:
         for t in self.topics.values():
             if t.ephemeral:
                 continue
-            chans = [
-                {"name": c.name, "paused": c.paused} for c in t.channels.values() if not c.ephemeral
-            ]
+            chans = []
+            for c in t.channels.values():
+                if c.ephemeral:
+                    continue
+                entry: dict[str, Any] = {"name": c.name, "paused": c.paused}
+                n = self.channel_max_attempts.get((t.name, c.name))
+                if n is not None:
+                    entry["max_attempts"] = n  # nsqpy's; nsqd ignores unknown keys
+                chans.append(entry)
             topics.append({"name": t.name, "paused": t.paused, "channels": chans or None})
         return {"topics": topics or None, "version": NSQ_VERSION}
 
@@ -408,6 +463,8 @@ class NSQD:
                         if not wire.is_valid_name(cname):
                             log.warning("skipping creation of invalid channel %s", cname)
                             continue
+                        if isinstance(cm.get("max_attempts"), int):
+                            self.channel_max_attempts[(name, cname)] = cm["max_attempts"]
                         ch = t.get_channel(cname)
                         if cm.get("paused"):
                             ch.pause()

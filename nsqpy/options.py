@@ -145,6 +145,11 @@ class Options:
     output_buffer_timeout_ms: int = 250
     max_channel_consumers: int = 0
 
+    # Dead letters (beyond nsqd; nsqpy's own flags): a message that would be delivered more than
+    # max_attempts times moves to the topic "<topic>.<channel><dead_letter_suffix>". 0 = off.
+    max_attempts: int = 0
+    dead_letter_suffix: str = ".dead"
+
     # nsqlookupd registration (lookup_peer.py): --lookupd-tcp-address, --config,
     # PUT /config/nsqlookupd_tcp_addresses.
     nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
@@ -185,7 +190,13 @@ class Options:
             raise ValueError("--max-deflate-level must be [1,9]")
         if not 0 <= self.node_id < 1024:
             raise ValueError("--node-id must be [0,1024)")
-        for name in ("mem_queue_size", "max_msg_size", "max_body_size", "max_rdy_count"):
+        for name in (
+            "mem_queue_size",
+            "max_msg_size",
+            "max_body_size",
+            "max_rdy_count",
+            "max_attempts",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
         if self.auth_http_request_method not in ("post", "get"):

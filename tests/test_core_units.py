@@ -274,3 +274,43 @@ def test_scan_samples_at_most_selection_count_channels() -> None:
     chans = [channel(clock) for _ in range(50)]
     picked = _scanner(selection=20).pick(chans)
     assert len(picked) == 20 and len(set(map(id, picked))) == 20
+
+
+# ----------------------------------------------------------------------------- dead letters
+
+
+def test_dead_letter_after_max_attempts_for_req_timeout_and_disconnect() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    dead: list[bytes] = []
+    ch.set_dead_letter(2, lambda c, records: dead.extend(records) or True)
+    a = subscribe(ch, FakeConsumer(1, rdy=3, msg_timeout_ms=100))
+    for n in range(3):
+        ch.put(record(n))
+    # first delivery of each: REQ one, let one time out, keep one for the disconnect
+    req, late, held = a.sent
+    ch.requeue(a, req.id, 0)
+    a.in_flight -= 1
+    clock.advance_ms(100)
+    ch.touch(a, held.id, 1000)
+    ch.process_in_flight()  # `late` times out: attempt 1 < 2, back in the queue
+    ch.notify_ready(a)
+    second = {m.id: m for m in a.sent[3:]}
+    assert set(second) == {req.id, late.id} and all(m.attempts == 2 for m in second.values())
+    ch.requeue(a, req.id, 0)  # attempt 2 used up: dead, not requeued
+    clock.advance_ms(100)
+    ch.process_in_flight()  # `late` times out at attempt 2: dead too
+    ch.remove_client(a)  # `held` (attempt 1) goes back to the queue
+    assert [r[10:26] for r in dead] == [req.id, late.id]
+    assert [int.from_bytes(r[8:10], "big") for r in dead] == [2, 2]  # attempts kept
+    assert ch.dead_letter_count == 2 and ch.depth == 1
+
+
+def test_dead_letter_refused_keeps_the_message() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    ch.set_dead_letter(1, lambda c, records: False)
+    a = subscribe(ch, FakeConsumer(1, rdy=1))
+    ch.put(record(1))
+    ch.requeue(a, a.sent[0].id, 0)
+    assert ch.dead_letter_count == 0 and ch.depth == 1
