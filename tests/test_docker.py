@@ -17,20 +17,17 @@ import importlib
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import tomllib
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from conftest import ROOT, wait_for
 
 from nsqpy.spark.client import Producer
+from nsqpy.testing import DaemonProcess
 
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
@@ -47,84 +44,13 @@ _LISTEN_RE = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
 # ------------------------------------------------------------------------------ processes
 
 
-class Server:
-    """A daemon process (nsqpy-d or nsqpy-lookupd, any command line) whose listening addresses
-    are read from its "TCP: listening on H:P" / "HTTP: listening on H:P" log lines."""
+class Server(DaemonProcess):
+    """A daemon started from a compose command line (nsqpy.testing's launcher: listening ports
+    read from its log, dies with the test run), named after its compose service."""
 
-    def __init__(self, cmd: list[str], name: str = "", ready_timeout: float = 20) -> None:
-        self.cmd = cmd
-        self.name = name or Path(cmd[0]).name
-        self.lines: list[str] = []
-        self.tcp_address = ""
-        self.http_address = ""
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
-        )
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(ready_timeout) or not (self.tcp_address and self.http_address):
-            self.kill()
-            raise RuntimeError(f"{self.name} did not listen: {cmd}\n" + self.log_text())
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            m = _LISTEN_RE.search(line)
-            if m:
-                addr = f"{m.group(2)}:{m.group(3)}"
-                if m.group(1) == "TCP":
-                    self.tcp_address = addr
-                else:
-                    self.http_address = addr
-                if self.tcp_address and self.http_address:
-                    self._ready.set()
-        self._ready.set()
-
-    @property
-    def tcp_port(self) -> int:
-        return int(self.tcp_address.rsplit(":", 1)[1])
-
-    @property
-    def http_port(self) -> int:
-        return int(self.http_address.rsplit(":", 1)[1])
-
-    def log_text(self, tail: int = 4000) -> str:
-        return "\n".join(self.lines)[-tail:]
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def get_json(self, path: str, timeout: float = 5) -> Any:
-        req = urllib.request.Request(
-            f"http://{self.http_address}{path}", headers={"Accept": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
-
-    def post(self, path: str, timeout: float = 5) -> int:
-        req = urllib.request.Request(f"http://{self.http_address}{path}", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status
-
-    def stop(self, timeout: float = 15) -> int:
-        """SIGTERM; the exit code (AssertionError when it does not exit in time)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise AssertionError(f"{self.name} did not exit on SIGTERM") from None
-        self._reader.join(5)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self._reader.join(5)
+    def __init__(self, cmd: list[str], name: str) -> None:
+        self.name = name
+        super().__init__(cmd, cwd=ROOT, start_timeout=20)
 
 
 def script(name: str) -> list[str]:
@@ -348,7 +274,7 @@ def test_compose_services_run_here_as_processes(tmp_path: Path) -> None:
         for s in reversed(running):
             codes[s.name] = s.stop()
     assert codes == {s.name: 0 for s in running}, {
-        s.name: s.log_text() for s in running if codes[s.name]
+        s.name: s.log_text()[-3000:] for s in running if codes[s.name]
     }
 
 
@@ -459,11 +385,24 @@ def test_dockerfile_copies_are_enough_for_pip_install(tmp_path: Path) -> None:
             shutil.copy2(s, ctx / src)
     assert (ctx / "pyproject.toml").exists()
     assert (ctx / PYPROJECT["project"]["readme"]).exists()
-    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     on_disk = {
         ".".join(p.parent.relative_to(ctx).parts) for p in (ctx / "nsqpy").rglob("__init__.py")
     }
-    assert listed == on_disk, "pyproject's [tool.setuptools] packages vs nsqpy/ packages"
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]
+    if isinstance(packages, list):
+        installed = set(packages)
+    else:  # [tool.setuptools.packages.find]
+        import setuptools
+
+        find = packages["find"]
+        installed = set(
+            setuptools.find_packages(
+                where=str(ctx / find.get("where", ["."])[0]),
+                include=find.get("include", ["*"]),
+                exclude=find.get("exclude", []),
+            )
+        )
+    assert installed == on_disk, "pyproject's [tool.setuptools] packages vs nsqpy/ packages"
     probe = "; ".join(
         f"import importlib; assert callable(getattr(importlib.import_module({m!r}), {f!r}))"
         for m, f in (v.split(":") for v in SCRIPTS.values())
