@@ -70,3 +70,44 @@ def guid_timestamp_ms(guid: int) -> int:
 
 def guid_node_id(guid: int) -> int:
     return (guid >> NODE_ID_SHIFT) & ((1 << NODE_ID_BITS) - 1)
+
+
+def guid_sequence(guid: int) -> int:
+    return guid & SEQUENCE_MASK
+
+
+class DecodedID:
+    """What an nsqd message ID says: ``node_id`` [0, 1024), ``tick`` (``time_ns >> 20`` when it
+    was made), ``time_ns`` (the tick's start, Unix ns), ``sequence`` [0, 4096)."""
+
+    __slots__ = ("guid", "node_id", "sequence", "tick")
+
+    def __init__(self, guid: int) -> None:
+        self.guid = guid
+        self.tick = guid_timestamp_ms(guid)
+        self.node_id = guid_node_id(guid)
+        self.sequence = guid_sequence(guid)
+
+    @property
+    def time_ns(self) -> int:
+        return self.tick << 20
+
+
+def decode_id(text: str | bytes, now_ns: int | None = None) -> DecodedID:
+    """Decode a message ID as nsqd writes it (16 hex digits).
+
+    Raises ValueError saying why it is not an nsqd ID: not 16 hex digits, the top bit set (nsqd's
+    IDs are 63-bit), or made more than a day after ``now_ns`` (default: now).
+    """
+    s = text.decode("ascii", "replace") if isinstance(text, bytes) else text
+    s = s.strip()
+    if len(s) != 16 or any(c not in "0123456789abcdefABCDEF" for c in s):
+        raise ValueError(f"{s!r} is not an nsqd message ID: it must be 16 hex digits")
+    guid = int(s, 16)
+    if guid >> 63:
+        raise ValueError(f"{s!r} is not an nsqd message ID: its top bit is set")
+    d = DecodedID(guid)
+    now = time.time_ns() if now_ns is None else now_ns
+    if d.time_ns > now + 86_400 * 10**9:
+        raise ValueError(f"{s!r} is not an nsqd message ID: its time is in the future")
+    return d
