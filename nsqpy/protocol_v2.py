@@ -148,13 +148,19 @@ def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
+def _no_json_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")  # Python's NaN/Infinity extension; Go refuses them
+
+
 def decode_identify(body: bytes) -> dict[str, Any]:
     """IDENTIFY's JSON body as nsqd's json.Unmarshal into identifyDataV2 reads it.
 
     Unknown keys are ignored, keys match case-insensitively, ``null`` leaves a field unset;
     a value of the wrong type raises ValueError.
     """
-    data = json.loads(body)
+    # UTF-8 only, as Go's decoder: json.loads(bytes) would also take a BOM or UTF-16/32 text.
+    # Invalid UTF-8 inside a string becomes U+FFFD (as in Go), outside one a syntax error.
+    data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_json_constant)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -327,6 +333,17 @@ class ClientV2(asyncio.Protocol):
         if ch is not None:
             ch.remove_client(self)
         self.nsqd.remove_client(self)
+
+    def eof_received(self) -> None:
+        """The client closed its side. As nsqd's read loop: between commands that is a silent
+        close; inside a body command (its size or body cut short) nsqd's failed read is answered
+        with its error frame first (wire.CommandParser.eof_error), then the connection closes."""
+        if not self.closed and not self._suspended and len(self._magic) == 4:
+            err = self.parser.eof_error()
+            if err is not None:
+                log.error("[%s] - %s", self.remote_address, err)
+                self._write_now(wire.encode_error(err))
+        self._close()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -790,6 +807,11 @@ class ClientV2(asyncio.Protocol):
                 state = self.auth_state
                 if state is None or not state.is_expired():
                     self._check_auth("MPUB", params[1].decode(), "", _no_retry)
+                else:
+                    return  # asked again once the body is in; MPUB creates the topic then
+            # nsqd gets (creates) the topic before it reads the body: whatever goes wrong
+            # with the body, or an EOF inside it, the topic exists by then
+            self.nsqd.get_topic(params[1].decode())
         elif name == b"IDENTIFY":
             if self.state != STATE_INIT:
                 raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
@@ -807,9 +829,11 @@ class ClientV2(asyncio.Protocol):
                 "E_INVALID", f"DPUB could not parse timeout {_text(raw)}"
             ) from None
         max_ms = self.opts.max_req_timeout_ms
-        if ms > max_ms:
+        # nsqd checks time.Duration(ms) * time.Millisecond, a wrapping int64
+        ns = wire.go_ms_duration_ns(ms)
+        if ns < 0 or ns > max_ms * 1_000_000:
             raise FatalClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")
-        return ms
+        return ns // 1_000_000
 
     # ------------------------------------------------------------ commands
 
@@ -966,8 +990,9 @@ class ClientV2(asyncio.Protocol):
                 raise FatalClientError(
                     "E_INVALID", f"RDY could not parse count {_text(params[1])}"
                 ) from None
+        count = wire.go_int64(count)  # nsqd: int64 of the uint64 it parsed
         max_rdy = self.opts.max_rdy_count
-        if count > max_rdy:
+        if count < 0 or count > max_rdy:
             raise FatalClientError("E_INVALID", f"RDY count {count} out of range 0-{max_rdy}")
         if count != self.rdy:
             self.rdy = count
@@ -1005,15 +1030,17 @@ class ClientV2(asyncio.Protocol):
                 "E_INVALID", f"REQ could not parse timeout {_text(params[2])}"
             ) from None
         max_ms = self.opts.max_req_timeout_ms
-        if timeout_ms > max_ms:
+        ns = wire.go_ms_duration_ns(timeout_ms)  # a wrapping int64, as nsqd's Duration
+        clamped = min(max(ns, 0), max_ms * 1_000_000)
+        if clamped != ns:
             log.info(
                 "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
                 self.remote_address,
-                timeout_ms,
-                max_ms,
-                max_ms,
+                ns,
+                max_ms * 1_000_000,
+                clamped,
             )
-            timeout_ms = max_ms
+        timeout_ms = clamped // 1_000_000
         ch = self.channel
         assert ch is not None
         try:

@@ -82,15 +82,40 @@ def is_valid_name(name: str | bytes) -> bool:
     return _NAME_RE.fullmatch(name) is not None
 
 
+_U64 = (1 << 64) - 1
+
+
 def byte_to_base10(b: bytes) -> int:
-    """nsqd's ByteToBase10: unsigned decimal digits only; ``b""`` is 0.
+    """nsqd's ByteToBase10: unsigned decimal digits only, ``b""`` is 0, and the value wraps
+    modulo 2**64 as Go's uint64 arithmetic does (``99999999999999999999`` is
+    7766279631452241919).
 
     Raises ValueError on any other byte (no sign, no spaces).
     """
-    if b and not b.isdigit():
-        raise ValueError("failed to convert to Base10")
+    if not b:
+        return 0
     # bytes.isdigit() accepts only ASCII 0-9 for bytes objects.
-    return int(b) if b else 0
+    if not b.isdigit():
+        raise ValueError("failed to convert to Base10")
+    if len(b) <= 19:  # below 10**19 < 2**64: no wrap
+        return int(b)
+    n = 0
+    for i in range(0, len(b), 18):  # chunks: int() of a huge string hits Python's digit limit
+        chunk = b[i : i + 18]
+        n = (n * 10 ** len(chunk) + int(chunk)) & _U64
+    return n
+
+
+def go_int64(n: int) -> int:
+    """Go's int64(n) of a uint64 value: two's complement reinterpretation."""
+    n &= _U64
+    return n - (1 << 64) if n >> 63 else n
+
+
+def go_ms_duration_ns(ms: int) -> int:
+    """Go's ``time.Duration(ms) * time.Millisecond`` for a uint64 ``ms``: nanoseconds as a
+    wrapping int64 (so a huge count can come out negative, or small)."""
+    return go_int64(ms * 1_000_000)
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,6 +331,33 @@ class CommandParser:
                 return name, pending[1], self._split_mpub(mv[pos : pos + n])
             return name, pending[1], bytes(mv[pos : pos + n])
 
+    def eof_error(self) -> FatalClientError | None:
+        """The error nsqd answers when the client's stream ends here (EOF, a half-close), or
+        None when nsqd closes silently (between commands, or inside a command line).
+
+        nsqd reads a body command's size and body straight from the socket, so an EOF inside
+        them fails that read: "failed to read (message) body size" or "failed to read (message)
+        body", and for MPUB whichever read of its count, sizes and messages came up short.
+        Called once, at EOF: the parse loop itself never looks for it.
+        """
+        pending = self._pending
+        if pending is None:
+            return None
+        name = pending[0]
+        cmd = name.decode()
+        message = name == b"PUB" or name == b"DPUB"
+        code, what = ("E_BAD_MESSAGE", "message body") if message else ("E_BAD_BODY", "body")
+        n = self._body_len
+        if n < 0:
+            return FatalClientError(code, f"{cmd} failed to read {what} size")
+        if name == b"MPUB":
+            with memoryview(self._buf) as mv:
+                try:
+                    self._split_mpub(mv[self._pos :], n)
+                except FatalClientError as e:
+                    return e
+        return FatalClientError(code, f"{cmd} failed to read {what}")
+
     def _check_body_len(self, name: bytes, n: int) -> None:
         cmd = name.decode()
         if name == b"PUB" or name == b"DPUB":
@@ -330,8 +382,9 @@ class CommandParser:
             if n <= 0:
                 raise FatalClientError("E_BAD_BODY", f"{cmd} invalid body size {n}")
 
-    def _split_mpub(self, mv: memoryview) -> list[bytes]:
-        """Split an MPUB body ``[4-byte count]([4-byte size][bytes])*`` (nsqd readMPUB).
+    def _split_mpub(self, mv: memoryview, declared: int = -1) -> list[bytes]:
+        """Split an MPUB body ``[4-byte count]([4-byte size][bytes])*`` (nsqd readMPUB);
+        ``declared`` is the body size the client sent when ``mv`` is only the part received.
 
         Beyond nsqd: the body must hold exactly ``count`` messages. nsqd reads ``count``
         messages from the stream whatever the body size said, so a wrong count makes it read
@@ -366,10 +419,11 @@ class CommandParser:
                 raise FatalClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
             bodies.append(bytes(mv[pos : pos + size]))
             pos += size
-        if pos != total:
+        if pos != total or declared > total:
+            size = max(total, declared)
             raise FatalClientError(
                 "E_BAD_BODY",
-                f"MPUB body size {total} does not match its {count} messages "
-                f"({total - pos} bytes left over)",
+                f"MPUB body size {size} does not match its {count} messages "
+                f"({size - pos} bytes left over)",
             )
         return bodies

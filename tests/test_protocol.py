@@ -6,6 +6,7 @@ Expected bytes and texts are nsqd 1.3's (nsqd/protocol_v2.go, the TCP protocol s
 from __future__ import annotations
 
 import json
+import socket
 import struct
 import time
 
@@ -410,7 +411,8 @@ def test_mpub_with_count_smaller_than_body(nsqd):
     ftype, data = c.read_non_heartbeat()
     assert ftype == wire.FRAME_TYPE_ERROR and data.startswith(b"E_BAD_BODY MPUB body size 14")
     assert c.closed_by_server()
-    assert nsqd.stats(topic="t")["topics"] is None  # nothing was published
+    # nothing was published (nsqd has made the topic before it reads an MPUB body)
+    assert [t["message_count"] for t in nsqd.stats(topic="t")["topics"]] == [0]
     assert_serving(nsqd)
 
 
@@ -527,3 +529,240 @@ def test_many_bad_clients_do_not_disturb_a_good_one(nsqd):
         p.pub("steady", b"s%d" % i)
     got = [good.read_message()[3] for _ in range(20)]
     assert got == [b"s%d" % i for i in range(20)]
+
+
+# ----------------------------------------------------------------------------- issue 10 §3:
+# byte-level differences found against nsqd 1.3 (EOF inside a command, IDENTIFY's JSON, topic
+# creation by MPUB, 64-bit wrap of RDY/DPUB/REQ numbers). Checked against the Go binary.
+
+
+@pytest.fixture(scope="module")
+def shared_nsqd(tmp_path_factory):
+    """One daemon for the many one-connection error cases (each uses its own topic)."""
+    from conftest import Daemon
+
+    d = Daemon([], tmp_path_factory.mktemp("shared"))
+    yield d
+    assert d.stop() == 0, d.log_text()[-3000:]
+
+
+def half_close(d, data: bytes) -> list[tuple[int, bytes]]:
+    """Send ``data`` after the magic, shut our write side, return every frame until the
+    daemon closes (it must close within the timeout)."""
+    c = d.raw()
+    try:
+        c.send(data)
+        c.sock.shutdown(socket.SHUT_WR)
+        frames = []
+        while True:
+            try:
+                frames.append(c.read_frame(timeout=5))
+            except ConnectionError:
+                return frames
+    finally:
+        c.close()
+
+
+def topic_names(d) -> list[str]:
+    return sorted(t["topic_name"] for t in d.stats()["topics"] or [])
+
+
+L = pack_len
+ERR = wire.FRAME_TYPE_ERROR
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (b"PUB e1\n", b"E_BAD_MESSAGE PUB failed to read message body size"),
+        (b"PUB e1\n\x00\x00", b"E_BAD_MESSAGE PUB failed to read message body size"),
+        (b"PUB e1\n" + L(10) + b"abc", b"E_BAD_MESSAGE PUB failed to read message body"),
+        (b"DPUB e1 10\n\x00", b"E_BAD_MESSAGE DPUB failed to read message body size"),
+        (b"DPUB e1 10\n" + L(4) + b"x", b"E_BAD_MESSAGE DPUB failed to read message body"),
+        (b"IDENTIFY\n\x00", b"E_BAD_BODY IDENTIFY failed to read body size"),
+        (b"IDENTIFY\n" + L(10) + b"{}", b"E_BAD_BODY IDENTIFY failed to read body"),
+        (b"AUTH\n", b"E_BAD_BODY AUTH failed to read body size"),
+        (b"AUTH\n" + L(5) + b"x", b"E_BAD_BODY AUTH failed to read body"),
+        (b"NOP\nPUB e1\n" + L(2) + b"a", b"E_BAD_MESSAGE PUB failed to read message body"),
+    ],
+)
+def test_eof_inside_body_command_answers_nsqds_error(shared_nsqd, data, text):
+    """nsqd reads a body command's size and body from the socket: an EOF there fails the read
+    and is answered with the command's error frame, then the connection closes."""
+    assert half_close(shared_nsqd, data) == [(ERR, text)]
+    assert "e1" not in topic_names(shared_nsqd)  # PUB and DPUB make the topic after the body
+
+
+@pytest.mark.parametrize(
+    ("topic", "body", "text"),
+    [
+        ("m1", b"", b"E_BAD_BODY MPUB failed to read body size"),
+        ("m2", L(20)[:3], b"E_BAD_BODY MPUB failed to read body size"),
+        ("m3", L(20) + b"\x00\x00", b"E_BAD_BODY MPUB failed to read message count"),
+        ("m4", L(20) + L(2) + b"\x00", b"E_BAD_MESSAGE MPUB failed to read message(0) body size"),
+        ("m5", L(20) + L(2) + L(3) + b"ab", b"E_BAD_MESSAGE MPUB failed to read message body"),
+        (
+            "m6",
+            L(30) + L(2) + L(1) + b"a" + L(5),
+            b"E_BAD_MESSAGE MPUB failed to read message body",
+        ),
+        ("m7", L(20) + L(0), b"E_BAD_BODY MPUB invalid message count 0"),
+        ("m8", L(20) + L(1) + L(0), b"E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
+        ("m9", L(20) + L(1) + L(1), b"E_BAD_MESSAGE MPUB failed to read message body"),
+    ],
+)
+def test_eof_inside_mpub_answers_the_read_that_failed(shared_nsqd, topic, body, text):
+    """nsqd reads MPUB's count, then each size and message, from the socket: the first read
+    cut short by the EOF names the error. It made the topic before reading the body."""
+    assert half_close(shared_nsqd, b"MPUB " + topic.encode() + b"\n" + body) == [(ERR, text)]
+    assert topic in topic_names(shared_nsqd)
+
+
+def test_eof_between_commands_or_in_a_line_is_silent(shared_nsqd):
+    assert half_close(shared_nsqd, b"") == []
+    assert half_close(shared_nsqd, b"PUB e2") == []
+    assert half_close(shared_nsqd, b"NOP\nNO") == []
+    assert half_close(shared_nsqd, b"PUB e2\n" + L(1) + b"a") == [(0, b"OK")]
+    assert half_close(shared_nsqd, b"PUB e2\n" + L(1) + b"aPUB e2\n" + L(2) + b"b") == [
+        (0, b"OK"),
+        (ERR, b"E_BAD_MESSAGE PUB failed to read message body"),
+    ]
+
+
+def test_eof_inside_magic_is_silent(shared_nsqd):
+    s = socket.create_connection(("127.0.0.1", shared_nsqd.tcp_port), timeout=5)
+    try:
+        s.sendall(b"  V")
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(64) == b""
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xef\xbb\xbf{}",  # UTF-8 BOM
+        "{}".encode("utf-16-le"),
+        "{}".encode("utf-16"),
+        "{}".encode("utf-32"),
+        b'{"x": NaN}',
+        b'{"x": -Infinity}',
+        b"{}\xff",
+    ],
+)
+def test_identify_json_is_utf8_go_json_only(shared_nsqd, body):
+    """Go's json.Unmarshal takes neither a BOM, UTF-16/32 text nor NaN/Infinity (Python's
+    json.loads(bytes) takes all of them)."""
+    c = shared_nsqd.raw()
+    c.cmd(b"IDENTIFY", body=body)
+    expect_fatal(c, b"E_BAD_BODY IDENTIFY failed to decode JSON body")
+
+
+def test_identify_invalid_utf8_inside_a_string_is_replaced(shared_nsqd):
+    c = shared_nsqd.raw()
+    try:
+        c.cmd(b"IDENTIFY", body=b'{"client_id":"a\xffb","hostname":"h\xc3"}')
+        c.expect_response()
+        c.sub("idu", "ch")
+
+        def client():
+            t = shared_nsqd.stats(topic="idu")["topics"]
+            return t and t[0]["channels"][0]["clients"]
+
+        [cl] = wait_for(client, timeout=5, what="client in stats")
+        assert (cl["client_id"], cl["hostname"]) == ("a\ufffdb", "h\ufffd")
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        (L(0), b"E_BAD_BODY MPUB invalid body size 0"),
+        (L(999_999_999), b"E_BAD_BODY MPUB body too big 999999999 > 5242880"),
+        (L(8) + L(0) + L(0), b"E_BAD_BODY MPUB invalid message count 0"),
+        (L(8) + L(1) + L(0), b"E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
+    ],
+)
+def test_mpub_errors_after_the_topic_is_made(nsqd, body, text):
+    """nsqd's MPUB gets (creates) the topic right after the name and auth checks, before it
+    reads the body: a refused MPUB leaves the topic, empty."""
+    c = nsqd.raw()
+    c.send(b"MPUB mt\n" + body)
+    expect_fatal(c, text)
+    [t] = nsqd.stats()["topics"]
+    assert (t["topic_name"], t["message_count"]) == ("mt", 0)
+
+
+@pytest.mark.parametrize(
+    ("cmd", "text"),
+    [
+        (b"PUB pt\n" + L(0), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+        (b"PUB pt\n" + L(2_000_000), b"E_BAD_MESSAGE PUB message too big 2000000 > 1048576"),
+        (b"DPUB pt 10\n" + L(0), b"E_BAD_MESSAGE DPUB invalid message body size 0"),
+        (b"DPUB pt x\n" + L(1) + b"a", b"E_INVALID DPUB could not parse timeout x"),
+        (
+            b"DPUB pt 3600001\n" + L(1) + b"a",
+            b"E_INVALID DPUB timeout 3600001 out of range 0-3600000",
+        ),
+        (b"MPUB bad!\n" + L(0), b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "bad!" is not valid'),
+    ],
+)
+def test_pub_dpub_errors_make_no_topic(shared_nsqd, cmd, text):
+    """PUB and DPUB get the topic only once the body is read and checked (nsqd 1.3)."""
+    c = shared_nsqd.raw()
+    c.send(cmd)
+    expect_fatal(c, text)
+    assert not {"pt", "bad!"} & set(topic_names(shared_nsqd))
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (b"99999999999999999999", b"7766279631452241919"),
+        (b"18446744073709551615", b"-1"),
+        (b"9223372036854775808", b"-9223372036854775808"),
+        (b"18446744073709551616", None),  # wraps to 0: a valid RDY 0
+        (b"9" * 5000, b"-1"),
+    ],
+)
+def test_rdy_count_wraps_as_nsqds_uint64(shared_nsqd, count, shown):
+    """nsqd parses RDY's count into a uint64 that wraps, then prints it as int64."""
+    c = shared_nsqd.raw()
+    try:
+        c.sub("rdywrap", "ch")
+        c.cmd(b"RDY", count)
+        if shown is None:
+            c.cmd(b"NOP")
+            c.pub("rdywrap", b"x")  # still connected; RDY 0 sends nothing
+            assert no_message_within(c, 0.3)
+        else:
+            expect_fatal(c, b"E_INVALID RDY count " + shown + b" out of range 0-2500")
+    finally:
+        c.close()
+
+
+def test_dpub_timeout_wraps_as_nsqds_duration(shared_nsqd):
+    c = shared_nsqd.raw()
+    c.send(b"DPUB dw 99999999999999999999\n" + L(1) + b"a")
+    expect_fatal(c, b"E_INVALID DPUB timeout 7766279631452241919 out of range 0-3600000")
+    c = shared_nsqd.raw()
+    c.send(b"DPUB dw 18446744073709551615\n" + L(1) + b"a")  # -1 ms
+    expect_fatal(c, b"E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000")
+
+
+def test_req_timeout_wrapping_negative_is_clamped_to_zero(shared_nsqd):
+    p = shared_nsqd.raw()
+    c = shared_nsqd.raw()
+    try:
+        c.sub("reqwrap", "ch", rdy=1)
+        p.pub("reqwrap", b"x")
+        _, attempts, mid, _ = c.read_message()
+        assert attempts == 1
+        c.cmd(b"REQ", mid, b"18446744073709551615")  # int64 -1 ms: nsqd requeues at once
+        _, attempts, mid2, body = c.read_message(timeout=3)
+        assert (mid2, attempts, body) == (mid, 2, b"x")
+    finally:
+        c.close()
+        p.close()

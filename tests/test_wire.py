@@ -162,7 +162,8 @@ def test_byte_to_base10_rejects(bad: bytes) -> None:
 @SETTINGS
 @given(st.integers(min_value=0, max_value=10**30))
 def test_byte_to_base10_roundtrip(n: int) -> None:
-    assert wire.byte_to_base10(str(n).encode()) == n
+    # nsqd's uint64 arithmetic wraps
+    assert wire.byte_to_base10(str(n).encode()) == n % 2**64
 
 
 # --------------------------------------------------------------------------------------------
@@ -787,3 +788,109 @@ def test_garbage_never_crashes_or_overbuffers(frags: list[bytes], data: st.DataO
         assert isinstance(e, FatalClientError)
         assert e.code.startswith("E_")
         assert e.text == f"{e.code} {e.desc}".encode()
+
+
+# --------------------------------------------------------------------------------------------
+# issue 10 §3: 64-bit wrap as nsqd's ByteToBase10/int64/Duration; the error nsqd answers when
+# the stream ends inside a command (CommandParser.eof_error)
+
+
+@pytest.mark.parametrize(
+    ("digits", "value"),
+    [
+        (b"18446744073709551615", 2**64 - 1),
+        (b"18446744073709551616", 0),
+        (b"99999999999999999999", 7766279631452241919),
+        (b"0" * 40 + b"7", 7),
+        (b"9" * 5000, 2**64 - 1),  # 10**5000 - 1 mod 2**64, past Python's int() digit limit
+    ],
+)
+def test_byte_to_base10_wraps_like_uint64(digits: bytes, value: int) -> None:
+    assert wire.byte_to_base10(digits) == value
+
+
+def test_go_int64_and_ms_duration() -> None:
+    assert wire.go_int64(2**63 - 1) == 2**63 - 1
+    assert wire.go_int64(2**63) == -(2**63)
+    assert wire.go_int64(2**64 - 1) == -1
+    assert wire.go_ms_duration_ns(5) == 5_000_000
+    assert wire.go_ms_duration_ns(2**64 - 1) == -1_000_000
+    # a huge count can wrap back into range, as in Go
+    assert wire.go_ms_duration_ns(9223372036855) == wire.go_int64(9223372036855 * 10**6)
+
+
+def eof_error_after(data: bytes) -> FatalClientError | None:
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    p.feed(data)
+    drain(p)
+    return p.eof_error()
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (b"", None),
+        (b"NOP\n", None),
+        (b"PUB t", None),  # inside a command line: nsqd closes silently
+        (b"PUB t\n" + pack_len(1) + b"a", None),
+        (b"PUB t\n", b"E_BAD_MESSAGE PUB failed to read message body size"),
+        (b"PUB t\n\x00\x00\x00", b"E_BAD_MESSAGE PUB failed to read message body size"),
+        (b"PUB t\n" + pack_len(3) + b"ab", b"E_BAD_MESSAGE PUB failed to read message body"),
+        (b"DPUB t 1\n", b"E_BAD_MESSAGE DPUB failed to read message body size"),
+        (b"DPUB t 1\n" + pack_len(3), b"E_BAD_MESSAGE DPUB failed to read message body"),
+        (b"IDENTIFY\n\x00", b"E_BAD_BODY IDENTIFY failed to read body size"),
+        (b"IDENTIFY\n" + pack_len(9) + b"{", b"E_BAD_BODY IDENTIFY failed to read body"),
+        (b"AUTH\n", b"E_BAD_BODY AUTH failed to read body size"),
+        (b"AUTH\n" + pack_len(9), b"E_BAD_BODY AUTH failed to read body"),
+        (b"MPUB t\n\x00", b"E_BAD_BODY MPUB failed to read body size"),
+        (b"MPUB t\n" + pack_len(20), b"E_BAD_BODY MPUB failed to read message count"),
+        (
+            b"MPUB t\n" + pack_len(20) + pack_len(0),
+            b"E_BAD_BODY MPUB invalid message count 0",
+        ),
+        (
+            b"MPUB t\n" + pack_len(20) + pack_len(2) + pack_len(1) + b"a\x00",
+            b"E_BAD_MESSAGE MPUB failed to read message(1) body size",
+        ),
+        (
+            b"MPUB t\n" + pack_len(20) + pack_len(2) + pack_len(-1),
+            b"E_BAD_MESSAGE MPUB invalid message(0) body size -1",
+        ),
+        (
+            b"MPUB t\n" + pack_len(20) + pack_len(1) + pack_len(99),
+            b"E_BAD_MESSAGE MPUB message too big 99 > 64",
+        ),
+        (
+            b"MPUB t\n" + pack_len(20) + pack_len(1) + pack_len(5) + b"ab",
+            b"E_BAD_MESSAGE MPUB failed to read message body",
+        ),
+        (
+            b"MPUB t\n" + pack_len(20) + pack_len(1) + pack_len(1) + b"a",
+            b"E_BAD_BODY MPUB body size 20 does not match its 1 messages (11 bytes left over)",
+        ),
+    ],
+)
+def test_eof_error(data: bytes, text: bytes | None) -> None:
+    err = eof_error_after(data)
+    if text is None:
+        assert err is None
+    else:
+        assert err is not None and err.fatal and err.text == text
+
+
+@SETTINGS
+@given(st.binary(min_size=1, max_size=40), st.integers(min_value=1, max_value=60))
+def test_eof_error_never_on_whole_commands(body: bytes, cut: int) -> None:
+    """A stream cut anywhere inside a PUB's size or body names that read; cut at its end, no
+    error."""
+    whole = b"PUB t\n" + pack_len(len(body)) + body
+    cut = min(cut, len(whole))
+    err = eof_error_after(whole[:cut])
+    if cut < 6:
+        assert err is None
+    elif cut < 10:
+        assert err is not None and err.desc == "PUB failed to read message body size"
+    elif cut < len(whole):
+        assert err is not None and err.desc == "PUB failed to read message body"
+    else:
+        assert err is None
