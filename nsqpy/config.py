@@ -142,9 +142,16 @@ def parse_percentiles(values: Any) -> list[float]:
     return sorted(out, reverse=True)
 
 
-def apply_file(ctx: Any, kw: dict[str, Any], refused: frozenset[str]) -> None:
+def apply_file(
+    ctx: Any,
+    kw: dict[str, Any],
+    refused: frozenset[str],
+    cfg_to_flag: dict[str, str] | None = None,
+) -> None:
     """Fill ``kw`` (click's parsed flags) from the file named by --config, for every flag not
-    given on the command line (go-options' Resolve: command line, then config, then default)."""
+    given on the command line (go-options' Resolve: command line, then config, then default).
+    ``cfg_to_flag`` names a daemon's own cfg names that are not its flag names (nsqadmin's
+    ``admin_users`` -> ``admin-user``); nsqd's (CFG_TO_FLAG) apply otherwise."""
     import click
     from click.core import ParameterSource
 
@@ -153,7 +160,7 @@ def apply_file(ctx: Any, kw: dict[str, Any], refused: frozenset[str]) -> None:
         return
     params = {p.name: p for p in ctx.command.params}
     for key, value in load(path).items():
-        flag = flag_name(key)
+        flag = (cfg_to_flag or {}).get(key) or flag_name(key)
         if flag in refused:
             raise ConfigError(
                 f"option {key} (--{flag}) is an nsqd option that nsqpy-d does not implement yet"

@@ -1,0 +1,4 @@
+# `python -m nsqpy.admin`: the nsqpy-admin command line.
+from .cli import main
+
+main()

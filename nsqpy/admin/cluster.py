@@ -1,0 +1,355 @@
+# nsqadmin's ClusterInfo reads and actions over HTTP (internal/clusterinfo/data.go).
+#
+# Strategy: one aiohttp ClientSession (keep-alive, connect and request timeouts as
+# --http-client-connect-timeout/--http-client-request-timeout, TLS client settings) shared by
+# every request; each read asks all the daemons concerned at once (asyncio.gather) and turns the
+# answers into nsqadmin's records through clusterinfo (pure). A daemon that fails becomes a
+# message, never an exception: reads return ``(value, errors)``, and raise
+# clusterinfo.UpstreamError only when every daemon asked failed, as nsqadmin's PartialErr /
+# error split does. The error text follows Go's http client: 'Get "URL": <reason>' and
+# 'got response 500 Internal Server Error "<body>"'. Actions POST to lookupds one after another
+# and to nsqds in parallel, collecting errors.
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote_plus
+
+import aiohttp
+
+from . import clusterinfo as ci
+from .clusterinfo import Producer, Stats
+
+log = logging.getLogger("nsqpy")
+
+
+class FetchError(Exception):
+    """One HTTP request to a daemon that failed; ``str()`` is the message nsqadmin shows."""
+
+
+def _q(value: str) -> str:
+    return quote_plus(value, safe="")
+
+
+class HTTPClient:
+    """http_api.Client: GET/POST V1 requests with nsqadmin's Accept header and deadlines
+    (``connect_timeout`` and ``request_timeout`` in seconds)."""
+
+    def __init__(
+        self,
+        connect_timeout: float = 2.0,
+        request_timeout: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.timeout = aiohttp.ClientTimeout(
+            total=request_timeout, sock_connect=connect_timeout, connect=connect_timeout
+        )
+        self.ssl_context = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=100, ssl=self.ssl_context if self.ssl_context is not None else True
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self.timeout,
+                headers={"Accept": "application/vnd.nsq; version=1.0"},
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(self, method: str, url: str, body: bytes | None = None) -> bytes:
+        """The body of a 200 answer; FetchError with Go's wording otherwise."""
+        verb = method.capitalize()
+        try:
+            async with self.session().request(method, url, data=body) as resp:
+                data = await resp.read()
+                if resp.status != 200:
+                    reason = HTTPStatus(resp.status).phrase if resp.status in _STATUSES else ""
+                    text = json.dumps(data.decode("utf-8", "replace"))
+                    raise FetchError(f"got response {resp.status} {reason} {text}")
+                return data
+        except TimeoutError:
+            raise FetchError(
+                f'{verb} "{url}": context deadline exceeded '
+                "(Client.Timeout exceeded while awaiting headers)"
+            ) from None
+        except aiohttp.ClientConnectorError as e:
+            raise FetchError(f'{verb} "{url}": dial tcp {e.host}:{e.port}: {_reason(e)}') from None
+        except aiohttp.ClientError as e:
+            raise FetchError(f'{verb} "{url}": {e or type(e).__name__}') from None
+
+    async def get_json(self, url: str) -> Any:
+        """GETV1: the decoded JSON of a 200 answer; FetchError otherwise."""
+        data = await self.request("GET", url)
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise FetchError(f'Get "{url}": invalid JSON answer: {e}') from None
+
+    async def post(self, url: str) -> None:
+        """POSTV1: a bodyless POST that must answer 200; FetchError otherwise."""
+        await self.request("POST", url)
+
+
+_STATUSES = {s.value for s in HTTPStatus}
+
+
+def _reason(e: aiohttp.ClientConnectorError) -> str:
+    err = e.os_error
+    if isinstance(err, ConnectionRefusedError):
+        return "connect: connection refused"
+    return f"connect: {err.strerror or err}" if err is not None else str(e)
+
+
+class Cluster:
+    """ClusterInfo for one nsqadmin: ``lookupd`` and ``nsqd`` are the configured HTTP
+    addresses (nsqadmin uses lookupds when any are given, else the nsqds)."""
+
+    def __init__(self, client: HTTPClient, lookupd: list[str], nsqd: list[str]) -> None:
+        self.client = client
+        self.lookupd = list(lookupd)
+        self.nsqd = list(nsqd)
+
+    # ------------------------------------------------------------ fan-out
+
+    async def _gather(self, urls: list[str]) -> list[tuple[Any, str | None]]:
+        """GET every URL at once: ``(json, None)`` or ``(None, error text)`` per URL."""
+
+        async def one(url: str) -> tuple[Any, str | None]:
+            log.debug("CI: querying %s", url)
+            try:
+                return await self.client.get_json(url), None
+            except FetchError as e:
+                return None, str(e)
+
+        return list(await asyncio.gather(*(one(u) for u in urls)))
+
+    @staticmethod
+    def _split(answers: list[tuple[Any, str | None]], kind: str) -> tuple[list[Any], list[str]]:
+        ok = [a for a, err in answers if err is None]
+        errors = [err for _, err in answers if err is not None]
+        if answers and not ok:
+            raise ci.all_failed(kind, errors)
+        return ok, errors
+
+    # ------------------------------------------------------------ reads
+
+    async def lookupd_topics(self) -> tuple[list[str], list[str]]:
+        """GetLookupdTopics: every lookupd's /topics, united and sorted."""
+        answers = await self._gather([f"http://{a}/topics" for a in self.lookupd])
+        ok, errors = self._split(answers, "nsqlookupd")
+        return ci.union_sorted(b.get("topics") for b in ok), errors
+
+    async def lookupd_topic_channels(self, topic: str) -> tuple[list[str], list[str]]:
+        """GetLookupdTopicChannels: every lookupd's /channels?topic=, united and sorted."""
+        answers = await self._gather(
+            [f"http://{a}/channels?topic={_q(topic)}" for a in self.lookupd]
+        )
+        ok, errors = self._split(answers, "nsqlookupd")
+        return ci.union_sorted(b.get("channels") for b in ok), errors
+
+    async def nsqd_topics(self) -> tuple[list[str], list[str]]:
+        """GetNSQDTopics: every configured nsqd's /stats topic names, united and sorted."""
+        answers = await self._gather(
+            [f"http://{a}/stats?format=json&include_clients=false" for a in self.nsqd]
+        )
+        ok, errors = self._split(answers, "nsqd")
+        return ci.union_sorted([str(t.get("topic_name")) for t in _topics(b)] for b in ok), errors
+
+    async def topics(self) -> tuple[list[str], list[str]]:
+        """The topic list /api/topics answers: from the lookupds, else the nsqds."""
+        return await (self.lookupd_topics() if self.lookupd else self.nsqd_topics())
+
+    async def lookupd_producers(self) -> tuple[list[Producer], list[str]]:
+        """GetLookupdProducers: every lookupd's /nodes merged (clusterinfo.merge_lookupd_nodes)."""
+        answers = await self._gather([f"http://{a}/nodes" for a in self.lookupd])
+        pairs = [(addr, body) for addr, (body, err) in zip(self.lookupd, answers) if err is None]
+        _, errors = self._split(answers, "nsqlookupd")
+        return ci.merge_lookupd_nodes(pairs), errors
+
+    async def _nsqd_producer(self, addr: str, topic: str = "") -> Producer | None:
+        """One configured nsqd as a Producer (None when ``topic`` is given and it lacks it);
+        FetchError when it does not answer."""
+        q = f"&topic={_q(topic)}" if topic else ""
+        stats = await self.client.get_json(
+            f"http://{addr}/stats?format=json{q}&include_clients=false"
+        )
+        names = [t.get("topic_name", "") for t in _topics(stats)]
+        if topic and topic not in names:
+            return None
+        info = await self.client.get_json(f"http://{addr}/info")
+        return ci.producer_from_nsqd(info, names, addr)
+
+    async def nsqd_producers(
+        self, topic: str = "", addrs: list[str] | None = None
+    ) -> tuple[list[Producer], list[str]]:
+        """GetNSQDProducers (every configured nsqd, or ``addrs``) or, with ``topic``,
+        GetNSQDTopicProducers (those that have it)."""
+
+        async def one(addr: str) -> tuple[Producer | None, str | None]:
+            try:
+                return await self._nsqd_producer(addr, topic), None
+            except FetchError as e:
+                return None, str(e)
+
+        targets = self.nsqd if addrs is None else addrs
+        answers = list(await asyncio.gather(*(one(a) for a in targets)))
+        _, errors = self._split(answers, "nsqd")
+        return [p for p, err in answers if p is not None], errors
+
+    async def producers(self) -> tuple[list[Producer], list[str]]:
+        """GetProducers: the lookupds' nodes, else the configured nsqds."""
+        return await (self.lookupd_producers() if self.lookupd else self.nsqd_producers())
+
+    async def lookupd_topic_producers(self, topic: str) -> tuple[list[Producer], list[str]]:
+        """GetLookupdTopicProducers: every lookupd's /lookup?topic= producers, one per HTTP
+        address (a lookupd that does not know the topic answers 404: an error, as in Go)."""
+        answers = await self._gather([f"http://{a}/lookup?topic={_q(topic)}" for a in self.lookupd])
+        ok, errors = self._split(answers, "nsqlookupd")
+        return ci.merge_topic_producers(ok), errors
+
+    async def topic_producers(self, topic: str) -> tuple[list[Producer], list[str]]:
+        """GetTopicProducers: from the lookupds, else the configured nsqds that have it."""
+        if self.lookupd:
+            return await self.lookupd_topic_producers(topic)
+        return await self.nsqd_producers(topic)
+
+    async def nsqd_stats(
+        self,
+        producers: list[Producer],
+        topic: str = "",
+        channel: str = "",
+        include_clients: bool = True,
+    ) -> tuple[list[Stats], dict[str, Stats], dict[str, str]]:
+        """GetNSQDStats: as stats(), but raises UpstreamError when every producer failed (and
+        when there is none, as nsqadmin does)."""
+        rows, channels, node_errors = await self.stats(producers, topic, channel, include_clients)
+        if len(node_errors) == len(producers):
+            raise ci.all_failed("nsqd", list(node_errors.values()))
+        return rows, channels, node_errors
+
+    async def stats(
+        self,
+        producers: list[Producer],
+        topic: str = "",
+        channel: str = "",
+        include_clients: bool = True,
+    ) -> tuple[list[Stats], dict[str, Stats], dict[str, str]]:
+        """Each producer's /stats (filtered by topic and channel) as per-node TopicStats sorted
+        by host, the cluster-wide channel map (clusterinfo.aggregate_channels) and the errors by
+        node HTTP address (never raises: a node that failed is only in the errors)."""
+        urls = []
+        for p in producers:
+            url = f"http://{ci.http_address(p)}/stats?format=json"
+            if topic:
+                url += f"&topic={_q(topic)}"
+                if channel:
+                    url += f"&channel={_q(channel)}"
+            if not include_clients:
+                url += "&include_clients=false"
+            urls.append(url)
+        answers = await self._gather(urls)
+        node_errors = {
+            ci.http_address(p): err for p, (_, err) in zip(producers, answers) if err is not None
+        }
+        rows: list[Stats] = []
+        for p, (body, err) in zip(producers, answers):
+            if err is None:
+                rows += ci.node_topic_stats(body, ci.http_address(p), p["hostname"], topic)
+        rows.sort(key=lambda t: (t["hostname"], t["node"]))
+        return rows, ci.aggregate_channels(rows, topic), node_errors
+
+    async def node_infos(self, producers: list[Producer]) -> dict[str, tuple[Any, str | None]]:
+        """Each producer's /info (for start_time: uptime) by HTTP address: ``(info, error)``."""
+        addrs = [ci.http_address(p) for p in producers]
+        answers = await self._gather([f"http://{a}/info" for a in addrs])
+        return dict(zip(addrs, answers))
+
+    # ------------------------------------------------------------ actions
+
+    async def _lookupd_post(self, uri: str, qs: str) -> list[str]:
+        """nsqlookupdPOST: POST to each lookupd in turn; the errors."""
+        errors = []
+        for addr in self.lookupd:
+            try:
+                await self.client.post(f"http://{addr}/{uri}?{qs}")
+            except FetchError as e:
+                errors.append(str(e))
+        return errors
+
+    async def _producers_post(self, producers: list[Producer], uri: str, qs: str) -> list[str]:
+        """producersPOST: POST to every producer (at once); the errors."""
+
+        async def one(p: Producer) -> str | None:
+            try:
+                await self.client.post(f"http://{ci.http_address(p)}/{uri}?{qs}")
+            except FetchError as e:
+                return str(e)
+            return None
+
+        return [e for e in await asyncio.gather(*(one(p) for p in producers)) if e]
+
+    async def tombstone_node_for_topic(self, topic: str, node: str) -> list[str]:
+        """TombstoneNodeForTopic: tombstone on every lookupd, then delete the topic on the
+        node (asked directly at ``node``, its HTTP address)."""
+        errors = await self._lookupd_post("topic/tombstone", f"topic={_q(topic)}&node={_q(node)}")
+        producers, errs = await self.nsqd_producers(addrs=[node])  # UpstreamError: 502
+        errors += errs
+        errors += await self._producers_post(producers, "topic/delete", f"topic={_q(topic)}")
+        return errors
+
+    async def create_topic_channel(self, topic: str, channel: str) -> list[str]:
+        """CreateTopicChannel: the topic (and channel) on every lookupd, and the channel on
+        every nsqd that produces the topic."""
+        errors = await self._lookupd_post("topic/create", f"topic={_q(topic)}")
+        if channel:
+            qs = f"topic={_q(topic)}&channel={_q(channel)}"
+            errors += await self._lookupd_post("channel/create", qs)
+            producers, errs = await self.lookupd_topic_producers(topic)
+            errors += errs
+            errors += await self._producers_post(producers, "channel/create", qs)
+        return errors
+
+    async def delete_topic(self, topic: str) -> list[str]:
+        """DeleteTopic: find the producers first, then delete on the lookupds and the nsqds."""
+        producers, errors = await self.topic_producers(topic)
+        qs = f"topic={_q(topic)}"
+        errors += await self._lookupd_post("topic/delete", qs)
+        errors += await self._producers_post(producers, "topic/delete", qs)
+        return errors
+
+    async def delete_channel(self, topic: str, channel: str) -> list[str]:
+        """DeleteChannel: on the lookupds and on every nsqd that produces the topic."""
+        producers, errors = await self.topic_producers(topic)
+        qs = f"topic={_q(topic)}&channel={_q(channel)}"
+        errors += await self._lookupd_post("channel/delete", qs)
+        errors += await self._producers_post(producers, "channel/delete", qs)
+        return errors
+
+    async def topic_channel_action(self, topic: str, channel: str, action: str) -> list[str]:
+        """actionHelper: POST /topic/<action> or /channel/<action> (pause, unpause, empty) to
+        every nsqd that produces the topic."""
+        producers, errors = await self.topic_producers(topic)
+        if channel:
+            uri, qs = f"channel/{action}", f"topic={_q(topic)}&channel={_q(channel)}"
+        else:
+            uri, qs = f"topic/{action}", f"topic={_q(topic)}"
+        errors += await self._producers_post(producers, uri, qs)
+        return errors
+
+
+def _topics(body: Any) -> list[dict[str, Any]]:
+    if isinstance(body, dict) and "topics" not in body and isinstance(body.get("data"), dict):
+        body = body["data"]
+    return (body.get("topics") if isinstance(body, dict) else None) or []

@@ -1,0 +1,508 @@
+# nsqadmin's view of a cluster, built from the JSON the daemons answer (internal/clusterinfo).
+#
+# Strategy: pure functions from decoded JSON dicts (lookupd's /nodes and /lookup, nsqd's /info
+# and /stats?format=json) to the dicts nsqadmin 1.3's API answers, with Go's field order and
+# Go's aggregation rules (TopicStats.Add, ChannelStats.Add, E2eProcessingLatencyAggregate.Add,
+# GetLookupdProducers' merge by TCP address, out_of_date by version). No sockets, no asyncio:
+# cluster.py fetches, this module aggregates, and both the API and the pages read the result.
+#
+# Records are plain dicts in the shape nsqadmin's JSON has them (types.go):
+#   producer: remote_addresses, remote_address, hostname, broadcast_address, tcp_port,
+#             http_port, version, topics [{topic, tombstoned}], out_of_date
+#   topic stats: node, hostname, topic_name, depth, memory_depth, backend_depth, message_count,
+#             nodes, channels, paused, e2e_processing_latency
+#   channel stats: node, hostname, topic_name, channel_name, depth, memory_depth,
+#             backend_depth, in_flight_count, deferred_count, requeue_count, timeout_count,
+#             message_count, client_count, nodes, clients, paused, e2e_processing_latency
+#   client stats: node, remote_address, version, client_id, hostname, user_agent, connect_ts,
+#             connected (ns), in_flight_count, ready_count, finish_count, requeue_count,
+#             message_count, sample_rate, deflate, snappy, authed, auth_identity,
+#             auth_identity_url, tls, tls_cipher_suite, tls_version, tls_negotiated_protocol,
+#             tls_negotiated_protocol_is_mutual
+# One deliberate difference: Go's TopicStats.Add reuses the first node's channel object as the
+# cluster-wide channel (so that node's own row is lost from "nodes"); here the cluster-wide
+# channel of a topic is built as /api/topics/:topic/:channel builds it (node "*", every node).
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..netaddr import join_host_port
+
+Producer = dict[str, Any]
+Stats = dict[str, Any]
+
+
+class UpstreamError(Exception):
+    """Every daemon asked failed ("failed to query any nsqd: ..."): nsqadmin's 502
+    UPSTREAM_ERROR."""
+
+
+def err_list(errors: Iterable[str]) -> str:
+    """clusterinfo.ErrList.Error(): the errors joined by newlines."""
+    return "\n".join(errors)
+
+
+def warn_message(messages: list[str]) -> str:
+    """maybeWarnMsg: "" when nothing failed, else "WARNING: " + messages joined by "; "."""
+    return "WARNING: " + "; ".join(messages) if messages else ""
+
+
+def all_failed(kind: str, errors: list[str]) -> UpstreamError:
+    """The error Go returns when every nsqd (``kind`` "nsqd") or nsqlookupd failed."""
+    return UpstreamError(f"failed to query any {kind}: {err_list(errors)}")
+
+
+# ---------------------------------------------------------------------------- versions
+
+_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+
+
+def version_key(version: str) -> tuple[int, int, int, int, str]:
+    """A sort key for a semver string (blang/semver order; an unparsable one is 0.0.0)."""
+    m = _SEMVER.match(version or "")
+    if not m:
+        return (0, 0, 0, 1, "")
+    pre = m.group(4) or ""
+    # a pre-release sorts before its release
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3)), 0 if pre else 1, pre)
+
+
+# ---------------------------------------------------------------------------- producers
+
+
+def http_address(p: Producer) -> str:
+    """Producer.HTTPAddress(): broadcast_address:http_port ("[v6]:port" for IPv6)."""
+    return join_host_port(str(p.get("broadcast_address", "")), int(p.get("http_port", 0)))
+
+
+def tcp_address(p: Producer) -> str:
+    """Producer.TCPAddress(): broadcast_address:tcp_port."""
+    return join_host_port(str(p.get("broadcast_address", "")), int(p.get("tcp_port", 0)))
+
+
+def producer_from_lookupd(d: dict[str, Any]) -> Producer:
+    """A lookupd /nodes or /lookup entry as nsqadmin's Producer (topics paired with their
+    tombstone flags; /lookup entries have no topics: null)."""
+    topics = d.get("topics") or []
+    tombstones = d.get("tombstones") or []
+    pt = [
+        {"topic": t, "tombstoned": bool(tombstones[i]) if i < len(tombstones) else False}
+        for i, t in enumerate(topics)
+    ]
+    return {
+        "remote_addresses": None,
+        "remote_address": d.get("remote_address", ""),
+        "hostname": d.get("hostname", ""),
+        "broadcast_address": d.get("broadcast_address", ""),
+        "tcp_port": int(d.get("tcp_port") or 0),
+        "http_port": int(d.get("http_port") or 0),
+        "version": d.get("version", ""),
+        "topics": pt or None,
+        "out_of_date": False,
+    }
+
+
+def producer_from_nsqd(info: dict[str, Any], topics: list[str], addr: str) -> Producer:
+    """GetNSQDProducers/GetNSQDTopicProducers: a Producer from nsqd's /info and the topic names
+    of its /stats; a missing broadcast address or hostname falls back to ``addr``'s host (and
+    its port for the HTTP port), as nsqadmin does for old nsqds."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    broadcast = info.get("broadcast_address") or ""
+    http_port = int(info.get("http_port") or 0)
+    if not broadcast:
+        broadcast = host
+        http_port = int(port) if port.isdigit() else 0
+    return {
+        "remote_addresses": None,
+        "remote_address": "",
+        "hostname": info.get("hostname") or host,
+        "broadcast_address": broadcast,
+        "tcp_port": int(info.get("tcp_port") or 0),
+        "http_port": http_port,
+        "version": info.get("version", ""),
+        "topics": [{"topic": t, "tombstoned": False} for t in topics] or None,
+        "out_of_date": False,
+    }
+
+
+def merge_lookupd_nodes(answers: list[tuple[str, dict[str, Any]]]) -> list[Producer]:
+    """GetLookupdProducers: the nodes of every lookupd's /nodes answer (``(lookupd address,
+    body)`` pairs, in the order the lookupds are configured), one producer per TCP address with
+    ``remote_addresses`` "lookupd/remote" for each lookupd that knows it, topics sorted,
+    ``out_of_date`` when its version is older than the newest seen; sorted by hostname (then
+    HTTP address, so equal hostnames keep a stable order)."""
+    by_addr: dict[str, Producer] = {}
+    order: list[Producer] = []
+    newest = version_key("0.0.0")
+    for lookupd_addr, body in answers:
+        for entry in body.get("producers") or []:
+            p = producer_from_lookupd(entry)
+            key = tcp_address(p)
+            seen = by_addr.get(key)
+            if seen is None:
+                if p["topics"]:
+                    p["topics"].sort(key=lambda t: t["topic"])
+                p["remote_addresses"] = []
+                by_addr[key] = seen = p
+                order.append(p)
+                newest = max(newest, version_key(p["version"]))
+            remote = p["remote_address"] or "N/A"
+            seen["remote_addresses"].append(f"{lookupd_addr}/{remote}")
+    for p in order:
+        p["out_of_date"] = version_key(p["version"]) < newest
+    order.sort(key=lambda p: (p["hostname"], http_address(p)))
+    return order
+
+
+def merge_topic_producers(answers: list[dict[str, Any]]) -> list[Producer]:
+    """GetLookupdTopicProducers: the producers of every lookupd's /lookup answer, the first
+    seen per HTTP address, in the order seen."""
+    out: list[Producer] = []
+    seen: set[str] = set()
+    for body in answers:
+        for entry in body.get("producers") or []:
+            p = producer_from_lookupd(entry)
+            addr = http_address(p)
+            if addr not in seen:
+                seen.add(addr)
+                out.append(p)
+    return out
+
+
+def union_sorted(lists: Iterable[Iterable[str] | None]) -> list[str]:
+    """stringy.Uniq then sort.Strings: every name once, sorted."""
+    names: set[str] = set()
+    for names_list in lists:
+        names.update(names_list or ())
+    return sorted(names)
+
+
+def find_producer(producers: list[Producer], node: str) -> Producer | None:
+    """Producers.Search: the producer whose HTTP address is ``node``."""
+    for p in producers:
+        if http_address(p) == node:
+            return p
+    return None
+
+
+# ---------------------------------------------------------------------------- e2e latency
+
+
+def e2e_from_nsqd(d: dict[str, Any] | None, topic: str, channel: str, host: str) -> Stats:
+    """nsqd's e2e_processing_latency as nsqadmin decodes it: each percentile gains min, max
+    and average (its value) and count (the stream's count)."""
+    d = d or {}
+    count = int(d.get("count") or 0)
+    percentiles = []
+    for p in d.get("percentiles") or []:
+        q = dict(p)
+        q["min"] = q["max"] = q["average"] = float(q.get("value", 0.0))
+        q["count"] = float(count)
+        percentiles.append(q)
+    return {
+        "count": count,
+        "percentiles": percentiles or None,
+        "topic": topic,
+        "channel": channel,
+        "host": host,
+    }
+
+
+def e2e_add(agg: Stats, other: Stats | None) -> None:
+    """E2eProcessingLatencyAggregate.Add: merge ``other`` into ``agg`` per quantile (max of
+    maxes, running average weighted by count), host becomes "*", highest percentile first."""
+    agg["host"] = "*"
+    if other is None:
+        return
+    agg["count"] += other.get("count", 0)
+    mine: list[dict[str, float]] = agg["percentiles"] or []
+    for value in other.get("percentiles") or []:
+        slot = next((p for p in mine if p.get("quantile") == value.get("quantile")), None)
+        if slot is None:
+            slot = {"quantile": value.get("quantile", 0.0)}
+            mine.append(slot)
+        slot["max"] = max(value.get("max", 0.0), slot.get("max", 0.0))
+        # Go takes the min of the two *max* values here; kept for the same answers.
+        slot["min"] = min(value.get("max", 0.0), slot.get("max", 0.0))
+        slot["count"] = slot.get("count", 0.0) + value.get("count", 0.0)
+        if slot["count"] == 0:
+            slot["average"] = 0.0
+            continue
+        delta = value.get("average", 0.0) - slot.get("average", 0.0)
+        slot["average"] = slot.get("average", 0.0) + delta * value.get("count", 0.0) / slot["count"]
+    mine.sort(key=lambda p: p.get("percentile", 0.0), reverse=True)
+    agg["percentiles"] = mine or None
+
+
+# ---------------------------------------------------------------------------- nsqd stats
+
+
+def client_from_nsqd(c: dict[str, Any], node: str, now: float | None = None) -> Stats:
+    """One client of nsqd's /stats as nsqadmin's ClientStats; ``connected`` is nanoseconds
+    since connect_ts, measured from ``now`` (Unix seconds, default the clock) truncated to a
+    second as nsqadmin does."""
+    now_s = int(time.time() if now is None else now)
+    connect_ts = int(c.get("connect_ts") or 0)
+    return {
+        "node": node,
+        "remote_address": c.get("remote_address", ""),
+        "version": c.get("version", ""),
+        "client_id": c.get("client_id", ""),
+        "hostname": c.get("hostname", ""),
+        "user_agent": c.get("user_agent", ""),
+        "connect_ts": connect_ts,
+        "connected": (now_s - connect_ts) * 1_000_000_000,
+        "in_flight_count": int(c.get("in_flight_count") or 0),
+        "ready_count": int(c.get("ready_count") or 0),
+        "finish_count": int(c.get("finish_count") or 0),
+        "requeue_count": int(c.get("requeue_count") or 0),
+        "message_count": int(c.get("message_count") or 0),
+        "sample_rate": int(c.get("sample_rate") or 0),
+        "deflate": bool(c.get("deflate")),
+        "snappy": bool(c.get("snappy")),
+        "authed": bool(c.get("authed")),
+        "auth_identity": c.get("auth_identity", ""),
+        "auth_identity_url": c.get("auth_identity_url", ""),
+        "tls": bool(c.get("tls")),
+        "tls_cipher_suite": c.get("tls_cipher_suite", ""),
+        "tls_version": c.get("tls_version", ""),
+        "tls_negotiated_protocol": c.get("tls_negotiated_protocol", ""),
+        "tls_negotiated_protocol_is_mutual": bool(c.get("tls_negotiated_protocol_is_mutual")),
+    }
+
+
+def _channel_from_nsqd(
+    c: dict[str, Any], node: str, hostname: str, topic: str, now: float | None
+) -> Stats:
+    depth = int(c.get("depth") or 0)
+    backend = int(c.get("backend_depth") or 0)
+    clients = c.get("clients")
+    return {
+        "node": node,
+        "hostname": hostname,
+        "topic_name": topic,
+        "channel_name": c.get("channel_name", ""),
+        "depth": depth,
+        "memory_depth": depth - backend,
+        "backend_depth": backend,
+        "in_flight_count": int(c.get("in_flight_count") or 0),
+        "deferred_count": int(c.get("deferred_count") or 0),
+        "requeue_count": int(c.get("requeue_count") or 0),
+        "timeout_count": int(c.get("timeout_count") or 0),
+        "message_count": int(c.get("message_count") or 0),
+        "client_count": int(c.get("client_count") or 0),
+        "nodes": None,
+        "clients": None if clients is None else [client_from_nsqd(x, node, now) for x in clients],
+        "paused": bool(c.get("paused")),
+        "e2e_processing_latency": e2e_from_nsqd(
+            c.get("e2e_processing_latency"), topic, c.get("channel_name", ""), ""
+        ),
+    }
+
+
+def node_topic_stats(
+    body: dict[str, Any],
+    node: str,
+    hostname: str,
+    selected_topic: str = "",
+    now: float | None = None,
+) -> list[Stats]:
+    """The topics of one nsqd's /stats?format=json answer as nsqadmin's per-node TopicStats
+    (node = its HTTP address, memory_depth = depth - backend_depth, channels likewise, clients
+    tagged with the node); only ``selected_topic`` when given. A pre-1.0 {"data": ...}
+    envelope is unwrapped."""
+    if "topics" not in body and isinstance(body.get("data"), dict):
+        body = body["data"]
+    out = []
+    for t in body.get("topics") or []:
+        name = t.get("topic_name", "")
+        if selected_topic and name != selected_topic:
+            continue
+        depth = int(t.get("depth") or 0)
+        backend = int(t.get("backend_depth") or 0)
+        channels = t.get("channels")
+        out.append(
+            {
+                "node": node,
+                "hostname": hostname,
+                "topic_name": name,
+                "depth": depth,
+                "memory_depth": depth - backend,
+                "backend_depth": backend,
+                "message_count": int(t.get("message_count") or 0),
+                "nodes": None,
+                "channels": None
+                if channels is None
+                else [_channel_from_nsqd(c, node, hostname, name, now) for c in channels],
+                "paused": bool(t.get("paused")),
+                "e2e_processing_latency": e2e_from_nsqd(
+                    t.get("e2e_processing_latency"), name, "", ""
+                ),
+            }
+        )
+    return out
+
+
+def _by_host(s: Stats) -> tuple[str, str]:
+    return (s.get("hostname", ""), s.get("node", ""))
+
+
+def new_channel_total(topic: str, channel: str, node: str = "*") -> Stats:
+    """An empty cluster-wide ChannelStats, to Add node rows to."""
+    return {
+        "node": node,
+        "hostname": "",
+        "topic_name": topic,
+        "channel_name": channel,
+        "depth": 0,
+        "memory_depth": 0,
+        "backend_depth": 0,
+        "in_flight_count": 0,
+        "deferred_count": 0,
+        "requeue_count": 0,
+        "timeout_count": 0,
+        "message_count": 0,
+        "client_count": 0,
+        "nodes": None,
+        "clients": None,
+        "paused": False,
+        "e2e_processing_latency": None,
+    }
+
+
+_CHANNEL_SUMS = (
+    "depth",
+    "memory_depth",
+    "backend_depth",
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "message_count",
+    "client_count",
+)
+
+
+def channel_add(total: Stats, a: Stats) -> None:
+    """ChannelStats.Add: sums, paused if any node is, the node row appended (sorted by host),
+    e2e merged, clients gathered (sorted by hostname)."""
+    total["node"] = "*"
+    for k in _CHANNEL_SUMS:
+        total[k] += a[k]
+    if a["paused"]:
+        total["paused"] = True
+    total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)
+    if total["e2e_processing_latency"] is None:
+        total["e2e_processing_latency"] = {
+            "count": 0,
+            "percentiles": None,
+            "topic": total["topic_name"],
+            "channel": total["channel_name"],
+            "host": total["node"],
+        }
+    e2e_add(total["e2e_processing_latency"], a.get("e2e_processing_latency"))
+    if a.get("clients"):
+        total["clients"] = sorted(
+            [*(total["clients"] or []), *a["clients"]], key=lambda c: c["hostname"]
+        )
+
+
+def new_topic_total(topic: str) -> Stats:
+    """An empty cluster-wide TopicStats, to Add node rows to."""
+    return {
+        "node": "",
+        "hostname": "",
+        "topic_name": topic,
+        "depth": 0,
+        "memory_depth": 0,
+        "backend_depth": 0,
+        "message_count": 0,
+        "nodes": None,
+        "channels": None,
+        "paused": False,
+        "e2e_processing_latency": None,
+    }
+
+
+def topic_add(total: Stats, a: Stats) -> None:
+    """TopicStats.Add: sums, paused if any node is, each channel merged into the cluster-wide
+    channel of its name (see the module comment), the node row appended (sorted by host)."""
+    total["node"] = "*"
+    for k in ("depth", "memory_depth", "backend_depth", "message_count"):
+        total[k] += a[k]
+    if a["paused"]:
+        total["paused"] = True
+    channels: list[Stats] = total["channels"] or []
+    for ch in a.get("channels") or []:
+        agg = next((c for c in channels if c["channel_name"] == ch["channel_name"]), None)
+        if agg is None:
+            agg = new_channel_total(total["topic_name"], ch["channel_name"])
+            channels.append(agg)
+        channel_add(agg, ch)
+    total["channels"] = channels or None
+    total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)
+    if total["e2e_processing_latency"] is None:
+        total["e2e_processing_latency"] = {
+            "count": 0,
+            "percentiles": None,
+            "topic": total["topic_name"],
+            "channel": "",
+            "host": total["node"],
+        }
+    e2e_add(total["e2e_processing_latency"], a.get("e2e_processing_latency"))
+
+
+def aggregate_topic(topic: str, node_topics: list[Stats]) -> Stats:
+    """/api/topics/:topic's TopicStats: every node's row of ``topic`` added up."""
+    total = new_topic_total(topic)
+    for t in node_topics:
+        if t["topic_name"] == topic:
+            topic_add(total, t)
+    return total
+
+
+def aggregate_channels(node_topics: list[Stats], selected_topic: str = "") -> dict[str, Stats]:
+    """GetNSQDStats' channel map: cluster-wide ChannelStats keyed by channel name when
+    ``selected_topic`` is given, else by "topic:channel"."""
+    out: dict[str, Stats] = {}
+    for t in node_topics:
+        for ch in t.get("channels") or []:
+            name = ch["channel_name"]
+            key = name if selected_topic else f"{t['topic_name']}:{name}"
+            agg = out.get(key)
+            if agg is None:
+                agg = out[key] = new_channel_total(t["topic_name"], name, node=ch["node"])
+            channel_add(agg, ch)
+    return out
+
+
+def counter_stats(channels: dict[str, Stats]) -> dict[str, Stats]:
+    """/api/counter's "stats": one entry per topic, channel and node, keyed
+    "topic:channel:node", with that node's message_count for the channel."""
+    out: dict[str, Stats] = {}
+    for ch in channels.values():
+        for row in ch.get("nodes") or []:
+            key = f"{ch['topic_name']}:{ch['channel_name']}:{row['node']}"
+            entry = out.setdefault(
+                key,
+                {
+                    "node": row["node"],
+                    "topic_name": ch["topic_name"],
+                    "channel_name": ch["channel_name"],
+                    "message_count": 0,
+                },
+            )
+            entry["message_count"] += row["message_count"]
+    return out
+
+
+def node_totals(node_topics: list[Stats]) -> tuple[int, int]:
+    """/api/nodes/:node's (total_messages, total_clients): the topics' message counts and the
+    channels' client lists."""
+    messages = sum(t["message_count"] for t in node_topics)
+    clients = sum(len(c.get("clients") or []) for t in node_topics for c in t.get("channels") or [])
+    return messages, clients
