@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -26,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Daemon, wait_for
+from conftest import ROOT, wait_for
 
 from nsqpy.spark.client import NSQConnection, NSQError, Producer
+from nsqpy.testing import Nsqd, Nsqlookupd
 
 TOPIC = "cluster"
 CHANNELS = ("ch1", "ch2")
@@ -39,26 +42,30 @@ HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 
 class Node:
-    """One nsqpy-d on its own loopback address (conftest's Daemon; the address flags given after
-    Daemon's 127.0.0.1 defaults win, as in nsqd), restartable on the same data directory."""
+    """One nsqpy-d on its own address (nsqpy.testing's Nsqd on ``host``), registering that
+    address with the lookupds, restartable on the same data directory; ``prefix`` runs it
+    elsewhere (``ip netns exec NS``)."""
 
-    def __init__(self, name: str, host: str, data_path: Path, lookupds: list[str]) -> None:
+    def __init__(
+        self, name: str, host: str, data_path: Path, lookupds: list[str], prefix: list[str]
+    ) -> None:
         self.name = name
         self.host = host
         self.data_path = data_path
+        self.prefix = prefix
         self.args = [
-            f"--tcp-address={host}:0",
-            f"--http-address={host}:0",
-            f"--https-address={host}:0",
             f"--broadcast-address={host}",
             *(f"--lookupd-tcp-address={a}" for a in lookupds),
         ]
-        self.daemon: Daemon | None = None
+        self.daemon: Nsqd | None = None
         self.incarnations: list[tuple[int, int]] = []  # (tcp, http) ports of each start
         self.start()
 
     def start(self) -> None:
-        self.daemon = Daemon(self.args, self.data_path)
+        self.daemon = Nsqd(
+            self.args, self.data_path, host=self.host, cwd=ROOT, start_timeout=30,
+            cmd=[*self.prefix, sys.executable, "-m", "nsqpy"],
+        )  # fmt: skip
         self.incarnations.append((self.daemon.tcp_port, self.daemon.http_port))
 
     def stop(self) -> int:
@@ -68,26 +75,17 @@ class Node:
     @property
     def tcp_address(self) -> str:
         assert self.daemon is not None
-        return f"{self.host}:{self.daemon.tcp_port}"
+        return self.daemon.tcp_address
 
     @property
     def http_address(self) -> str:
         assert self.daemon is not None
-        return f"{self.host}:{self.daemon.http_port}"
+        return self.daemon.http_address
 
     def http(self, method: str, path: str) -> tuple[int, bytes]:
-        import urllib.error
-        import urllib.request
-
-        req = urllib.request.Request(
-            f"http://{self.http_address}{path}", data=b"" if method == "POST" else None,
-            method=method,
-        )  # fmt: skip
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        assert self.daemon is not None
+        code, body, _ = self.daemon.http(method, path, b"" if method == "POST" else None)
+        return code, body
 
     def channels(self, topic: str = TOPIC) -> dict[str, dict]:
         code, body = self.http("GET", f"/stats?format=json&topic={topic}")
@@ -99,20 +97,113 @@ class Node:
         return out
 
 
-@pytest.fixture
-def nodes_factory(tmp_path: Path) -> Iterator:
-    """Start Nodes; at the end every node still running is stopped and must exit 0."""
-    started: list[Node] = []
+def _ip(*args: str) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=15)
+    if r.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
 
-    def start(name: str, host: str, lookupds: list[str]) -> Node:
-        n = Node(name, host, tmp_path / name, lookupds)
-        started.append(n)
+
+class Topology:
+    """Where the nodes and lookupds live. ``loopback``: nodes on 127.0.0.2-4, lookupds on
+    127.0.0.1. ``netns`` (root only): each node in its own network namespace, joined by a veth
+    pair to a bridge in this namespace that holds the lookupds' address (10.0.S.1; nodes
+    10.0.S.2-4, S a /24 not in use here); the publisher and the consumers reach the nodes
+    through the bridge."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.namespaces: list[str] = []
+        self.bridge = ""
+        self.nodes: list[Node] = []
+        self.lookupds: list[Nsqlookupd] = []
+        if kind == "loopback":
+            self.lookupd_host = "127.0.0.1"
+            self.hosts = list(HOSTS)
+            self.prefixes: list[list[str]] = [[] for _ in HOSTS]
+            return
+        tag = str(os.getpid() % 100000)
+        used = (
+            subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True, timeout=10).stdout
+            + subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+        )
+        octet = next(
+            o for k in range(230) if f"10.0.{(o := 20 + (int(tag) + k) % 230)}." not in used
+        )
+        net = f"10.0.{octet}"
+        self.lookupd_host = f"{net}.1"
+        self.hosts = [f"{net}.{i + 2}" for i in range(len(HOSTS))]
+        self.prefixes = []
+        self.bridge = f"nsqbr{tag}"
+        _ip("link", "add", "name", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.lookupd_host}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i, host in enumerate(self.hosts, 1):
+            ns, vh, vp = f"nsqpy{tag}n{i}", f"nsqv{tag}n{i}", f"nsqp{tag}n{i}"
+            _ip("netns", "add", ns)
+            self.namespaces.append(ns)
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("link", "add", vh, "type", "veth", "peer", "name", vp, "netns", ns)
+            _ip("link", "set", vh, "master", self.bridge)
+            _ip("link", "set", vh, "up")
+            _ip("-n", ns, "addr", "add", f"{host}/24", "dev", vp)
+            _ip("-n", ns, "link", "set", vp, "up")
+            self.prefixes.append(["ip", "netns", "exec", ns])
+
+    def lookupd(self) -> Nsqlookupd:
+        lk = Nsqlookupd(host=self.lookupd_host, cwd=ROOT, start_timeout=30)
+        self.lookupds.append(lk)
+        return lk
+
+    def node(self, i: int, lookupds: list[str]) -> Node:
+        n = Node(
+            f"nsqd{i + 1}", self.hosts[i], self.tmp_path / f"nsqd{i + 1}", lookupds,
+            self.prefixes[i],
+        )  # fmt: skip
+        self.nodes.append(n)
         return n
 
-    yield start
-    for n in started:
-        rc = n.stop()
-        assert rc == 0, f"{n.name} exited {rc}:\n{n.daemon.log_text()[-3000:]}"
+    def close(self) -> list[str]:
+        """Stop everything (nodes must exit 0, lookupds 0 or killed); the problems found."""
+        problems = []
+        for n in self.nodes:
+            try:
+                rc = n.stop()
+            except AssertionError as e:
+                rc = str(e)
+            if rc != 0:
+                problems.append(f"{n.name} exited {rc}:\n{n.daemon.log_text()[-3000:]}")
+        for lk in self.lookupds:
+            rc = lk.stop()
+            if rc not in (0, -9):
+                problems.append(f"nsqpy-lookupd exited {rc}:\n{lk.log_text()[-3000:]}")
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=15)
+        if self.bridge:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=15)
+        return problems
+
+
+@pytest.fixture
+def topology(request, tmp_path: Path) -> Iterator[Topology]:
+    kind = getattr(request, "param", "loopback")
+    if kind == "netns":
+        if os.geteuid() != 0 or not shutil.which("ip"):
+            pytest.skip("network namespaces need root and iproute2 (the loopback run covers it)")
+    try:
+        topo = Topology(kind, tmp_path)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        for ns in [n for n in (f"nsqpy{os.getpid() % 100000}n{i}" for i in (1, 2, 3))]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=15)
+        subprocess.run(
+            ["ip", "link", "del", f"nsqbr{os.getpid() % 100000}"], capture_output=True, timeout=15
+        )
+        pytest.skip(f"cannot set up network namespaces here: {e}")
+    try:
+        yield topo
+    finally:
+        problems = topo.close()
+    assert not problems, "\n".join(problems)
 
 
 def lookup_nodes(lookupd, topic: str) -> set[str]:
@@ -405,13 +496,14 @@ class Consumer:
 
 @pytest.mark.slow
 @pytest.mark.timeout(170)
-def test_three_nodes_two_lookupds_restart_and_lookupd_kill(lookupd_factory, nodes_factory):
+@pytest.mark.parametrize("topology", ["loopback", "netns"], indirect=True)
+def test_three_nodes_two_lookupds_restart_and_lookupd_kill(topology: Topology) -> None:
     count = 30_000
     readers, max_in_flight = 2, 100
     t_start = time.monotonic()
-    lk1, lk2 = lookupd_factory(), lookupd_factory()
+    lk1, lk2 = topology.lookupd(), topology.lookupd()
     lookupd_tcp = [lk1.tcp_address, lk2.tcp_address]
-    nodes = [nodes_factory(f"nsqd{i + 1}", h, lookupd_tcp) for i, h in enumerate(HOSTS)]
+    nodes = [topology.node(i, lookupd_tcp) for i in range(len(topology.hosts))]
 
     # The topic and both channels on every node before anything is published (a channel gets
     # what is published after it exists); both lookupds then list all three nodes by their own
@@ -526,11 +618,12 @@ def test_three_nodes_two_lookupds_restart_and_lookupd_kill(lookupd_factory, node
         # Each channel got messages from all three nodes, the restarted one at both addresses.
         conns = set(report["by_node"][ch])
         hosts = {c.rsplit(":", 1)[0] for c in conns}
-        assert hosts == set(HOSTS), conns
+        assert hosts == set(topology.hosts), conns
         assert {f"{victim.host}:{p}" for p, _ in victim.incarnations} <= conns, conns
     assert all(report["per_reader"].get(f"{ch}/{i}", 0) > 0 for ch in CHANNELS for i in (0, 1))
     print(
-        f"\ncluster: published {count} (round-robin over 3 nodes, {publisher.retries} publish"
+        f"\ncluster ({topology.kind}: nodes on {', '.join(topology.hosts)}): published {count}"
+        f" (round-robin over 3 nodes, {publisher.retries} publish"
         f" retries), received {', '.join(f'{ch}={summary[ch][0]}' for ch in CHANNELS)},"
         f" missing 0, duplicates {', '.join(f'{ch}={summary[ch][1]}' for ch in CHANNELS)}"
         f" (nsqd2 in flight/depth at stop {snapshot}), lookupd1 killed at {at_kill},"
@@ -573,11 +666,11 @@ def spark(tmp_path_factory) -> Iterator:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_spark_source_reads_every_node_through_nsqpy_lookupd(
-    spark, lookupd_factory, nodes_factory, tmp_path: Path
+    spark, topology: Topology, tmp_path: Path
 ) -> None:
-    lk = lookupd_factory()
-    a = nodes_factory("nsqd1", HOSTS[0], [lk.tcp_address])
-    b = nodes_factory("nsqd2", HOSTS[1], [lk.tcp_address])
+    lk = topology.lookupd()
+    a = topology.node(0, [lk.tcp_address])
+    b = topology.node(1, [lk.tcp_address])
     n = 3000
     bodies = [b"s-%05d" % i for i in range(n)]
     for k, node in enumerate((a, b)):

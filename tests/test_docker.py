@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -51,6 +52,27 @@ class Server(DaemonProcess):
     def __init__(self, cmd: list[str], name: str) -> None:
         self.name = name
         super().__init__(cmd, cwd=ROOT, start_timeout=20)
+
+
+class HttpServer(Server):
+    """A daemon with only an HTTP listener (nsqadmin)."""
+
+    def __init__(self, cmd: list[str], name: str) -> None:
+        self.name = name
+        self.argv = cmd
+        self.host = "127.0.0.1"
+        self.lines: list[str] = []
+        self.tcp_port = self.http_port = self.https_port = 0
+        self._max_lines = 100_000
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, errors="replace", cwd=ROOT,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        wait_for(lambda: self.http_port or not self.alive(), 20, 0.05, f"{name} listening")
+        assert self.http_port, self.log_text()
 
 
 def script(name: str) -> list[str]:
@@ -156,6 +178,9 @@ def test_compose_parses_and_wires_the_cluster() -> None:
     nsqd_tcp = {f"{n}:{listen_port(c, 'tcp-address')}" for n, c in nsqds.items()}
     publishers = jobs("publish_events.py")
     assert {flag_values(c, "nsqd-tcp-address")[0] for c in publishers.values()} == nsqd_tcp
+    # nsqadmin (when there is one) over both lookupds.
+    for cmd in by_program("nsqpy-admin").values():
+        assert sorted(flag_values(cmd, "lookupd-http-address")) == lookupd_http
     # The Spark job: through both lookupds' HTTP, no nsqd address of its own.
     spark = svc["spark"]["command"]
     assert Path(spark[1]).name == "event_counts.py"
@@ -259,6 +284,19 @@ def test_compose_services_run_here_as_processes(tmp_path: Path) -> None:
         for lk in lookupds:
             producers = lk.get_json(f"/lookup?topic={topic}")["producers"]
             assert sorted(p["broadcast_address"] for p in producers) == sorted(nodes)
+
+        # nsqadmin over both lookupds lists the three nodes.
+        for name, cmd in by_program("nsqpy-admin").items():
+            admin = HttpServer([*script("nsqpy-admin"), *localize(cmd, addresses)], name)
+            try:
+                listed = wait_for(
+                    lambda admin=admin: len(admin.get_json("/api/nodes")["nodes"]) == 3
+                    and admin.get_json("/api/nodes")["nodes"],
+                    15, 0.2, f"{name} lists the nodes",
+                )  # fmt: skip
+                assert sorted(p["broadcast_address"] for p in listed) == sorted(nodes)
+            finally:
+                assert admin.stop() == 0, admin.log_text()
 
         # The Spark job's argparse takes the compose flags as they are (same values).
         spark = svc["spark"]["command"]
@@ -428,6 +466,7 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
     # The default target (the last stage) is the daemons' image.
     assert froms[-1].split()[-1] == "nsqpy"
     extras = PYPROJECT["project"]["optional-dependencies"]
+    commands = [s["command"] for s in services().values()]
     for name in ("nsqpy", "spark"):
         ins = stages[name]
         runs = " ".join(rest for i, rest in ins if i == "RUN")
@@ -443,8 +482,10 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
             assert spec.startswith(".")
             for extra in re.findall(r"\[(.*?)\]", spec):
                 assert extra in extras, extra
-        for s in SCRIPTS:
-            assert f"{s} --version" in runs, (name, s)  # the scripts exist in the image
+        # the daemons exist in the image (the build runs each one's --version)
+        for s in {"nsqpy-d", "nsqpy-lookupd"} | {c[0] for c in commands if c[0] != "python"}:
+            assert s in SCRIPTS, s
+            assert f"{s} --version" in runs, (name, s)
     assert "openjdk-17-jre-headless" in " ".join(rest for i, rest in stages["spark"])
     assert re.search(r"pip install '?\.\[spark\]", " ".join(r for _, r in stages["spark"]))
     exposed = {
@@ -453,7 +494,16 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
         if i == "EXPOSE"
         for p in rest.replace("/tcp", "").split()
     }
-    assert exposed == {4150, 4151, 4160, 4161}
+    assert exposed >= {4150, 4151, 4160, 4161}
+    # every port a compose daemon listens on is exposed
+    listening = {
+        int(v.rsplit(":", 1)[1])
+        for c in commands
+        if c[0] in SCRIPTS
+        for f in ("tcp-address", "http-address")
+        for v in flag_values(c, f)
+    }
+    assert listening <= exposed, listening - exposed
     # What compose runs is a console script from pyproject, or python on a copied job.
     for name, s in services().items():
         prog = s["command"][0]
