@@ -1,0 +1,695 @@
+"""nsqpy-admin: clusterinfo aggregation (unit), the history, and nsqadmin's JSON API against a
+real cluster: one nsqpy-lookupd and two nsqpy-d on 127.0.0.1 (ephemeral ports), the admin as
+its own process (``python -m nsqpy.admin``), checked against the daemons' own /stats.
+
+The cluster is module-scoped (starting processes is the slow part on a 2-core machine); every
+test that changes the cluster uses its own topic. Every wait polls a condition with a bound.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, RawClient, wait_for
+
+from nsqpy.admin import clusterinfo as ci
+from nsqpy.admin.history import History, sparkline
+from nsqpy.admin.options import AdminOptions, normalize_base_path
+from nsqpy.testing import Nsqd, Nsqlookupd
+
+_LISTEN_RE = re.compile(r"HTTP: listening on (\S+):(\d+)")
+
+
+# ---------------------------------------------------------------------------- harness
+
+
+class Admin:
+    """A running nsqpy-admin process on 127.0.0.1:0 (port read from "HTTP: listening on")."""
+
+    def __init__(self, args: list[str], start_timeout: float = 15) -> None:
+        self.argv = [sys.executable, "-m", "nsqpy.admin", "--http-address=127.0.0.1:0", *args]
+        self.lines: list[str] = []
+        self.port = 0
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        threading.Thread(target=self._drain, daemon=True).start()
+        if not self._ready.wait(start_timeout) or not self.port:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise RuntimeError(
+                f"nsqpy-admin did not start ({shlex.join(self.argv)}):\n{self.log()}"
+            )
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            m = _LISTEN_RE.search(line)
+            if m and not self.port:
+                self.port = int(m.group(2))
+                self._ready.set()
+        self._ready.set()
+
+    def log(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def http(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 20,
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """(status, body, headers); a dict body is sent as JSON, a str as a form."""
+        data = None
+        hdrs = dict(headers or {})
+        if isinstance(body, dict):
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        elif isinstance(body, str):
+            data = body.encode()
+            hdrs.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            r = conn.getresponse()
+            return r.status, r.read(), dict(r.getheaders())
+        finally:
+            conn.close()
+
+    def get(self, path: str, **kw: Any) -> Any:
+        code, body, _ = self.http("GET", path, **kw)
+        assert code == 200, (path, code, body)
+        return json.loads(body)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise AssertionError("nsqpy-admin did not exit on SIGTERM") from None
+        return self.proc.returncode
+
+
+class Cluster:
+    """nsqpy-lookupd + two nsqpy-d registered with it (broadcasting 127.0.0.1)."""
+
+    def __init__(self) -> None:
+        self.lookupd = Nsqlookupd([])
+        flags = [
+            f"--lookupd-tcp-address={self.lookupd.tcp_address}",
+            "--broadcast-address=127.0.0.1",
+        ]
+        self.nodes = [Nsqd(flags, https=False), Nsqd(flags, https=False)]
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.alive():
+                os.kill(n.pid, signal.SIGCONT)
+            n.stop()
+        self.lookupd.stop()
+
+    def node(self, addr: str) -> Nsqd:
+        return next(n for n in self.nodes if n.http_address == addr)
+
+    def wait_registered(self, topic: str, n: int = 2) -> None:
+        wait_for(lambda: len(self.lookupd.producers(topic)) == n, 10, what=f"{topic} on {n} nodes")
+
+    def topic_stats(self, node: Nsqd, topic: str) -> dict[str, Any] | None:
+        for t in node.stats(topic=topic).get("topics") or []:
+            if t["topic_name"] == topic:
+                return t
+        return None
+
+    def channel_stats(self, node: Nsqd, topic: str, channel: str) -> dict[str, Any] | None:
+        t = self.topic_stats(node, topic)
+        for c in (t or {}).get("channels") or []:
+            if c["channel_name"] == channel:
+                return c
+        return None
+
+
+def consume(node: Nsqd, topic: str, channel: str, n: int, requeue: int = 0) -> RawClient:
+    """Subscribe on ``node`` with a user agent, take ``n`` messages, FIN all but ``requeue``
+    of them (those are REQ'd); the connection stays open (the caller closes it)."""
+    c = RawClient(node.tcp_port)
+    c.identify(user_agent="admin-test/1.0", client_id="tester", hostname="tester-host")
+    c.sub(topic, channel, rdy=n)
+    for i in range(n):
+        _, _, msg_id, _ = c.read_message(10)
+        c.cmd(b"REQ" if i < requeue else b"FIN", msg_id, *([b"0"] if i < requeue else []))
+    c.cmd(b"RDY", b"0")
+    return c
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: Cluster) -> Iterator[Admin]:
+    a = Admin(
+        [
+            f"--lookupd-http-address={cluster.lookupd.http_address}",
+            "--http-client-request-timeout=1s",
+            "--sample-interval=1s",
+            "--refresh-interval=1s",
+        ]
+    )
+    yield a
+    assert a.stop() == 0, a.log()
+
+
+def pub_both(cluster: Cluster, topic: str, n1: int, n2: int) -> None:
+    a, b = cluster.nodes
+    a.mpub(topic, [b"a%d" % i for i in range(n1)])
+    b.mpub(topic, [b"b%d" % i for i in range(n2)])
+    cluster.wait_registered(topic)
+
+
+# ---------------------------------------------------------------------------- unit: clusterinfo
+
+
+def _lookupd_node(port: int, version: str = "1.3.0", topics=("b", "a"), tomb=(False, True)):
+    return {
+        "remote_address": f"127.0.0.1:{port + 1000}",
+        "hostname": "h",
+        "broadcast_address": "127.0.0.1",
+        "tcp_port": port,
+        "http_port": port + 1,
+        "version": version,
+        "tombstones": list(tomb),
+        "topics": list(topics),
+    }
+
+
+def test_merge_lookupd_nodes_unions_by_tcp_address_and_marks_old_versions() -> None:
+    a = {"producers": [_lookupd_node(4150), _lookupd_node(5150, "1.2.1")]}
+    b = {"producers": [_lookupd_node(4150)]}
+    nodes = ci.merge_lookupd_nodes([("lk1:4161", a), ("lk2:4161", b)])
+    assert [ci.http_address(p) for p in nodes] == ["127.0.0.1:4151", "127.0.0.1:5151"]
+    first = nodes[0]
+    assert list(first) == [
+        "remote_addresses", "remote_address", "hostname", "broadcast_address", "tcp_port",
+        "http_port", "version", "topics", "out_of_date",
+    ]  # fmt: skip
+    assert first["remote_addresses"] == ["lk1:4161/127.0.0.1:5150", "lk2:4161/127.0.0.1:5150"]
+    assert first["topics"] == [
+        {"topic": "a", "tombstoned": True},
+        {"topic": "b", "tombstoned": False},
+    ]
+    assert not first["out_of_date"] and nodes[1]["out_of_date"]
+    assert ci.find_producer(nodes, "127.0.0.1:5151") is nodes[1]
+    assert ci.find_producer(nodes, "127.0.0.1:1") is None
+
+
+def test_version_key_orders_semver() -> None:
+    assert ci.version_key("1.3.0") > ci.version_key("1.3.0-rc1") > ci.version_key("1.2.1")
+    assert ci.version_key("garbage") < ci.version_key("0.0.1")
+
+
+def _nsqd_stats(depth: int, msgs: int, chan_depth: int, paused: bool = False, clients=None):
+    return {
+        "version": "1.3.0",
+        "topics": [
+            {
+                "topic_name": "t",
+                "depth": depth,
+                "backend_depth": 1,
+                "message_count": msgs,
+                "paused": False,
+                "channels": [
+                    {
+                        "channel_name": "c",
+                        "depth": chan_depth,
+                        "backend_depth": 0,
+                        "in_flight_count": 2,
+                        "deferred_count": 1,
+                        "message_count": msgs,
+                        "requeue_count": 3,
+                        "timeout_count": 4,
+                        "client_count": len(clients or []),
+                        "clients": clients,
+                        "paused": paused,
+                        "e2e_processing_latency": {
+                            "count": 10,
+                            "percentiles": [{"quantile": 0.99, "value": 5.0}],
+                        },
+                    }
+                ],
+                "e2e_processing_latency": {"count": 0, "percentiles": None},
+            },
+            {"topic_name": "other", "depth": 7, "backend_depth": 0, "message_count": 7},
+        ],
+    }
+
+
+def test_topic_aggregation_sums_nodes_and_merges_channels() -> None:
+    client = {"hostname": "z", "remote_address": "1.2.3.4:5", "connect_ts": 100, "tls": True}
+    rows = ci.node_topic_stats(_nsqd_stats(5, 10, 3, clients=[client]), "n2:1", "host-b", now=160)
+    rows += ci.node_topic_stats(_nsqd_stats(2, 4, 1, paused=True), "n1:1", "host-a", now=160)
+    rows.sort(key=lambda t: (t["hostname"], t["node"]))
+    assert [r["topic_name"] for r in rows] == ["t", "other", "t", "other"] or len(rows) == 4
+    total = ci.aggregate_topic("t", rows)
+    assert (total["node"], total["depth"], total["message_count"]) == ("*", 7, 14)
+    assert total["memory_depth"] == 5 and total["backend_depth"] == 2
+    assert [n["node"] for n in total["nodes"]] == ["n1:1", "n2:1"]  # sorted by hostname
+    (chan,) = total["channels"]
+    assert chan["node"] == "*" and chan["depth"] == 4 and chan["paused"] is True
+    assert chan["in_flight_count"] == 4 and chan["requeue_count"] == 6
+    assert [n["node"] for n in chan["nodes"]] == ["n1:1", "n2:1"]
+    assert chan["clients"][0]["node"] == "n2:1"
+    assert chan["clients"][0]["connected"] == 60 * 1_000_000_000
+    assert chan["e2e_processing_latency"]["count"] == 20
+    assert chan["e2e_processing_latency"]["percentiles"][0]["max"] == 5.0
+    assert list(total) == [
+        "node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth",
+        "message_count", "nodes", "channels", "paused", "e2e_processing_latency",
+    ]  # fmt: skip
+    # by channel name for one topic, "topic:channel" across topics
+    assert list(ci.aggregate_channels(rows, "t")) == ["c"]
+    assert list(ci.aggregate_channels(rows)) == ["t:c"]
+    counter = ci.counter_stats(ci.aggregate_channels(rows))
+    assert counter == {
+        "t:c:n1:1": {"node": "n1:1", "topic_name": "t", "channel_name": "c", "message_count": 4},
+        "t:c:n2:1": {"node": "n2:1", "topic_name": "t", "channel_name": "c", "message_count": 10},
+    }
+    assert ci.node_totals([r for r in rows if r["node"] == "n2:1"]) == (17, 1)
+
+
+def test_empty_topic_and_messages() -> None:
+    assert ci.aggregate_topic("nope", [])["nodes"] is None
+    assert ci.warn_message([]) == ""
+    assert ci.warn_message(["a\nb", "c"]) == "WARNING: a\nb; c"
+    assert str(ci.all_failed("nsqd", ["x", "y"])) == "failed to query any nsqd: x\ny"
+    # a pre-1.0 envelope and a missing topic list
+    assert ci.node_topic_stats({"data": {"topics": None}}, "n", "h") == []
+
+
+def test_history_ring_is_bounded_and_rates_follow_counts() -> None:
+    h = History(interval=10, window=60)
+    for i in range(20):
+        h.record(1000 + 10 * i, {("topic", "t"): (i, 100 * i)})
+    assert len(h.series[("topic", "t")]) == h.maxlen == 7
+    assert h.last_rate(("topic", "t")) == 10.0
+    h.record(1200, {("topic", "t"): (0, 5)})  # counter went back (node restarted)
+    assert h.last_rate(("topic", "t")) == 0.5
+    h.record(1250, {("topic", "u"): (1, 1)})
+    assert ("topic", "t") in h.series
+    h.record(1261, {("topic", "u"): (1, 1)})  # t not seen for more than the window
+    assert ("topic", "t") not in h.series
+    svg = sparkline(h.depths(("topic", "u")), "u <depth>")
+    assert svg.startswith("<svg") and "u &lt;depth&gt;" in svg and "<polyline" in svg
+    assert "no samples" in sparkline([], "x")
+
+
+def test_options_validate() -> None:
+    with pytest.raises(ValueError, match="required"):
+        AdminOptions().validate()
+    with pytest.raises(ValueError, match="not both"):
+        AdminOptions(nsqd_http_addresses=["a:1"], nsqlookupd_http_addresses=["b:1"]).validate()
+    with pytest.raises(ValueError, match="missing port"):
+        AdminOptions(nsqd_http_addresses=["nohost"]).validate()
+    assert [normalize_base_path(p) for p in ("", "admin", "/a/b/", "/")] == [
+        "/",
+        "/admin",
+        "/a/b",
+        "/",
+    ]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nsqpy.admin", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+
+
+def test_cli_version_and_refusals() -> None:
+    r = _run_cli("-version")
+    assert r.returncode == 0 and r.stdout.startswith("nsqadmin v1.3.0 (built w/nsqpy-")
+    r = _run_cli("--http-address=127.0.0.1:0")
+    assert (
+        r.returncode == 1 and "--nsqd-http-address or --lookupd-http-address required" in r.stderr
+    )
+    assert "[nsqadmin] " in r.stderr
+    r = _run_cli("--graphite-url=http://g")
+    assert r.returncode == 2 and "does not implement" in r.stderr
+
+
+def test_config_file_and_go_flags(tmp_path: Path, cluster: Cluster) -> None:
+    cfg = tmp_path / "admin.toml"
+    cfg.write_text(
+        f'nsqd_http_addresses = ["{cluster.nodes[0].http_address}"]\n'
+        'admin_users = ["carol"]\nacl_http_header = "X-User"\n'
+    )
+    a = Admin(["-config", str(cfg), "-log-level", "info"])
+    try:
+        assert a.get("/config/admin_users") == ["carol"]
+        assert a.get("/config/nsqd_http_addresses") == [cluster.nodes[0].http_address]
+        assert a.get("/config/http_client_request_timeout") == 5_000_000_000
+        assert a.get("/config/log_level") == 2
+        code, body, _ = a.http("PUT", "/config/log_level", "warn")
+        assert code == 200 and json.loads(body) == 3
+        code, body, _ = a.http("POST", "/api/topics/x", {"action": "pause"}, {"X-User": "dave"})
+        assert code == 403 and json.loads(body) == {"message": "FORBIDDEN"}
+        assert a.http("GET", "/ping")[1] == b"OK"
+    finally:
+        assert a.stop() == 0
+
+
+# ---------------------------------------------------------------------------- API vs /stats
+
+
+def test_api_topic_and_channel_match_daemon_stats(cluster: Cluster, admin: Admin) -> None:
+    topic = "api_shapes"
+    pub_both(cluster, topic, 30, 20)
+    n1, n2 = cluster.nodes
+    n1.post("/channel/create", topic=topic, channel="idle")
+    n2.post("/channel/create", topic=topic, channel="idle")
+    for n in cluster.nodes:
+        n.post("/channel/create", topic=topic, channel="work")
+    n1.mpub(topic, [b"x"] * 10)
+    n2.mpub(topic, [b"y"] * 6)
+    client = consume(n1, topic, "work", 5, requeue=2)
+    try:
+        wait_for(lambda: cluster.channel_stats(n1, topic, "work")["requeue_count"] == 2, 10)
+        assert topic in admin.get("/api/topics")["topics"]
+
+        got = admin.get(f"/api/topics/{topic}")
+        assert got["message"] == "" and got["node"] == "*" and got["topic_name"] == topic
+        stats = [cluster.topic_stats(n, topic) for n in cluster.nodes]
+        assert got["depth"] == sum(s["depth"] for s in stats)
+        assert got["message_count"] == sum(s["message_count"] for s in stats) == 66
+        assert {r["node"] for r in got["nodes"]} == {n1.http_address, n2.http_address}
+        for row in got["nodes"]:
+            own = cluster.topic_stats(cluster.node(row["node"]), topic)
+            assert row["depth"] == own["depth"] and row["message_count"] == own["message_count"]
+            assert row["memory_depth"] == own["depth"] - own["backend_depth"]
+        assert sorted(c["channel_name"] for c in got["channels"]) == ["idle", "work"]
+
+        ch = admin.get(f"/api/topics/{topic}/work")
+        assert list(ch)[:17] == [
+            "node", "hostname", "topic_name", "channel_name", "depth", "memory_depth",
+            "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
+            "timeout_count", "message_count", "client_count", "nodes", "clients", "paused",
+            "e2e_processing_latency",
+        ]  # fmt: skip
+        assert list(ch)[-1] == "message"
+        own = [cluster.channel_stats(n, topic, "work") for n in cluster.nodes]
+        for key in ("depth", "in_flight_count", "requeue_count", "message_count", "client_count"):
+            assert ch[key] == sum(o[key] for o in own), key
+        assert ch["requeue_count"] == 2 and ch["client_count"] == 1
+        (cl,) = ch["clients"]
+        assert cl["node"] == n1.http_address
+        assert cl["user_agent"] == "admin-test/1.0" and cl["hostname"] == "tester-host"
+        assert cl["finish_count"] == 3 and cl["requeue_count"] == 2 and cl["ready_count"] == 0
+        assert cl["tls"] is False and cl["connected"] >= 0
+        assert list(cl)[:8] == [
+            "node", "remote_address", "version", "client_id", "hostname", "user_agent",
+            "connect_ts", "connected",
+        ]  # fmt: skip
+    finally:
+        client.close()
+
+
+def test_api_nodes_node_and_counter(cluster: Cluster, admin: Admin) -> None:
+    topic = "api_nodes"
+    pub_both(cluster, topic, 3, 4)
+    for n in cluster.nodes:
+        n.post("/channel/create", topic=topic, channel="c")
+    n1 = cluster.nodes[0]
+    nodes = admin.get("/api/nodes")
+    assert nodes["message"] == ""
+    addrs = {ci.http_address(p): p for p in nodes["nodes"]}
+    assert set(addrs) >= {n.http_address for n in cluster.nodes}
+    p1 = addrs[n1.http_address]
+    assert p1["version"] == "1.3.0" and p1["tcp_port"] == n1.tcp_port
+    assert p1["remote_addresses"][0].startswith(cluster.lookupd.http_address + "/")
+    assert {"topic": topic, "tombstoned": False} in p1["topics"]
+
+    node = admin.get(f"/api/nodes/{n1.http_address}")
+    own = n1.stats()
+    assert node["node"] == n1.http_address
+    assert node["total_messages"] == sum(t["message_count"] for t in own["topics"])
+    assert sorted(t["topic_name"] for t in node["topics"]) == sorted(
+        t["topic_name"] for t in own["topics"]
+    )
+    code, body, _ = admin.http("GET", "/api/nodes/127.0.0.1:1")
+    assert code == 404 and json.loads(body) == {"message": "NODE_NOT_FOUND"}
+
+    counter = admin.get("/api/counter")
+    for n in cluster.nodes:
+        for t in n.stats()["topics"]:
+            for c in t["channels"]:
+                key = f"{t['topic_name']}:{c['channel_name']}:{n.http_address}"
+                assert counter["stats"][key]["message_count"] == c["message_count"], key
+
+
+def test_api_unknown_topic_is_upstream_error_like_nsqadmin(admin: Admin) -> None:
+    code, body, headers = admin.http("GET", "/api/topics/never_seen")
+    assert code == 502 and json.loads(body)["message"].startswith("UPSTREAM_ERROR: ")
+    assert headers["X-NSQ-Content-Type"] == "nsq; version=1.0"
+    code, body, _ = admin.http("POST", "/api/topics/x", {"action": "explode"})
+    assert code == 400 and json.loads(body) == {"message": "INVALID_ACTION"}
+    code, body, _ = admin.http("POST", "/api/topics", {"topic": "bad topic!"})
+    assert code == 400 and json.loads(body) == {"message": "INVALID_TOPIC"}
+    code, _, headers = admin.http("PUT", "/api/counter")
+    assert code == 405 and "GET" in headers["Allow"]
+
+
+# ---------------------------------------------------------------------------- actions
+
+
+def test_api_pause_empty_delete_reach_every_producer(cluster: Cluster, admin: Admin) -> None:
+    topic = "api_actions"
+    pub_both(cluster, topic, 5, 5)
+    for n in cluster.nodes:
+        n.post("/channel/create", topic=topic, channel="c")
+        n.post("/channel/create", topic=topic, channel="gone")
+    cluster.nodes[0].mpub(topic, [b"m"] * 4)
+
+    def post(path: str, body: dict[str, Any]) -> None:
+        code, out, _ = admin.http("POST", path, body)
+        assert code == 200 and json.loads(out) == {"message": ""}, out
+
+    post(f"/api/topics/{topic}", {"action": "pause"})
+    assert all(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
+    post(f"/api/topics/{topic}", {"action": "unpause"})
+    assert not any(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
+    post(f"/api/topics/{topic}/c", {"action": "pause"})
+    assert all(cluster.channel_stats(n, topic, "c")["paused"] for n in cluster.nodes)
+    assert admin.get(f"/api/topics/{topic}/c")["paused"] is True
+    assert cluster.channel_stats(cluster.nodes[0], topic, "c")["depth"] >= 4
+    post(f"/api/topics/{topic}/c", {"action": "empty"})
+    assert all(cluster.channel_stats(n, topic, "c")["depth"] == 0 for n in cluster.nodes)
+    post(f"/api/topics/{topic}", {"action": "empty"})
+    assert all(cluster.topic_stats(n, topic)["depth"] == 0 for n in cluster.nodes)
+
+    code, out, _ = admin.http("DELETE", f"/api/topics/{topic}/gone")
+    assert code == 200, out
+    assert all(cluster.channel_stats(n, topic, "gone") is None for n in cluster.nodes)
+    assert cluster.channel_stats(cluster.nodes[1], topic, "c") is not None
+    code, out, _ = admin.http("DELETE", f"/api/topics/{topic}")
+    assert code == 200, out
+    assert all(cluster.topic_stats(n, topic) is None for n in cluster.nodes)
+    wait_for(lambda: topic not in admin.get("/api/topics")["topics"], 10, what="topic gone")
+
+
+def test_api_create_topic_and_channel_through_lookupd(cluster: Cluster, admin: Admin) -> None:
+    code, out, _ = admin.http("POST", "/api/topics", {"topic": "api_created", "channel": "ch"})
+    assert code == 200 and json.loads(out) == {"message": ""}
+    assert "api_created" in admin.get("/api/topics")["topics"]
+    lk = cluster.lookupd.get_json("/channels?topic=api_created")
+    assert lk["channels"] == ["ch"]
+    inactive = admin.get("/api/topics?inactive=true")["topics"]
+    assert inactive["api_created"] == ["ch"]
+
+
+class _Sink(http.server.BaseHTTPRequestHandler):
+    events: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        n = int(self.headers.get("Content-Length") or 0)
+        self.events.append(json.loads(self.rfile.read(n)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a: Any) -> None:
+        pass
+
+
+def test_acl_refuses_non_admin_and_notifies_admin_actions(cluster: Cluster) -> None:
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    a = Admin(
+        [
+            f"--lookupd-http-address={cluster.lookupd.http_address}",
+            "--admin-user=alice",
+            "--admin-user=bob",
+            f"--notification-http-endpoint=http://127.0.0.1:{sink.server_port}/audit",
+        ]
+    )
+    topic = "api_acl"
+    try:
+        pub_both(cluster, topic, 2, 2)
+        for n in cluster.nodes:
+            n.post("/channel/create", topic=topic, channel="c")
+        before = [cluster.topic_stats(n, topic) for n in cluster.nodes]
+        for method, path, body in (
+            ("POST", f"/api/topics/{topic}", {"action": "pause"}),
+            ("POST", f"/api/topics/{topic}", {"action": "empty"}),
+            ("POST", f"/api/topics/{topic}/c", {"action": "pause"}),
+            ("DELETE", f"/api/topics/{topic}/c", None),
+            ("DELETE", f"/api/topics/{topic}", None),
+            ("POST", "/api/topics", {"topic": "acl_new"}),
+            ("DELETE", f"/api/nodes/{cluster.nodes[0].http_address}", {"topic": topic}),
+        ):
+            for hdrs in ({}, {"X-Forwarded-User": "mallory"}):
+                code, out, _ = a.http(method, path, body, hdrs)
+                assert code == 403 and json.loads(out) == {"message": "FORBIDDEN"}, (path, out)
+        # the HTML forms go through the same check
+        code, out, _ = a.http("POST", f"/topics/{topic}", "action=delete")
+        assert code == 403 and b"FORBIDDEN" in out
+        after = [cluster.topic_stats(n, topic) for n in cluster.nodes]
+        assert [(t["depth"], t["paused"], len(t["channels"])) for t in after] == [
+            (t["depth"], t["paused"], len(t["channels"])) for t in before
+        ]
+        assert "acl_new" not in a.get("/api/topics")["topics"]
+        assert _Sink.events == []
+
+        code, out, _ = a.http(
+            "POST",
+            f"/api/topics/{topic}/c",
+            {"action": "pause"},
+            {"X-Forwarded-User": "bob", "Authorization": "Basic Ym9iOnNlY3JldA=="},
+        )
+        assert code == 200, out
+        assert all(cluster.channel_stats(n, topic, "c")["paused"] for n in cluster.nodes)
+        wait_for(lambda: _Sink.events, 10, what="audit event")
+        ev = _Sink.events[0]
+        assert list(ev) == [
+            "action", "topic", "channel", "timestamp", "user", "remote_ip", "user_agent", "url",
+            "via",
+        ]  # fmt: skip
+        assert (ev["action"], ev["topic"], ev["channel"], ev["user"]) == (
+            "pause_channel", topic, "c", "bob",
+        )  # fmt: skip
+        assert ev["url"] == f"http://127.0.0.1:{a.port}/api/topics/{topic}/c"
+        assert abs(ev["timestamp"] - time.time()) < 60
+    finally:
+        sink.shutdown()
+        assert a.stop() == 0, a.log()
+
+
+# ---------------------------------------------------------------------------- a node stops
+
+
+def test_stopped_node_is_an_error_on_its_row(cluster: Cluster, admin: Admin) -> None:
+    topic = "api_sigstop"
+    pub_both(cluster, topic, 6, 9)
+    for n in cluster.nodes:
+        n.post("/channel/create", topic=topic, channel="c")
+    n1, n2 = cluster.nodes
+    os.kill(n1.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        got = admin.get(f"/api/topics/{topic}")
+        elapsed = time.monotonic() - started
+        assert elapsed < 8, elapsed  # the 1 s request timeout, not a hang
+        assert got["message"].startswith("WARNING: ") and n1.http_address in got["message"]
+        assert [r["node"] for r in got["nodes"]] == [n2.http_address]
+        own = cluster.topic_stats(n2, topic)
+        assert got["depth"] == own["depth"] and got["message_count"] == 9
+
+        code, page, _ = admin.http("GET", f"/topics/{urllib.parse.quote(topic)}")
+        assert code == 200
+        text = page.decode()
+        row = re.search(r'<tr class="node-error">(.*?)</tr>', text, re.S)
+        assert row and n1.http_address in row.group(1) and "deadline" in row.group(1)
+        assert f'data-node="{n2.http_address}"' in text
+
+        counter = admin.get("/api/counter")
+        assert n1.http_address in counter["message"]
+        assert f"{topic}:c:{n2.http_address}" in counter["stats"]
+        code, page, _ = admin.http("GET", "/nodes")
+        assert code == 200 and b'class="node-error"' in page
+    finally:
+        os.kill(n1.pid, signal.SIGCONT)
+    wait_for(lambda: admin.get(f"/api/topics/{topic}")["message"] == "", 15, what="node back")
+
+
+def test_pages_render_without_javascript(cluster: Cluster, admin: Admin) -> None:
+    topic = "api_pages"
+    pub_both(cluster, topic, 1, 1)
+    n1 = cluster.nodes[0]
+    for path in (
+        "/",
+        "/topics",
+        f"/topics/{topic}",
+        f"/topics/{topic}/nochannel",
+        "/nodes",
+        f"/nodes/{n1.http_address}",
+        "/lookup",
+        "/counter",
+        "/static/admin.css",
+        "/static/admin.js",
+    ):
+        code, body, _ = admin.http("GET", path)
+        assert code == 200, (path, body[:300])
+    code, body, _ = admin.http("GET", "/nodes/127.0.0.1:1")
+    assert code == 404 and b"NODE_NOT_FOUND" in body
+    # a form from another site is refused; the admin's own form works and redirects back
+    code, _, _ = admin.http(
+        "POST", f"/topics/{topic}", "action=pause", {"Origin": "http://evil.example"}
+    )
+    assert code == 403
+    assert not cluster.topic_stats(n1, topic)["paused"]
+    code, _, headers = admin.http("POST", f"/topics/{topic}", "action=pause", {"Origin": admin.url})
+    assert code == 303 and headers["Location"].startswith(f"/topics/{topic}?notice=")
+    assert all(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
+    code, _, headers = admin.http("POST", "/lookup", "topic=page_made&channel=pc")
+    assert code == 303
+    assert cluster.lookupd.get_json("/channels?topic=page_made")["channels"] == ["pc"]
