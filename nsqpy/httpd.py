@@ -14,9 +14,9 @@
 #   `Allow` lists the path's methods and OPTIONS, sorted (Go's order is its map order).
 from __future__ import annotations
 
-import html
 import json
 import posixpath
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -106,36 +106,73 @@ def _dynamic_match(resource: web.AbstractResource, path: str) -> bool:
 
 def _fixed_path(app: web.Application, method: str, path: str) -> str | None:
     """httprouter's redirect target for ``method path``: the trailing-slash twin of a route,
-    else a route equal to the cleaned path ignoring case (and a trailing slash)."""
+    else a route equal to the cleaned path ignoring case (and a trailing slash). A route with
+    a parameter (``/config/{opt}``) matches its fixed parts ignoring case; the parameter's
+    value is kept as sent."""
     plain: dict[str, str] = {}
+    dynamic: list[tuple[re.Pattern[str], str]] = []
     for m, resource in _routes(app):
         if m != method:
             continue
         info = resource.get_info()
         if "path" in info:
             plain[info["path"]] = info["path"]
-    if not plain:
+        elif "pattern" in info and "formatter" in info:
+            dynamic.append((re.compile(info["pattern"].pattern, re.IGNORECASE), info["formatter"]))
+    if not plain and not dynamic:
         return None  # no route at all for this method: httprouter goes on to 405/404
-    if len(path) > 1 and path.endswith("/") and path[:-1] in plain:
-        return path[:-1]
-    if path + "/" in plain:
-        return path + "/"
-    cleaned = posixpath.normpath(path) if path not in ("", "/") else "/"
-    if not cleaned.startswith("/"):
-        cleaned = "/" + cleaned
-    lowered = {p.lower(): p for p in plain}
+
+    def route_for(candidate: str, ignore_case: bool) -> str | None:
+        if ignore_case:
+            hit = {p.lower(): p for p in plain}.get(candidate.lower())
+        else:
+            hit = plain.get(candidate)
+        if hit is not None:
+            return hit
+        for pattern, formatter in dynamic:
+            match = pattern.fullmatch(candidate)
+            if match is not None and (
+                ignore_case or formatter.format(**match.groupdict()) == candidate
+            ):
+                return formatter.format(**match.groupdict())
+        return None
+
+    if len(path) > 1 and path.endswith("/"):
+        twin = route_for(path[:-1], False)
+        if twin is not None:
+            return twin
+    twin = route_for(path + "/", False)
+    if twin is not None:
+        return twin
+    # httprouter's CleanPath: "." and ".." resolved, repeated slashes collapsed
+    cleaned = posixpath.normpath("/" + path.lstrip("/")) if path not in ("", "/") else "/"
     for candidate in (cleaned, cleaned.rstrip("/") or "/"):
-        hit = lowered.get(candidate.lower())
+        hit = route_for(candidate, True)
         if hit is not None:
             return hit
     return None
 
 
+def _go_html_escape(text: str) -> str:
+    """Go's html.EscapeString (what http.Redirect puts in its body): &#34; and &#39; for quotes."""
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&#34;")
+        .replace("'", "&#39;")
+    )
+
+
 def _redirect(request: web.Request, target: str) -> web.Response:
-    """Go's http.Redirect: 301 for GET (HTML body), 307 for other methods (no body)."""
-    location = target + (f"?{request.query_string}" if request.query_string else "")
+    """Go's http.Redirect: 301 for GET (HTML body), 307 for other methods (no body). The query
+    is carried over as sent (raw, and a lone "?" too, as Go's URL.String keeps it)."""
+    raw_query = request.rel_url.raw_query_string
+    if raw_query or "?" in request.raw_path:
+        target += "?" + raw_query
+    location = target
     if request.method == "GET":
-        body = f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n'
+        body = f'<a href="{_go_html_escape(location)}">Moved Permanently</a>.\n\n'
         return web.Response(
             status=301,
             body=body.encode(),

@@ -1054,3 +1054,32 @@ def test_query_escapes_decoded_as_go_does(nsqd):
     assert_err(raw_http(nsqd, "POST", "/topic/create?topic=a%3bb"), 400, "INVALID_TOPIC")
     assert_err(raw_http(nsqd, "POST", "/topic/create?topic=a+b"), 400, "INVALID_TOPIC")
     assert [t["topic_name"] for t in nsqd.stats()["topics"]] == ["abc"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "code", "location"),
+    [
+        ("GET", "//ping", 301, "/ping"),
+        ("GET", "//PING/", 301, "/ping"),
+        ("GET", "/ping//", 301, "/ping"),
+        ("GET", "/CONFIG/Log_Level", 301, "/config/Log_Level"),  # parameter kept as sent
+        ("GET", "/config/log_level/", 301, "/config/log_level"),
+        ("GET", "/config//log_level", 301, "/config/log_level"),
+        ("PUT", "/Config/log_level", 307, "/config/log_level"),
+        ("POST", "//pub?topic=x", 307, "/pub?topic=x"),
+        ("GET", "/PING?topic=a%20b+c", 301, "/ping?topic=a%20b+c"),  # the raw query
+        ("GET", "/PING?a%zz", 301, "/ping?a%zz"),
+        ("GET", "/PING?", 301, "/ping?"),
+    ],
+)
+def test_router_redirect_targets_as_httprouter(nsqd, method, path, code, location):
+    """httprouter cleans the path (CleanPath), matches fixed route parts ignoring case, keeps a
+    parameter's value and the query exactly as sent (checked against nsqd 1.3)."""
+    got, _, h = raw_http(nsqd, method, path)
+    assert (got, h.get("location")) == (code, location)
+
+
+def test_router_redirect_body_escapes_as_go(nsqd):
+    code, body, h = raw_http(nsqd, "GET", '/PING?a=\'&b=<"x">')
+    assert (code, h.get("location")) == (301, '/ping?a=\'&b=<"x">')
+    assert body == b'<a href="/ping?a=&#39;&amp;b=&lt;&#34;x&#34;&gt;">Moved Permanently</a>.\n\n'
