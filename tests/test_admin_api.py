@@ -166,10 +166,10 @@ def consume(node: Nsqd, topic: str, channel: str, n: int, requeue: int = 0) -> R
     c = RawClient(node.tcp_port)
     c.identify(user_agent="admin-test/1.0", client_id="tester", hostname="tester-host")
     c.sub(topic, channel, rdy=n)
-    for i in range(n):
-        _, _, msg_id, _ = c.read_message(10)
+    ids = [c.read_message(10)[2] for _ in range(n)]
+    c.cmd(b"RDY", b"0")  # before any FIN: nothing more is sent, nothing stays in flight
+    for i, msg_id in enumerate(ids):
         c.cmd(b"REQ" if i < requeue else b"FIN", msg_id, *([b"0"] if i < requeue else []))
-    c.cmd(b"RDY", b"0")
     return c
 
 
@@ -337,6 +337,7 @@ def test_history_ring_is_bounded_and_rates_follow_counts() -> None:
     svg = sparkline(h.depths(("topic", "u")), "u <depth>")
     assert svg.startswith("<svg") and "u &lt;depth&gt;" in svg and "<polyline" in svg
     assert "no samples" in sparkline([], "x")
+    assert 'data-samples="1"' in sparkline([(5.0, 3.0)], "one")
 
 
 def test_options_validate() -> None:

@@ -71,33 +71,42 @@ def sparkline(
     window: float = 3600.0,
     now: float | None = None,
 ) -> str:
-    """An inline SVG chart of ``points`` (time, value) over the last ``window`` seconds up to
-    ``now`` (default: the newest point), scaled to the largest value; the title gives the
-    label, the newest and the largest value. An empty series draws an empty frame."""
+    """An inline SVG chart of ``points`` (time, value), oldest first: the time axis runs from
+    the oldest point (or ``now`` - ``window`` when the series is older) to ``now`` (default:
+    the newest point), the value axis from 0 to the largest value, which is printed in the
+    corner. The title gives the label, the newest and the largest value; ``data-samples`` the
+    number of points. An empty series draws an empty frame."""
     aria = escape(label, quote=True)
     head = (
-        f'<svg class="spark" role="img" aria-label="{aria}" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
+        f'<svg class="spark" role="img" aria-label="{aria}" data-samples="{len(points)}" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'xmlns="http://www.w3.org/2000/svg">'
     )
     frame = f'<rect x="0.5" y="0.5" width="{width - 1}" height="{height - 1}" class="frame"/>'
     if not points:
         return f"{head}<title>{aria}: no samples yet</title>{frame}</svg>"
     end = points[-1][0] if now is None else now
-    start = end - window
-    top = max(v for _, v in points) or 1.0
+    start = max(end - window, points[0][0])
+    span = (end - start) or 1.0
+    top = max(v for _, v in points)
+    scale = top or 1.0
     pad = 2
     coords = []
     for t, v in points:
-        x = pad + (width - 2 * pad) * max(0.0, (t - start) / window)
-        y = height - pad - (height - 2 * pad) * (v / top)
-        coords.append(f"{x:.1f},{y:.1f}")
+        x = pad + (width - 2 * pad) * min(1.0, max(0.0, (t - start) / span))
+        y = height - pad - (height - 2 * pad) * (v / scale)
+        coords.append((x, y))
     if len(coords) == 1:
-        coords.append(coords[0])
+        coords.insert(0, (pad, coords[0][1]))
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+    base = height - pad
+    area = f"{coords[0][0]:.1f},{base} {line} {coords[-1][0]:.1f},{base}"
     newest = points[-1][1]
-    title = f"{aria}: now {_num(newest)}, max {_num(top if top != 1.0 or newest else 0)}"
     return (
-        f"{head}<title>{title}</title>{frame}"
-        f'<polyline points="{" ".join(coords)}" class="line"/></svg>'
+        f"{head}<title>{aria}: now {_num(newest)}, max {_num(top)}</title>{frame}"
+        f'<polygon points="{area}" class="area"/>'
+        f'<polyline points="{line}" class="line"/>'
+        f'<text x="{width - 4}" y="11" text-anchor="end" class="max">{_num(top)}</text></svg>'
     )
 
 
