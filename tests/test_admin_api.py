@@ -694,3 +694,58 @@ def test_pages_render_without_javascript(cluster: Cluster, admin: Admin) -> None
     code, _, headers = admin.http("POST", "/lookup", "topic=page_made&channel=pc")
     assert code == 303
     assert cluster.lookupd.get_json("/channels?topic=page_made")["channels"] == ["pc"]
+
+
+def test_tombstone_node_for_topic(cluster: Cluster, admin: Admin) -> None:
+    topic = "api_tombstone"
+    pub_both(cluster, topic, 1, 1)
+    n1, n2 = cluster.nodes
+    code, out, _ = admin.http("DELETE", f"/api/nodes/{n1.http_address}", {"topic": topic})
+    assert code == 200 and json.loads(out) == {"message": ""}, out
+    assert cluster.topic_stats(n1, topic) is None  # deleted on the node itself
+    assert cluster.topic_stats(n2, topic) is not None
+    wait_for(
+        lambda: [p["http_port"] for p in cluster.lookupd.producers(topic)] == [n2.http_port],
+        10,
+        what="only n2 produces the topic",
+    )
+    code, out, _ = admin.http("DELETE", f"/api/nodes/{n1.http_address}", "not json")
+    assert code == 400 and json.loads(out) == {"message": "INVALID_BODY"}
+    code, out, _ = admin.http("DELETE", f"/api/nodes/{n1.http_address}", {"topic": "a b"})
+    assert code == 400 and json.loads(out) == {"message": "INVALID_TOPIC"}
+
+
+def test_nsqd_addresses_without_lookupd_and_base_path(cluster: Cluster) -> None:
+    """--nsqd-http-address (twice) instead of lookupd, under --base-path=/admin."""
+    topic = "api_direct"
+    pub_both(cluster, topic, 3, 5)
+    n1, n2 = cluster.nodes
+    a = Admin(
+        [
+            f"--nsqd-http-address={n1.http_address}",
+            f"-nsqd-http-address={n2.http_address}",
+            "--base-path=admin",
+        ]
+    )
+    try:
+        assert topic in a.get("/admin/api/topics")["topics"]
+        got = a.get(f"/admin/api/topics/{topic}")
+        assert got["message_count"] == 8 and len(got["nodes"]) == 2
+        nodes = a.get("/admin/api/nodes")["nodes"]
+        assert {ci.http_address(p) for p in nodes} == {n1.http_address, n2.http_address}
+        assert all(p["remote_addresses"] is None for p in nodes)
+        code, out, _ = a.http("POST", f"/admin/api/topics/{topic}", {"action": "pause"})
+        assert code == 200, out
+        assert all(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
+        code, page, _ = a.http("GET", f"/admin/topics/{topic}")
+        assert code == 200 and b'href="/admin/static/admin.css"' in page
+        assert f'href="/admin/nodes/{n1.http_address.replace(":", "%3A")}"'.encode() in page
+        assert a.http("GET", "/admin/static/admin.js")[0] == 200
+        assert a.http("GET", "/api/topics")[0] == 404
+        code, _, headers = a.http("GET", "/admin/topics/")
+        assert code == 301 and headers["Location"] == "/admin/topics"
+        code, _, headers = a.http("POST", f"/admin/topics/{topic}", "action=unpause")
+        assert code == 303 and headers["Location"].startswith(f"/admin/topics/{topic}?")
+        assert not any(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
+    finally:
+        assert a.stop() == 0, a.log()
