@@ -15,7 +15,7 @@ import click
 
 from . import config, goflag
 from .goflag import DURATION, LOG_LEVELS, setup_logging
-from .options import NSQ_VERSION, NSQPY_VERSION, Options
+from .options import Options, version_string
 
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
 UNIMPLEMENTED_FLAGS = frozenset(
@@ -263,11 +263,6 @@ def nsqpy_d(**kw: Any) -> None:
         logging.getLogger("nsqpy").critical("failed to instantiate nsqd - %s", e)
         sys.exit(1)
     run(opts)
-
-
-def version_string() -> str:
-    py = ".".join(str(x) for x in sys.version_info[:3])
-    return f"nsqd v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py})"
 
 
 def _with_port(addr: str, port: int) -> str:
