@@ -749,3 +749,24 @@ def test_nsqd_addresses_without_lookupd_and_base_path(cluster: Cluster) -> None:
         assert not any(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
     finally:
         assert a.stop() == 0, a.log()
+
+
+def test_dead_letter_counts_on_topic_and_channel_pages(cluster: Cluster, admin: Admin) -> None:
+    """nsqpy-d moves a message that reached --max-attempts to "<topic>.<channel>.dead"; the
+    admin shows that topic's message count next to the channel (published here directly)."""
+    topic = "api_dlq"
+    pub_both(cluster, topic, 1, 1)
+    for n in cluster.nodes:
+        n.post("/channel/create", topic=topic, channel="work")
+    cluster.nodes[0].mpub(f"{topic}.work.dead", [b"d1", b"d2"])
+    cluster.nodes[1].mpub(f"{topic}.work.dead", [b"d3"])
+    cluster.wait_registered(f"{topic}.work.dead")
+    code, page, _ = admin.http("GET", f"/topics/{topic}")
+    row = re.search(rb'<tr data-channel="work">(.*?)</tr>', page, re.S)
+    assert row, page
+    dead = re.search(
+        rb'<td class="n dead"><a href="/topics/api_dlq.work.dead"[^>]*>(\d+)<', row.group(1)
+    )
+    assert dead and int(dead.group(1)) == 3
+    code, page, _ = admin.http("GET", f"/topics/{topic}/work")
+    assert code == 200 and b"Dead letters:" in page and b"3 in api_dlq.work.dead" in page

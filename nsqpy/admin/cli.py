@@ -118,6 +118,12 @@ def _multi(name: str, help: str) -> Any:
 )
 @_opt("history-window", DURATION, "1h0m0s", "[nsqpy] how far back the charts go")
 @_opt("refresh-interval", DURATION, "5s", "[nsqpy] live refresh of the pages (JavaScript)")
+@_opt(
+    "dead-letter-suffix",
+    str,
+    ".dead",
+    '[nsqpy] nsqpy-d\'s dead-letter topics are <topic>.<channel><suffix> ("" hides them)',
+)
 def nsqpy_admin(**kw: Any) -> None:
     """nsqpy-admin: a drop-in nsqadmin (NSQ 1.3) in Python."""
     if kw["version"]:
@@ -156,6 +162,7 @@ def nsqpy_admin(**kw: Any) -> None:
         sample_interval_ms=kw["sample_interval"],
         history_window_ms=kw["history_window"],
         refresh_interval_ms=kw["refresh_interval"],
+        dead_letter_suffix=kw["dead_letter_suffix"],
     )
     setup_logging(opts.log_prefix, opts.log_level)
     run(opts)

@@ -40,6 +40,7 @@ class AdminOptions:
     sample_interval_ms: int = 10_000  #: how often every topic and channel is sampled
     history_window_ms: int = 3_600_000  #: how far back the charts go
     refresh_interval_ms: int = 5_000  #: the pages' live refresh (JavaScript)
+    dead_letter_suffix: str = ".dead"  #: nsqpy-d's dead-letter topics: <topic>.<channel><suffix>
 
     def validate(self) -> None:
         """nsqadmin.New's checks; ValueError with nsqadmin's text. Normalizes base_path."""

@@ -192,13 +192,44 @@ class Pages:
             if (a := ci.http_address(p)) in node_errors
         ]
 
+    async def dead_letters(self, topic: str, channels: list[str]) -> dict[str, tuple[str, int]]:
+        """nsqpy-d's dead letters of ``topic``'s channels: channel -> (dead-letter topic
+        "<topic>.<channel><suffix>", messages it received across the cluster), for the channels
+        whose dead-letter topic exists. Failures count as none (this is an extra)."""
+        suffix = self.opts.dead_letter_suffix
+        if not suffix or not channels:
+            return {}
+        wanted = {f"{topic}.{c}{suffix}": c for c in channels}
+        try:
+            names, _ = await self.cluster.topics()
+        except UpstreamError:
+            return {}
+        present = [n for n in names if n in wanted]
+
+        async def count(dead: str) -> int:
+            try:
+                producers, _ = await self.cluster.topic_producers(dead)
+            except UpstreamError:
+                return 0
+            rows, _, _ = await self.cluster.stats(producers, dead, "", False)
+            return sum(r["message_count"] for r in rows)
+
+        counts = await asyncio.gather(*(count(d) for d in present))
+        return {wanted[d]: (d, n) for d, n in zip(present, counts)}
+
     async def topic(self, request: web.Request) -> web.Response:
-        """/topics/:topic: per-node rows and totals, the topic's channels, charts, actions."""
+        """/topics/:topic: per-node rows and totals, the topic's channels (with their dead
+        letters), charts, actions."""
         name = request.match_info["topic"]
         producers, rows, channels, node_errors, warnings = await self._topic_data(name)
         total = ci.aggregate_topic(name, rows)
+        dead = await self.dead_letters(name, list(channels))
         chans = [
-            {"stats": c, **self.charts(("channel", name, c["channel_name"]), c["channel_name"])}
+            {
+                "stats": c,
+                "dead": dead.get(c["channel_name"]),
+                **self.charts(("channel", name, c["channel_name"]), c["channel_name"]),
+            }
             for c in sorted(channels.values(), key=lambda c: c["channel_name"])
         ]
         return self.render(
@@ -216,9 +247,10 @@ class Pages:
             topic, name, clients=True
         )
         stats = channels.get(name)
+        dead = (await self.dead_letters(topic, [name])).get(name)
         return self.render(
             request, "channel.html", nav="topics", title=f"Channel {topic}/{name}",
-            topic=topic, channel=name, stats=stats, producers=producers,
+            topic=topic, channel=name, stats=stats, producers=producers, dead=dead,
             error_rows=self._error_rows(producers, node_errors),
             warnings=warnings + [f"{n}: {e}" for n, e in node_errors.items()],
             now=time.time(), **self.charts(("channel", topic, name), f"{topic}/{name}"),
