@@ -119,7 +119,6 @@ def test_config_file_errors_fail_the_start(tmp_path):
     assert r.returncode == 1 and "mem_queue_size" in r.stderr
 
 
-
 # ----------------------------------------------------------------------------- /config
 
 

@@ -13,17 +13,15 @@ from typing import Any
 
 import click
 
-from .. import config, goflag
+from .. import config, goflag, options
 from ..goflag import DURATION, LOG_LEVELS, setup_logging
-from ..options import NSQ_VERSION, NSQPY_VERSION
 
 BOOL_FLAGS = frozenset(("version", "verbose"))
 
 
 def version_string() -> str:
     """nsqlookupd's version line, "built w/" naming nsqpy and Python instead of Go."""
-    py = ".".join(str(x) for x in sys.version_info[:3])
-    return f"nsqlookupd v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py})"
+    return options.version_string("nsqlookupd")
 
 
 def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
