@@ -770,3 +770,18 @@ def test_dead_letter_counts_on_topic_and_channel_pages(cluster: Cluster, admin: 
     assert dead and int(dead.group(1)) == 3
     code, page, _ = admin.http("GET", f"/topics/{topic}/work")
     assert code == 200 and b"Dead letters:" in page and b"3 in api_dlq.work.dead" in page
+
+
+def test_no_lookupd_answers_is_a_page_with_the_error_not_a_blank_one() -> None:
+    a = Admin(["--lookupd-http-address=127.0.0.1:1", "--http-client-connect-timeout=1s"])
+    try:
+        code, body, _ = a.http("GET", "/api/topics")
+        message = json.loads(body)["message"]
+        assert code == 502 and message.startswith("UPSTREAM_ERROR: failed to query any nsqlookupd")
+        assert "127.0.0.1:1" in message and "connection refused" in message
+        for path in ("/topics", "/nodes", "/lookup", "/counter"):
+            code, page, _ = a.http("GET", path)
+            assert code in (200, 502) and b'class="warning"' in page, path
+            assert b"connection refused" in page, path
+    finally:
+        assert a.stop() == 0, a.log()

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ..config import LOG_LEVEL_NUMBERS
 from ..goflag import LOG_LEVELS
-from ..httpd import NsqHTTPError, go_json_response
+from ..httpd import NsqHTTPError, error_response, go_json_response
 from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster
@@ -41,7 +41,6 @@ def upstream(e: UpstreamError) -> NsqHTTPError:
 def v1_json(fn: Callable[[web.Request], Awaitable[Any]]) -> Callable[..., Awaitable[web.Response]]:
     """http_api.V1 for nsqadmin's handlers: the handler's dict as Go's encoding/json writes
     it, NsqHTTPError as {"message": TEXT} with its code, UpstreamError as a 502."""
-    from ..httpd import error_response
 
     async def handle(request: web.Request) -> web.Response:
         try:

@@ -121,20 +121,15 @@ class Pages:
         body = self.env.get_template(template).render(**base)
         return web.Response(status=status, text=body, content_type="text/html", charset="utf-8")
 
-    def chart(self, kind: str, key: ci.Stats | tuple[str, ...], what: str) -> str:
-        k = key if isinstance(key, tuple) else ()
+    def charts(self, key: tuple[str, ...], label: str) -> dict[str, Any]:
+        """The depth and rate charts (SVG markup) of one history key, and the newest rate."""
         now = time.time()
         window = self.opts.history_window_ms / 1000
-        if kind == "depth":
-            return sparkline(self.history.depths(k), what, window=window, now=now)
-        return sparkline(self.history.rates(k), what, window=window, now=now)
-
-    def charts(self, key: tuple[str, ...], label: str) -> dict[str, Any]:
-        """The depth and rate charts of one history key, and the newest rate."""
+        h = self.history
         return {
-            "depth": self.chart("depth", key, f"{label} depth, last hour"),
-            "rate": self.chart("rate", key, f"{label} messages/s, last hour"),
-            "last_rate": self.history.last_rate(key),
+            "depth": sparkline(h.depths(key), f"{label} depth", window=window, now=now),
+            "rate": sparkline(h.rates(key), f"{label} messages/s", window=window, now=now),
+            "last_rate": h.last_rate(key),
         }
 
     def error_page(self, request: web.Request, status: int, text: str) -> web.Response:
