@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -349,3 +350,28 @@ def test_non_admin_sees_disabled_buttons_and_gets_403(
         ctx.close()
     finally:
         assert a.stop() == 0, a.log()
+
+
+def test_stopped_node_shows_as_error_row_while_the_page_refreshes(
+    page: Page, admin: Admin, cluster: Cluster, artifacts: Path
+) -> None:
+    topic = "ui_sigstop"
+    pub_both(cluster, topic, 3, 7)
+    n1, n2 = cluster.nodes
+    page.goto(f"{admin.url}/topics/{topic}")
+    page.wait_for_selector("#refresh:not([hidden])")
+    assert page.locator("#topic-nodes tr.node-error").count() == 0
+    os.kill(n1.pid, signal.SIGSTOP)
+    try:
+        # the live refresh brings the error row in (request timeout 2 s + refresh 1 s)
+        row = page.wait_for_selector("#topic-nodes tr.node-error", timeout=20_000)
+        assert row is not None and n1.http_address in row.inner_text()
+        assert "deadline" in row.inner_text()
+        assert num(page, f'#topic-nodes tr[data-node="{n2.http_address}"] td.messages') == 7
+        assert num(page, "#topic-nodes tr.total td.messages") == 7
+        assert n1.http_address in page.inner_text("#warnings")
+        shot(page, artifacts, "topic-node-stopped")
+    finally:
+        os.kill(n1.pid, signal.SIGCONT)
+    page.wait_for_selector("#topic-nodes tr.node-error", state="detached", timeout=20_000)
+    assert num(page, "#topic-nodes tr.total td.messages") == 10
