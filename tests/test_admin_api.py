@@ -313,6 +313,12 @@ def test_topic_aggregation_sums_nodes_and_merges_channels() -> None:
     assert ci.node_totals([r for r in rows if r["node"] == "n2:1"]) == (17, 1)
 
 
+def test_prometheus_plain_samples() -> None:
+    text = "# HELP nsq_topics Topics\n# TYPE nsq_topics gauge\nnsq_topics 3.0\n"
+    text += 'nsq_topic_depth{topic="a"} 5.0\nnsq_healthy 1\nbad x\n'
+    assert ci.prometheus_plain_samples(text) == {"nsq_topics": 3.0, "nsq_healthy": 1.0}
+
+
 def test_empty_topic_and_messages() -> None:
     assert ci.aggregate_topic("nope", [])["nodes"] is None
     assert ci.warn_message([]) == ""
@@ -480,6 +486,10 @@ def test_api_nodes_node_and_counter(cluster: Cluster, admin: Admin) -> None:
     )
     code, body, _ = admin.http("GET", "/api/nodes/127.0.0.1:1")
     assert code == 404 and json.loads(body) == {"message": "NODE_NOT_FOUND"}
+    # the node page shows nsqpy-d's Prometheus node-wide samples
+    code, page, _ = admin.http("GET", f"/nodes/{n1.http_address}")
+    m = re.search(rb'<dd data-metric="nsq_topics">([\d.]+)</dd>', page)
+    assert code == 200 and m and int(float(m.group(1))) == len(own["topics"])
 
     counter = admin.get("/api/counter")
     for n in cluster.nodes:

@@ -276,6 +276,16 @@ class Cluster:
         answers = await self._gather([f"http://{a}/info" for a in addrs])
         return dict(zip(addrs, answers))
 
+    async def node_metrics(self, addr: str) -> dict[str, float] | None:
+        """The node-wide samples (those without labels) of nsqpy-d's Prometheus ``/metrics``
+        at ``addr``, by name; None when the node has no /metrics (Go's nsqd answers 404) or it
+        cannot be read."""
+        try:
+            text = (await self.client.request("GET", f"http://{addr}/metrics")).decode()
+        except (FetchError, UnicodeDecodeError):
+            return None
+        return ci.prometheus_plain_samples(text)
+
     # ------------------------------------------------------------ actions
 
     async def _lookupd_post(self, uri: str, qs: str) -> list[str]:

@@ -506,3 +506,20 @@ def node_totals(node_topics: list[Stats]) -> tuple[int, int]:
     messages = sum(t["message_count"] for t in node_topics)
     clients = sum(len(c.get("clients") or []) for t in node_topics for c in t.get("channels") or [])
     return messages, clients
+
+
+def prometheus_plain_samples(text: str) -> dict[str, float]:
+    """The samples without labels of a Prometheus text exposition ("name value [ts]" lines),
+    by name; comments and labelled samples are skipped, unparsable values too."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or "{" in line:
+            continue
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        try:
+            out[parts[0]] = float(parts[1])
+        except ValueError:
+            continue
+    return out

@@ -288,12 +288,16 @@ class Pages:
         if error:
             warnings.append(f"{node}: {error}")
         total_messages, total_clients = ci.node_totals(rows)
-        info, _ = (await self.cluster.node_infos([producer]))[node]
+        infos, metrics = await asyncio.gather(
+            self.cluster.node_infos([producer]), self.cluster.node_metrics(node)
+        )
+        info, _ = infos[node]
         return self.render(
             request, "node.html", nav="nodes", title=f"Node {node}", node=node, p=producer,
             topics=rows, error=error, total_messages=total_messages,
             total_clients=total_clients, warnings=warnings, now=time.time(),
             start_time=info.get("start_time") if isinstance(info, dict) else None,
+            metrics=sorted((metrics or {}).items()),
         )  # fmt: skip
 
     async def lookup(self, request: web.Request) -> web.Response:
