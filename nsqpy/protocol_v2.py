@@ -8,6 +8,17 @@
 # load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
 # whose socket is full (pause_writing) has no room for messages until resume_writing.
 #
+# Fairness: one read may run at most READ_BUDGET_COMMANDS commands or READ_BUDGET_BYTES of input
+# per event-loop pass; the rest waits in the parser with reading paused and continues on the
+# next pass, so a client pipelining thousands of PUBs cannot hold the loop while others wait.
+# Replies to the commands of one pass (OK, errors) go out in one write at its end. A client
+# that is not subscribed and does not read its replies stops being read once the replies it has
+# not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's send queue, SIOCOUTQ, checked once per
+# pass that replied) or the transport's buffer passes its high-water mark (pause_writing), as a
+# Go nsqd's blocked write stops its read loop: nobody can grow the daemon's memory by publishing
+# without reading. A subscribed connection keeps being read (its FINs free room) as nsqd's
+# separate read loop does.
+#
 # Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
 # plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
 # _flush. On that path bytes read are decrypted (tls.py) and decompressed (compression.py) before
@@ -22,9 +33,12 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import ssl
+import struct
+import termios
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, cast
@@ -58,6 +72,20 @@ _HEARTBEAT_FRAME = wire.encode_response(wire.HEARTBEAT)
 _CLOSE_WAIT_FRAME = wire.encode_response(wire.CLOSE_WAIT)
 
 TLS_HANDSHAKE_TIMEOUT = 5.0  # nsqd's UpgradeTLS deadline
+
+#: The most commands, and input bytes, one connection's read may run per event-loop pass.
+READ_BUDGET_COMMANDS = 256
+READ_BUDGET_BYTES = 128 * 1024
+
+#: Bytes of replies a publisher may leave unread (in the kernel's send queue) before it is no
+#: longer read; reading resumes below half of it (checked every UNREAD_RECHECK_S seconds).
+UNREAD_REPLIES_LIMIT = 256 * 1024
+UNREAD_RECHECK_S = 0.02
+
+# Why reading is paused (bits of ClientV2._read_paused).
+_PAUSE_BUDGET = 1
+_PAUSE_BACKPRESSURE = 2
+_PAUSE_AUTH = 4
 
 
 class _Upgrade(Exception):
@@ -201,7 +229,11 @@ class ClientV2(asyncio.Protocol):
         "_flush_scheduled",
         "_handlers",
         "_hb_handle",
+        "_in_read",
         "_magic",
+        "_read_paused",
+        "_replied",
+        "_sock_fd",
         "channel",
         "client_id",
         "client_name",
@@ -275,6 +307,10 @@ class ClientV2(asyncio.Protocol):
         self._pending_codec: Codec | None = None
         self._hs_handle: asyncio.TimerHandle | None = None
         self._suspended = False
+        self._in_read = False
+        self._replied = False
+        self._sock_fd = -1
+        self._read_paused = 0
         self._auth_on = nsqd.auth is not None
         self._auth_secret = ""
         self._auth_task: asyncio.Task[AuthState] | None = None
@@ -315,6 +351,9 @@ class ClientV2(asyncio.Protocol):
         transport.set_write_buffer_limits(
             high=max(256 * 1024, 4 * self.opts.max_output_buffer_size)
         )
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._sock_fd = sock.fileno()
         self.last_read = self.loop.time()
         self.nsqd.add_client(self)
         log.info("TCP: new client(%s)", self.remote_address)
@@ -347,11 +386,56 @@ class ClientV2(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        if self.state != STATE_SUBSCRIBED:
+            self._pause_read(_PAUSE_BACKPRESSURE)
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self._read_paused & _PAUSE_BACKPRESSURE:
+            self._recheck_unread()
         if self.channel is not None:
             self.channel.notify_ready(self)
+
+    def _unread_replies(self) -> int:
+        """Bytes written to the socket that the client has not read yet (SIOCOUTQ), 0 when
+        the platform cannot tell."""
+        if self._sock_fd < 0:
+            return 0
+        try:
+            return struct.unpack("i", fcntl.ioctl(self._sock_fd, termios.TIOCOUTQ, b"\0" * 4))[0]
+        except OSError:
+            return 0
+
+    def _recheck_unread(self) -> None:
+        if self.closed or not self._read_paused & _PAUSE_BACKPRESSURE:
+            return
+        if self.write_paused or self._unread_replies() > UNREAD_REPLIES_LIMIT // 2:
+            self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
+            return
+        self._resume_read(_PAUSE_BACKPRESSURE)
+
+    def _pause_read(self, reason: int) -> None:
+        if not self._read_paused and self.transport is not None and not self.closed:
+            try:
+                cast(asyncio.Transport, self.transport).pause_reading()
+            except (RuntimeError, AttributeError):
+                pass
+        self._read_paused |= reason
+
+    def _resume_read(self, reason: int) -> None:
+        was = self._read_paused
+        now = self._read_paused = was & ~reason
+        if not was or self.transport is None or self.closed:
+            return
+        if not now:
+            try:
+                cast(asyncio.Transport, self.transport).resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
+            if reason != _PAUSE_BUDGET and self.parser.buffered():
+                self.loop.call_soon(self._continue_commands)
+        elif now == _PAUSE_BUDGET and reason != _PAUSE_BUDGET:
+            self.loop.call_soon(self._continue_commands)  # its continuation was skipped
 
     def data_received(self, data: bytes) -> None:
         if self._slow:  # TLS, compression or a suspended command: see _decode_in
@@ -383,11 +467,34 @@ class ClientV2(asyncio.Protocol):
                 return
             if not data:
                 return
+        self.parser.feed(data)
+        if self._read_paused & _PAUSE_BUDGET:
+            return  # a continuation is scheduled; it takes these bytes in turn
+        self._run_commands()
+
+    def _continue_commands(self) -> None:
+        """The next pass's share of commands left in the parser by the budget."""
+        if self.closed or self._suspended:
+            return
+        if self._read_paused & ~_PAUSE_BUDGET:
+            return  # paused for another reason: resumed (and continued) by that reason's end
+        self._run_commands()
+
+    def _run_commands(self) -> None:
+        """Run the parser's whole commands, up to the per-pass budget; then write the replies
+        at once and let the channel dispatch once for all the FIN/REQ/RDY."""
         parser = self.parser
-        parser.feed(data)
         handlers = self._handlers
+        budget_left = READ_BUDGET_COMMANDS
+        start = parser.buffered()
+        over_budget = False
+        self._in_read = True
         try:
             while not self.closed:
+                if budget_left == 0 or start - parser.buffered() >= READ_BUDGET_BYTES:
+                    over_budget = True
+                    break
+                budget_left -= 1
                 try:
                     cmd = parser.next_command()
                     if cmd is None:
@@ -397,6 +504,8 @@ class ClientV2(asyncio.Protocol):
                         raise FatalClientError("E_INVALID", f"invalid command {_text(cmd[0])}")
                     handler(cmd[1], cmd[2])
                 except _Upgrade as up:
+                    self._in_read = False
+                    self._flush()
                     self._upgrade(up)
                     return
                 except _Suspend:
@@ -405,24 +514,43 @@ class ClientV2(asyncio.Protocol):
                     log.error("[%s] - %s", self.remote_address, e)
                     self._write_now(wire.encode_error(e))
                     if e.fatal:
+                        self._in_read = False
                         self._close()
                         return
         finally:
+            self._in_read = False
             if not self.closed:
                 parser.compact()
+                self._flush()
+                if self._replied:
+                    self._replied = False
+                    if self.state != STATE_SUBSCRIBED and self._unread_replies() > (
+                        UNREAD_REPLIES_LIMIT
+                    ):
+                        self._pause_read(_PAUSE_BACKPRESSURE)
+                        self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
                 # FIN/REQ/RDY only mark that this consumer may have room: one dispatch pass for
                 # the whole batch of commands, not one per FIN.
                 if self._room_changed:
                     self._room_changed = False
                     if self.channel is not None:
                         self.channel.notify_ready(self)
+        if over_budget and not self.closed:
+            self._pause_read(_PAUSE_BUDGET)
+            self.loop.call_soon(self._continue_commands)
+        elif self._read_paused & _PAUSE_BUDGET:
+            self._resume_read(_PAUSE_BUDGET)
 
     # ------------------------------------------------------------ output
 
     def _write_now(self, frame: bytes) -> None:
-        """Append a response/error frame after any buffered messages and flush."""
+        """Append a response/error frame after any buffered messages and flush (at the end of
+        the current pass of commands when called from one)."""
         self.out += frame
-        self._flush()
+        if not self._in_read:
+            self._flush()
+        else:
+            self._replied = True
 
     def _flush(self) -> None:
         out = self.out
@@ -608,10 +736,9 @@ class ClientV2(asyncio.Protocol):
         assert auth is not None and self.transport is not None
         self._suspended = True
         self._slow = True
-        try:
-            cast(asyncio.Transport, self.transport).pause_reading()
-        except (RuntimeError, AttributeError):
-            pass
+        self._in_read = False
+        self._flush()  # the replies of the commands before this one go out first
+        self._pause_read(_PAUSE_AUTH)
         tls = self._tls
         tls_on = tls is not None and tls.handshake_done
         cn = tls.peer_common_name() if tls is not None and tls_on else ""
@@ -648,10 +775,13 @@ class ClientV2(asyncio.Protocol):
             self._room_changed = False
             self.channel.notify_ready(self)
         assert self.transport is not None
-        try:
-            cast(asyncio.Transport, self.transport).resume_reading()
-        except (RuntimeError, AttributeError):
-            pass
+        # data_received below runs what waits in the parser with a fresh budget
+        self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
+        if not self._read_paused:
+            try:
+                cast(asyncio.Transport, self.transport).resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
         # the commands that came behind this one, in order
         self._slow = False
         try:
