@@ -329,3 +329,25 @@ def test_new_topic_creates_the_channels_other_nodes_have(daemon_factory, lookupd
     # the channels appear once lookupd has answered; the message waited for them
     wait_for(lambda: depths() == {"billing": 1, "audit": 1}, what="message in both channels")
     sub.close()
+
+
+def test_tombstoned_topic_reappears_when_the_node_registers_it_after_the_lifetime(
+    daemon_factory, lookupd_factory
+):
+    """nsqadmin's "tombstone" flow: the topic is hidden for that node in /lookup while the
+    tombstone lives; deleted there and made again after the lifetime, it is returned again."""
+    lk = lookupd_factory("--tombstone-lifetime=1s")
+    a = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    _post(a, "/topic/create?topic=gone")
+    wait_for(lambda: len(_lookup(lk, "gone").get("producers") or []) == 1, what="registered")
+    node = f"127.0.0.1:{a.http_port}"
+    assert lk.http("POST", f"/topic/tombstone?topic=gone&node={node}")[0] == 200
+    assert _lookup(lk, "gone")["producers"] == []
+    _post(a, "/topic/delete?topic=gone")  # nsqd UNREGISTERs it
+    wait_for(
+        lambda: "gone" not in lk.get_json("/nodes")["producers"][0]["topics"],
+        what="unregistered",
+    )
+    time.sleep(1.1)  # the tombstone's lifetime (1 s) has to pass: there is no event for it
+    _post(a, "/topic/create?topic=gone")
+    wait_for(lambda: len(_lookup(lk, "gone").get("producers") or []) == 1, what="back")
