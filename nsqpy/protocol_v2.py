@@ -978,51 +978,40 @@ class ClientV2(asyncio.Protocol):
         self.hostname = data.get("hostname", "")
         self.user_agent = data.get("user_agent", "")
 
-        def bad(what: str, v: int) -> FatalClientError:
-            return FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
+        def ranged(key: str, lo: int, hi: int, what: str, off: bool = True) -> int | None:
+            """nsqd's rule for a numeric IDENTIFY field: 0 (or absent) keeps the default
+            (None), -1 turns the feature off where ``off`` allows it (-1), a value in [lo, hi]
+            is taken, anything else is E_BAD_BODY "IDENTIFY <what> (<v>) is invalid"."""
+            v = data.get(key, 0)
+            if v == 0:
+                return None
+            if (v == -1 and off) or lo <= v <= hi:
+                return int(v)
+            raise FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
 
-        hb = data.get("heartbeat_interval", 0)
-        if hb == -1:
-            self.heartbeat_interval_ms = 0
-        elif hb == 0:
-            pass
-        elif 1000 <= hb <= opts.max_heartbeat_interval_ms:
-            self.heartbeat_interval_ms = hb
-        else:
-            raise bad("heartbeat interval", hb)
-
-        obt = data.get("output_buffer_timeout", 0)
-        if obt == -1:
-            self.output_buffer_timeout_ms = 0
-        elif obt == 0:
-            pass
-        elif opts.min_output_buffer_timeout_ms <= obt <= opts.max_output_buffer_timeout_ms:
-            self.output_buffer_timeout_ms = obt
-        else:
-            raise bad("output buffer timeout", obt)
-        obs = data.get("output_buffer_size", 0)
+        hb = ranged(
+            "heartbeat_interval", 1000, opts.max_heartbeat_interval_ms, "heartbeat interval"
+        )
+        if hb is not None:
+            self.heartbeat_interval_ms = max(hb, 0)
+        obt = ranged(
+            "output_buffer_timeout",
+            opts.min_output_buffer_timeout_ms,
+            opts.max_output_buffer_timeout_ms,
+            "output buffer timeout",
+        )
+        if obt is not None:
+            self.output_buffer_timeout_ms = max(obt, 0)
+        obs = ranged("output_buffer_size", 64, opts.max_output_buffer_size, "output buffer size")
         if obs == -1:
             self.output_buffer_size = 1
             self.output_buffer_timeout_ms = 0
-        elif obs == 0:
-            pass
-        elif 64 <= obs <= opts.max_output_buffer_size:
+        elif obs is not None:
             self.output_buffer_size = obs
-        else:
-            raise bad("output buffer size", obs)
-
-        sr = data.get("sample_rate", 0)
-        if not 0 <= sr <= 99:
-            raise bad("sample rate", sr)
-        self.sample_rate = sr
-
-        mt = data.get("msg_timeout", 0)
-        if mt == 0:
-            pass
-        elif 1000 <= mt <= opts.max_msg_timeout_ms:
+        self.sample_rate = ranged("sample_rate", 0, 99, "sample rate", off=False) or 0
+        mt = ranged("msg_timeout", 1000, opts.max_msg_timeout_ms, "msg timeout", off=False)
+        if mt is not None:
             self.msg_timeout_ms = mt
-        else:
-            raise bad("msg timeout", mt)
 
         self._start_heartbeat()
 
