@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from . import config, goflag
-from .goflag import DURATION, LOG_LEVELS, setup_logging
+from .goflag import DURATION, setup_logging
 from .options import Options, version_string
 
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
@@ -48,20 +48,11 @@ def normalize_go_flags(argv: list[str]) -> list[str]:
 _D = Options()
 
 
-def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
-    return click.option(f"--{name}", type=typ, default=default, show_default=True, help=help)
+_opt = goflag.option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--version", is_flag=True, help="print version string")
-@_opt(
-    "log-level",
-    click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
-    "info",
-    "set log verbosity: debug, info, warn, error, or fatal",
-)
-@_opt("log-prefix", str, "[nsqd] ", "log message prefix")
-@click.option("--verbose/--no-verbose", default=False, help="[deprecated] has no effect")
+@goflag.daemon_options("[nsqd] ")
 @click.option(
     "--node-id",
     type=int,
@@ -170,7 +161,6 @@ def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
     0,
     "maximum channel consumer connection count per nsqd instance (0 = unlimited)",
 )
-@_opt("config", str, "", "path to config file")
 @_opt("statsd-address", str, "", "UDP <addr>:<port> of a statsd daemon for pushing stats")
 @_opt("statsd-interval", DURATION, "1m0s", "duration between pushing to statsd")
 @click.option(

@@ -125,3 +125,37 @@ def setup_logging(prefix: str, level: str, logger: str = "nsqpy") -> None:
     log.handlers[:] = [handler]
     log.setLevel(LOG_LEVELS[level.lower()])
     log.propagate = False
+
+
+def option(name: str, typ: Any, default: Any, help: str) -> Any:
+    """A click option ``--name`` with a default shown in --help."""
+    return click.option(f"--{name}", type=typ, default=default, show_default=True, help=help)
+
+
+def daemon_options(log_prefix: str) -> Any:
+    """The flags every NSQ daemon has: --config, --version, --log-level, --log-prefix (default
+    ``log_prefix``) and the deprecated --verbose. A decorator for a click command."""
+
+    def apply(f: Any) -> Any:
+        for deco in reversed(
+            (
+                option("config", str, "", "path to config file"),
+                click.option("--version", is_flag=True, help="print version string"),
+                option(
+                    "log-level",
+                    click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
+                    "info",
+                    "set log verbosity: debug, info, warn, error, or fatal",
+                ),
+                option("log-prefix", str, log_prefix, "log message prefix"),
+                click.option(
+                    "--verbose/--no-verbose",
+                    default=False,
+                    help="[deprecated] has no effect, use --log-level",
+                ),
+            )
+        ):
+            f = deco(f)
+        return f
+
+    return apply

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .. import config, goflag
-from ..goflag import DURATION, LOG_LEVELS, setup_logging
+from ..goflag import DURATION, setup_logging
 from ..options import NSQ_VERSION, NSQPY_VERSION
 
 BOOL_FLAGS = frozenset(("version", "verbose", "http-client-tls-insecure-skip-verify"))
@@ -36,8 +36,7 @@ def version_string() -> str:
     return f"nsqadmin v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py})"
 
 
-def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
-    return click.option(f"--{name}", type=typ, default=default, show_default=True, help=help)
+_opt = goflag.option
 
 
 def _multi(name: str, help: str) -> Any:
@@ -45,18 +44,7 @@ def _multi(name: str, help: str) -> Any:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@_opt("config", str, "", "path to config file")
-@click.option("--version", is_flag=True, help="print version string")
-@_opt(
-    "log-level",
-    click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
-    "info",
-    "set log verbosity: debug, info, warn, error, or fatal",
-)
-@_opt("log-prefix", str, "[nsqadmin] ", "log message prefix")
-@click.option(
-    "--verbose/--no-verbose", default=False, help="[deprecated] has no effect, use --log-level"
-)
+@goflag.daemon_options("[nsqadmin] ")
 @_opt("http-address", str, "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients")
 @_opt("base-path", str, "/", "URL base path")
 @_opt("dev-static-dir", str, "", "(development use only)")

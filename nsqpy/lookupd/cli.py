@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from .. import config, goflag, options
-from ..goflag import DURATION, LOG_LEVELS, setup_logging
+from ..goflag import DURATION, setup_logging
 
 BOOL_FLAGS = frozenset(("version", "verbose"))
 
@@ -24,23 +24,11 @@ def version_string() -> str:
     return options.version_string("nsqlookupd")
 
 
-def _opt(name: str, typ: Any, default: Any, help: str) -> Any:
-    return click.option(f"--{name}", type=typ, default=default, show_default=True, help=help)
+_opt = goflag.option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@_opt("config", str, "", "path to config file")
-@click.option("--version", is_flag=True, help="print version string")
-@_opt(
-    "log-level",
-    click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
-    "info",
-    "set log verbosity: debug, info, warn, error, or fatal",
-)
-@_opt("log-prefix", str, "[nsqlookupd] ", "log message prefix")
-@click.option(
-    "--verbose/--no-verbose", default=False, help="[deprecated] has no effect, use --log-level"
-)
+@goflag.daemon_options("[nsqlookupd] ")
 @_opt("tcp-address", str, "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients")
 @_opt("http-address", str, "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients")
 @click.option(
