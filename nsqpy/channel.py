@@ -5,7 +5,7 @@
 # of consumers with room (RDY minus in-flight > 0) and hands out messages in one dispatch pass
 # whenever something changes (a put, a RDY, a FIN/REQ, a timeout, an unpause), spreading a batch
 # fairly across ready consumers. Delivered messages sit in the in-flight table until FIN, REQ or
-# their timeout (TimeoutQueue keyed on monotonic ns); REQ with a delay and DPUB go to the
+# their timeout (pqueue.InFlightQueue, monotonic ns); REQ with a delay and DPUB go to the
 # deferred queue. The queue-scan loop (queue_scan.py) calls process_in_flight/process_deferred.
 #
 # Storage: queued messages are records (immutable bytes in nsqd's layout, see message.py), not
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .message import Message, record_id
-from .pqueue import TimeoutQueue
+from .pqueue import InFlightQueue, TimeoutQueue
 from .spill import SpillQueue, StorageHooks
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Channel(SpillQueue):
         self.clients: dict[int, Consumer] = {}
         self._ready: deque[Consumer] = deque()
         self.in_flight: dict[bytes, Message] = {}
-        self._in_flight_pq = TimeoutQueue()
+        self._in_flight_pq = InFlightQueue()
         self.deferred: dict[bytes, Message] = {}
         self._deferred_pq = TimeoutQueue()
         self.message_count = 0
@@ -496,7 +496,7 @@ class Channel(SpillQueue):
         try:
             now = self._clock_ns()
             in_flight = self.in_flight
-            push = self._in_flight_pq.push
+            push = self._in_flight_pq.push_sent
             popleft = queue.popleft
             clients = self.clients
             read_disk = False
@@ -548,7 +548,7 @@ class Channel(SpillQueue):
                     pri = now + timeout_ns
                     msg.pri = pri
                     in_flight[msg.id] = msg
-                    push(msg, pri)
+                    push(msg, pri, timeout_ns)
                     send(msg)
                 if c.ready_room() > 0:
                     c.in_ready = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from typing import Any, Protocol
 
 
@@ -96,3 +97,122 @@ class TimeoutQueue:
             live = [e for e in heap if e[2].pq_entry is e]
             heapq.heapify(live)
             self._heap = live
+
+
+class InFlightQueue:
+    """In-flight timeouts, as a FIFO per timeout length plus a TimeoutQueue for the rest.
+
+    A message delivered at ``now`` to a consumer with timeout ``span`` is due at ``now + span``;
+    ``now`` only grows, so the messages sharing a span fall due in the order they were sent:
+    ``push_sent`` appends to that span's FIFO (no tuple, no heap). A TOUCH gives a message a new
+    due time out of that order (``push``: the TimeoutQueue); its FIFO entry goes stale. Removal is
+    lazy as in TimeoutQueue (``pq_entry``: the FIFO while live there, the heap entry after a
+    TOUCH, None when gone); stale entries are dropped when they reach a FIFO's head (FIN order
+    is mostly send order, so that is at once) and all FIFOs are compacted once stale entries
+    outnumber live ones. Rule kept: ``pop_due(now)`` returns every live item with ``pri <= now``,
+    earliest first, and nothing else.
+    """
+
+    __slots__ = ("_fifos", "_heap", "_live", "_stored")
+
+    def __init__(self) -> None:
+        self._fifos: dict[int, deque[Any]] = {}
+        self._heap = TimeoutQueue()
+        self._live = 0  # live FIFO entries
+        self._stored = 0  # FIFO entries, live or stale
+
+    def __len__(self) -> int:
+        return self._live + len(self._heap)
+
+    def push_sent(self, item: Any, pri: int, span: int) -> None:
+        """A new delivery (the item is in no queue yet): due at ``pri`` = send time + ``span``."""
+        fifo = self._fifos.get(span)
+        if fifo is None:
+            fifo = self._fifos[span] = deque()
+        elif fifo and fifo[-1].pri > pri:
+            self._heap.push(item, pri)  # out of send order (never with a monotonic clock)
+            return
+        fifo.append(item)
+        item.pq_entry = fifo
+        self._live += 1
+        self._stored += 1
+
+    def push(self, item: Any, pri: int) -> None:
+        """(Re)schedule ``item`` at ``pri`` (a TOUCH): it leaves its FIFO for the heap."""
+        if isinstance(item.pq_entry, deque):
+            item.pq_entry = None
+            self._live -= 1
+        self._heap.push(item, pri)
+
+    def remove(self, item: Any) -> bool:
+        """Forget ``item`` (FIN, REQ); False when it was in no queue."""
+        entry = item.pq_entry
+        if entry is None:
+            return False
+        if not isinstance(entry, deque):
+            return self._heap.remove(item)
+        item.pq_entry = None
+        self._live -= 1
+        fifo = entry
+        while fifo and fifo[0].pq_entry is not fifo:  # stale heads (this one first)
+            fifo.popleft()
+            self._stored -= 1
+        if self._stored > 4096 and self._stored > 2 * self._live:
+            self._compact()
+        return True
+
+    def pop_due(self, now: int) -> list[Any]:
+        """Remove and return every live item with ``pri <= now``, earliest first."""
+        out: list[Any] = []
+        for fifo in self._fifos.values():
+            popleft = fifo.popleft
+            while fifo:
+                head = fifo[0]
+                if head.pq_entry is not fifo:
+                    popleft()
+                    self._stored -= 1
+                elif head.pri <= now:
+                    popleft()
+                    self._stored -= 1
+                    head.pq_entry = None
+                    self._live -= 1
+                    out.append(head)
+                else:
+                    break
+        touched = self._heap.pop_due(now)
+        if touched or len(self._fifos) > 1:
+            out += touched
+            out.sort(key=_pri)
+        return out
+
+    def items(self) -> list[Any]:
+        """Live items in no particular order."""
+        live = [i for f in self._fifos.values() for i in f if i.pq_entry is f]
+        return live + self._heap.items()
+
+    def clear(self) -> list[Any]:
+        """Remove and return every live item."""
+        out = self.items()
+        for item in out:
+            item.pq_entry = None
+        self._fifos = {}
+        self._heap.clear()
+        self._live = self._stored = 0
+        return out
+
+    def _compact(self) -> None:
+        stored = 0
+        for span, fifo in list(self._fifos.items()):
+            live = deque(i for i in fifo if i.pq_entry is fifo)
+            for i in live:
+                i.pq_entry = live
+            if live:
+                self._fifos[span] = live
+            else:
+                del self._fifos[span]
+            stored += len(live)
+        self._stored = stored
+
+
+def _pri(item: Any) -> int:
+    return item.pri

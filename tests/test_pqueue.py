@@ -16,7 +16,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from nsqpy.pqueue import TimeoutQueue
+from nsqpy.pqueue import InFlightQueue, TimeoutQueue
 
 
 class Item:
@@ -367,3 +367,83 @@ def test_compaction_threshold(n: int) -> None:
     assert len(q._heap) == len(q) == n - removed
     assert len(q._heap) * 2 < n + 2
     assert q.pop_due(10**9) == items[removed:]
+
+
+# --------------------------------------------------------------------------------------------
+# InFlightQueue: FIFOs per timeout length, against the same model
+
+
+class Msg:
+    __slots__ = ("name", "pq_entry", "pri")
+
+    def __init__(self, name: object) -> None:
+        self.name = name
+        self.pq_entry = None
+        self.pri = 0
+
+    def __repr__(self) -> str:
+        return f"Msg({self.name!r})"
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(0, 3), st.sampled_from([5, 20, 60])),
+        st.tuples(st.just("touch"), st.integers(0, 400), st.integers(0, 80)),
+        st.tuples(st.just("fin"), st.integers(0, 400), st.just(0)),
+        st.tuples(st.just("scan"), st.integers(0, 30), st.just(0)),
+    ),
+    max_size=250,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_OPS)
+def test_in_flight_queue_matches_the_model(ops) -> None:
+    """Sends at a clock that only grows (each into its span's FIFO), TOUCHes to any later time,
+    FINs and scans: pop_due gives exactly the model's due items, by due time."""
+    q = InFlightQueue()
+    due_at: dict[Msg, int] = {}
+    sent: list[Msg] = []
+    now = 0
+    for op, a, b in ops:
+        if op == "send":
+            now += a
+            m = Msg(len(sent))
+            m.pri = now + b
+            q.push_sent(m, m.pri, b)
+            due_at[m] = m.pri
+            sent.append(m)
+        elif op == "touch" and sent:
+            m = sent[a % len(sent)]
+            if m in due_at:
+                m.pri = now + b
+                q.push(m, m.pri)
+                due_at[m] = m.pri
+        elif op == "fin" and sent:
+            m = sent[a % len(sent)]
+            assert q.remove(m) == (m in due_at)
+            due_at.pop(m, None)
+        elif op == "scan":
+            now += a
+            got = q.pop_due(now)
+            want = [m for m in due_at if due_at[m] <= now]
+            assert sorted(got, key=lambda m: (m.pri, m.name)) == sorted(
+                want, key=lambda m: (due_at[m], m.name)
+            )
+            assert [m.pri for m in got] == sorted(m.pri for m in got)
+            for m in got:
+                del due_at[m]
+        assert len(q) == len(due_at)
+    assert sorted(q.items(), key=lambda m: m.name) == sorted(due_at, key=lambda m: m.name)
+
+
+def test_in_flight_queue_stays_compact_when_fins_come_out_of_order() -> None:
+    q = InFlightQueue()
+    msgs = [Msg(i) for i in range(20_000)]
+    for i, m in enumerate(msgs):
+        m.pri = i + 100
+        q.push_sent(m, m.pri, 100)
+    for m in msgs[1:]:  # the first one is never finished: its stale followers pile up
+        q.remove(m)
+    assert len(q) == 1 and q._stored <= 4096 + 2
+    assert q.pop_due(10**9) == [msgs[0]]
