@@ -494,8 +494,14 @@ class ClientV2(asyncio.Protocol):
                 if budget_left == 0 or start - parser.buffered() >= READ_BUDGET_BYTES:
                     over_budget = True
                     break
-                budget_left -= 1
                 try:
+                    if self.state == STATE_SUBSCRIBED:
+                        ids = parser.take_fins(budget_left)
+                        if ids:  # the common consumer traffic, without a command object each
+                            budget_left -= len(ids)
+                            self._finish_ids(ids)
+                            continue
+                    budget_left -= 1
                     cmd = parser.next_command()
                     if cmd is None:
                         break
@@ -1127,6 +1133,24 @@ class ClientV2(asyncio.Protocol):
         if len(msg_id) != wire.MSG_ID_LENGTH:
             raise FatalClientError("E_INVALID", "invalid message ID")
         return msg_id
+
+    def _finish_ids(self, ids: list[bytes]) -> None:
+        """FIN for each ID (as FIN() does, errors answered one by one, in order)."""
+        ch = self.channel
+        assert ch is not None
+        finish = ch.finish
+        done = 0
+        for msg_id in ids:
+            try:
+                finish(self, msg_id)
+                done += 1
+            except ChannelError as e:
+                err = ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}")
+                log.error("[%s] - %s", self.remote_address, err)
+                self._write_now(wire.encode_error(err))
+        self.finish_count += done
+        self.in_flight_count -= done
+        self._room_changed = True
 
     def FIN(self, params: list[bytes], body: Any) -> None:
         msg_id = self._msg_id("FIN", params)

@@ -22,6 +22,7 @@ FRAME_TYPE_MESSAGE = 2
 MSG_ID_LENGTH = 16
 #: 8-byte timestamp + 2-byte attempts + 16-byte ID (nsqd's minValidMsgLength).
 MSG_HEADER_LENGTH = 26
+_FIN_LINE_LENGTH = 21  # b"FIN " + 16-byte ID + b"\n"
 
 HEARTBEAT = b"_heartbeat_"
 OK = b"OK"
@@ -330,6 +331,25 @@ class CommandParser:
             if name == b"MPUB":
                 return name, pending[1], self._split_mpub(mv[pos : pos + n])
             return name, pending[1], bytes(mv[pos : pos + n])
+
+    def take_fins(self, limit: int) -> list[bytes]:
+        """Consume up to ``limit`` whole ``FIN <16-byte id>\n`` lines at the parse position (a
+        consumer's usual traffic: one recv brings many) and return their IDs; [] when the next
+        command is anything else, which next_command() then parses as usual."""
+        if self._pending is not None:
+            return []
+        buf = self._buf
+        pos = self._pos
+        end = len(buf) - _FIN_LINE_LENGTH
+        out: list[bytes] = []
+        startswith = buf.startswith
+        while pos <= end and startswith(b"FIN ", pos) and buf[pos + 20] == 10:
+            out.append(bytes(buf[pos + 4 : pos + 20]))
+            pos += _FIN_LINE_LENGTH
+            if len(out) >= limit:
+                break
+        self._pos = pos
+        return out
 
     def eof_error(self) -> FatalClientError | None:
         """The error nsqd answers when the client's stream ends here (EOF, a half-close), or

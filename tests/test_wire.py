@@ -894,3 +894,38 @@ def test_eof_error_never_on_whole_commands(body: bytes, cut: int) -> None:
         assert err is not None and err.desc == "PUB failed to read message body"
     else:
         assert err is None
+
+
+def test_take_fins_consumes_whole_fin_lines_only() -> None:
+    p = wire.CommandParser(1024, 4096)
+    ids = [b"%016x" % i for i in range(5)]
+    p.feed(b"".join(b"FIN " + i + b"\n" for i in ids) + b"RDY 5\nFIN " + ids[0][:7])
+    assert p.take_fins(3) == ids[:3]  # at most the limit
+    assert p.take_fins(100) == ids[3:]
+    assert p.take_fins(100) == []  # RDY is next: left to next_command
+    assert p.next_command() == (b"RDY", [b"RDY", b"5"], None)
+    assert p.take_fins(100) == []  # a partial FIN line waits
+    p.feed(ids[0][7:] + b"\r\nFIN " + ids[1] + b"\n")
+    assert p.take_fins(100) == []  # "\r\n": the general parser's business
+    assert p.next_command() == (b"FIN", [b"FIN", ids[0]], None)
+    assert p.take_fins(100) == [ids[1]]
+    assert p.next_command() is None
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), max_size=40), st.integers(1, 50))
+def test_take_fins_then_next_command_sees_the_same_ids(values, split) -> None:
+    data = b"".join(b"FIN %016x\n" % v for v in values)
+    p = wire.CommandParser(1024, 4096)
+    got: list[bytes] = []
+    for k in range(0, len(data), split):
+        p.feed(data[k : k + split])
+        while True:
+            fins = p.take_fins(7)
+            if fins:
+                got += fins
+                continue
+            cmd = p.next_command()
+            if cmd is None:
+                break
+            got.append(cmd[1][1])
+    assert got == [b"%016x" % v for v in values]
