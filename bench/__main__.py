@@ -20,6 +20,7 @@ from . import report
 from .e2e import E2EConfig, run_e2e
 from .harness import BenchError
 from .memory import run_memory
+from .polite import polite_client
 from .reader import ReaderConfig, run_reader
 from .target import Daemon, Target
 from .writer import WriterConfig, run_writer
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--size", type=_positive, default=200, help="message body bytes (default 200)")
     g.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
     g.add_argument("--quiet", action="store_true", help="no progress lines")
+    g.add_argument(
+        "--polite",
+        action="store_true",
+        help="during writer/reader/e2e, a polite client PUBs every 100 ms and the slowest OK it "
+        "waited for is reported",
+    )
 
     p = argparse.ArgumentParser(
         prog="python -m bench",
@@ -241,7 +248,8 @@ def run_single(args: argparse.Namespace) -> list[dict[str, Any]]:
             ]
     with target_for(args, args.mem_queue_size) as t:
         if mode == "writer":
-            return [run_writer(t, writer_config(args, topic=args.topic, count=args.count))]
+            cfg = writer_config(args, topic=args.topic, count=args.count)
+            return [_probed(args, t, run_writer, cfg)]
         if mode == "reader":
             rcfg = reader_config(
                 args,
@@ -250,11 +258,11 @@ def run_single(args: argparse.Namespace) -> list[dict[str, Any]]:
                 count=args.count,
                 prefill=args.prefill,
             )
-            return [run_reader(t, rcfg)]
+            return [_probed(args, t, run_reader, rcfg)]
         ecfg = e2e_config(
             args, topic=args.topic, channel=args.channel, count=args.count, samples=args.samples
         )
-        return [run_e2e(t, ecfg)]
+        return [_probed(args, t, run_e2e, ecfg)]
 
 
 def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -271,19 +279,19 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[s
                     for topic in ("sub_bench", "e2e_bench"):
                         t.delete_topic(topic)
                 if "writer" in modes:
-                    runs.append(_round(rnd, run_writer(t, writer_config(args))))
+                    runs.append(_round(rnd, _probed(args, t, run_writer, writer_config(args))))
                 if "reader" in modes:
                     # Read what the writer left (bench_reader after bench_writer); without a
                     # writer run, fill the topic first.
                     cfg = reader_config(args, prefill=0 if "writer" in modes else -1)
                     if "writer" in modes:
                         cfg.count = 1 << 62
-                    runs.append(_round(rnd, run_reader(t, cfg)))
+                    runs.append(_round(rnd, _probed(args, t, run_reader, cfg)))
                 # Whatever writer and reader left would sit in the daemon's memory during the
                 # e2e run (and, in nsqpy, lengthen its garbage-collector pauses): drop it.
                 t.delete_topic("sub_bench")
                 if "e2e" in modes:
-                    runs.append(_round(rnd, run_e2e(t, e2e_config(args))))
+                    runs.append(_round(rnd, _probed(args, t, run_e2e, e2e_config(args))))
         if "memory" in modes:
             with target_for(args, memory_mqs(args, args.memory_count)) as t:
                 r = run_memory(
@@ -301,6 +309,23 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[s
         if of_mode:
             rows.append(report.median_row(of_mode))
     return runs, rows
+
+
+@contextmanager
+def _probe(args: argparse.Namespace, t: Target) -> Iterator[dict[str, Any]]:
+    """The polite client (bench/polite.py) around one run when --polite is given."""
+    if not getattr(args, "polite", False):
+        yield {}
+        return
+    with polite_client(t) as found:
+        yield found
+
+
+def _probed(args: argparse.Namespace, t: Target, run: Any, *a: Any) -> dict[str, Any]:
+    with _probe(args, t) as found:
+        r = run(t, *a)
+    r.update(found)
+    return r
 
 
 def _round(rnd: int, r: dict[str, Any]) -> dict[str, Any]:

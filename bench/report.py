@@ -18,6 +18,8 @@ _NUMERIC_KEYS = (
     "client_cpu",
     "duration_s",
     "count",
+    "polite_max_ms",
+    "polite_p99_ms",
 )
 
 
@@ -43,6 +45,8 @@ def summary_line(r: dict[str, Any]) -> str:
         )
     if mode != "e2e" and r.get("max_ms") is not None:
         line += f" - longest MPUB round trip {r['max_ms']:.1f} ms"
+    if r.get("polite_max_ms") is not None:
+        line += f" - polite client's slowest OK {r['polite_max_ms']:.1f} ms"
     if r.get("daemon_cpu") is not None:
         line += f" - daemon CPU {r['daemon_cpu'] * 100:.0f}%"
     if r.get("client_cpu") is not None:
@@ -68,9 +72,13 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    polite = any(r.get("polite_max_ms") is not None for r in rows)
     head = (
         "| mode | workload | msgs/s | MB/s | latency p50 / p99 / p99.9 (ms) | bytes/msg "
-        "| daemon CPU |\n|---|---|---:|---:|---:|---:|---:|"
+        "| daemon CPU |"
+        + (" polite client's slowest OK (ms) |" if polite else "")
+        + "\n|---|---|---:|---:|---:|---:|---:|"
+        + ("---:|" if polite else "")
     )
     lines = [head]
     for r in rows:
@@ -85,10 +93,13 @@ def table(rows: list[dict[str, Any]]) -> str:
         if r["mode"] == "memory" and not r.get("valid", True):
             bpm += " (spilled to disk)"
         cpu = r.get("daemon_cpu")
-        lines.append(
+        line = (
             f"| {r['mode']} | {r['workload']} | {_fmt(rate, ',.0f')} | {_fmt(mb, '.1f')} "
             f"| {lat} | {bpm} | {'–' if cpu is None else f'{cpu * 100:.0f}%'} |"
         )
+        if polite:
+            line += f" {_fmt(r.get('polite_max_ms'), '.1f')} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
