@@ -8,8 +8,8 @@
 # load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
 # whose socket is full (pause_writing) has no room for messages until resume_writing.
 #
-# Fairness: one read may run at most READ_BUDGET_COMMANDS commands or READ_BUDGET_BYTES of input
-# per event-loop pass; the rest waits in the parser with reading paused and continues on the
+# Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which
+# are cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with reading paused and continues on the
 # next pass, so a client pipelining thousands of PUBs cannot hold the loop while others wait.
 # Replies to the commands of one pass (OK, errors) go out in one write at its end. A client
 # that is not subscribed and does not read its replies stops being read once the replies it has
@@ -76,6 +76,8 @@ TLS_HANDSHAKE_TIMEOUT = 5.0  # nsqd's UpgradeTLS deadline
 #: The most commands, and input bytes, one connection's read may run per event-loop pass.
 READ_BUDGET_COMMANDS = 256
 READ_BUDGET_BYTES = 128 * 1024
+#: FINs are cheap (no reply; the channel dispatches once for all of a pass): more per pass.
+READ_BUDGET_FINS = 1024
 
 #: Bytes of replies a publisher may leave unread (in the kernel's send queue) before it is no
 #: longer read; reading resumes below half of it (checked every UNREAD_RECHECK_S seconds).
@@ -486,6 +488,7 @@ class ClientV2(asyncio.Protocol):
         parser = self.parser
         handlers = self._handlers
         budget_left = READ_BUDGET_COMMANDS
+        fins_left = READ_BUDGET_FINS
         start = parser.buffered()
         over_budget = False
         self._in_read = True
@@ -496,9 +499,11 @@ class ClientV2(asyncio.Protocol):
                     break
                 try:
                     if self.state == STATE_SUBSCRIBED:
-                        ids = parser.take_fins(budget_left)
+                        ids = parser.take_fins(fins_left)
                         if ids:  # the common consumer traffic, without a command object each
-                            budget_left -= len(ids)
+                            fins_left -= len(ids)
+                            if fins_left <= 0:
+                                budget_left = 0
                             self._finish_ids(ids)
                             continue
                     budget_left -= 1

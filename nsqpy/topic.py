@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqpy")
 
-#: Backend records moved to the channels per event-loop pass while a topic drains its backlog.
-DRAIN_CHUNK = 2000
+#: Backend records moved to the channels per event-loop pass while a topic drains its backlog:
+#: small enough that this background copy never holds the loop long (and leaves the consumers
+#: most of each pass), large enough to stay ahead of them.
+DRAIN_CHUNK = 500
 
 _HEADER = HEADER_LENGTH
 
