@@ -8,16 +8,16 @@
 # load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
 # whose socket is full (pause_writing) has no room for messages until resume_writing.
 #
-# Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which
-# are cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with reading paused and continues on the
-# next pass, so a client pipelining thousands of PUBs cannot hold the loop while others wait.
-# Replies to the commands of one pass (OK, errors) go out in one write at its end. A client
-# that is not subscribed and does not read its replies stops being read once the replies it has
-# not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's send queue, SIOCOUTQ, checked once per
-# pass that replied) or the transport's buffer passes its high-water mark (pause_writing), as a
-# Go nsqd's blocked write stops its read loop: nobody can grow the daemon's memory by publishing
-# without reading. A subscribed connection keeps being read (its FINs free room) as nsqd's
-# separate read loop does.
+# Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which are
+# cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with
+# reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
+# hold the loop while others wait. Replies to the commands of one pass (OK, errors) go out in one
+# write at its end. A client that is not subscribed and does not read its replies stops being read
+# once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's send queue,
+# SIOCOUTQ, checked once per pass that replied) or the transport's buffer passes its high-water mark
+# (pause_writing), as a Go nsqd's blocked write stops its read loop: nobody can grow the daemon's
+# memory by publishing without reading. A subscribed connection keeps being read (its FINs free
+# room) as nsqd's separate read loop does.
 #
 # Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
 # plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
