@@ -272,8 +272,44 @@ class HTTPAPI:
 
     async def channel_create(self, request: web.Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
+        q = self._query(request)
+        max_attempts = None
+        if "max_attempts" in q:  # nsqpy's dead letters (nsqd has no such parameter)
+            max_attempts = self._count_arg(q["max_attempts"], "INVALID_MAX_ATTEMPTS")
+            dead = self.nsqd.dead_letter_topic(topic.name, channel_name)
+            if max_attempts and (
+                channel_name.endswith("#ephemeral") or not wire.is_valid_name(dead)
+            ):
+                raise NsqHTTPError(400, "INVALID_DEAD_LETTER_TOPIC")
         topic.get_channel(channel_name)
+        if max_attempts is not None:
+            self.nsqd.set_channel_max_attempts(topic.name, channel_name, max_attempts)
         return None
+
+    @staticmethod
+    def _count_arg(value: str, error: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise NsqHTTPError(400, error) from None
+        if n < 0:
+            raise NsqHTTPError(400, error)
+        return n
+
+    async def message_replay(self, request: web.Request) -> Any:
+        """POST /message/replay?topic=&channel=[&count=N] (nsqpy's dead letters): up to N
+        (default all) messages of <topic>.<channel>.dead back into the channel, attempts reset;
+        answers {"replayed": n}."""
+        topic, channel_name = self._existing_topic_and_channel(request)
+        q = self._query(request)
+        limit = self._count_arg(q["count"], "INVALID_COUNT") if "count" in q else 1 << 62
+        try:
+            n = self.nsqd.replay_dead_letters(topic.name, channel_name, limit)
+        except TopicError:
+            raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
+        except OSError:
+            raise NsqHTTPError(500, "REPLAY_FAILED") from None
+        return {"replayed": n}
 
     async def channel_delete(self, request: web.Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
@@ -369,6 +405,7 @@ def build_app(nsqd: NSQD) -> web.Application:
     r.add_post("/topic/pause", api(h.topic_pause))
     r.add_post("/topic/unpause", api(h.topic_pause))
     r.add_post("/channel/create", api(h.channel_create))
+    r.add_post("/message/replay", api(h.message_replay))
     r.add_post("/channel/delete", api(h.channel_delete))
     r.add_post("/channel/empty", api(h.channel_empty))
     r.add_post("/channel/pause", api(h.channel_pause))

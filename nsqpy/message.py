@@ -33,6 +33,11 @@ def fresh_header(timestamp_ns: int) -> bytes:
     return _TS_ATTEMPTS.pack(timestamp_ns, 0)
 
 
+def with_attempts(record: bytes, attempts: int) -> bytes:
+    """The record with its attempt count replaced."""
+    return b"".join((_TS_ATTEMPTS.pack(record_header(record)[0], attempts), record[10:]))
+
+
 def record_id(record: bytes) -> bytes:
     """The 16-byte hex ID of a record."""
     return record[10:26]

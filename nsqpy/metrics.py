@@ -10,7 +10,8 @@
 #   nsq_topic_messages_total, nsq_topic_message_bytes_total           counters
 #   nsq_channel_depth, _backend_depth, _in_flight, _deferred,
 #   _clients, _paused                                                  gauges
-#   nsq_channel_messages_total, _requeued_total, _timed_out_total     counters
+#   nsq_channel_messages_total, _requeued_total, _timed_out_total,
+#   _dead_lettered_total (nsqpy's dead letters)                        counters
 #   nsq_{topic,channel}_e2e_processing_latency_seconds{quantile=..}   gauge per percentile
 #   nsq_{topic,channel}_e2e_processing_latency_count                  FINs in the window (gauge)
 #   nsq_clients (connected TCP clients), nsq_topics, nsq_channels, nsq_healthy  gauges
@@ -80,6 +81,11 @@ class NsqCollector(Collector):
         ch_msgs = c("nsq_channel_messages", "Messages put to the channel", labels=_CHANNEL)
         ch_req = c("nsq_channel_requeued", "Messages requeued", labels=_CHANNEL)
         ch_to = c("nsq_channel_timed_out", "Messages that timed out in flight", labels=_CHANNEL)
+        ch_dead = c(
+            "nsq_channel_dead_lettered",
+            "Messages moved to the dead-letter topic after --max-attempts",
+            labels=_CHANNEL,
+        )
         ch_e2e = g(
             "nsq_channel_e2e_processing_latency_seconds",
             "Publish-to-FIN latency percentiles (window)",
@@ -111,11 +117,12 @@ class NsqCollector(Collector):
                 ch_msgs.add_metric(cl, ch.message_count)
                 ch_req.add_metric(cl, ch.requeue_count)
                 ch_to.add_metric(cl, ch.timeout_count)
+                ch_dead.add_metric(cl, ch.dead_letter_count)
                 if ch.e2e is not None:
                     _add_e2e(ch_e2e, ch_e2e_n, cl, ch.e2e.result())
         yield from (t_depth, t_bdepth, t_paused, t_msgs, t_bytes, t_e2e, t_e2e_n)
         yield from (ch_depth, ch_bdepth, ch_inflt, ch_def, ch_clients, ch_paused)
-        yield from (ch_msgs, ch_req, ch_to, ch_e2e, ch_e2e_n)
+        yield from (ch_msgs, ch_req, ch_to, ch_dead, ch_e2e, ch_e2e_n)
         yield g("nsq_topics", "Topics", value=len(nsqd.topics))
         yield g("nsq_channels", "Channels", value=n_channels)
         yield g("nsq_clients", "Connected TCP clients", value=len(nsqd.clients))

@@ -46,6 +46,7 @@ from .message import (
     record_body,
     record_header,
     record_id,
+    with_attempts,
 )
 from .options import NSQ_VERSION, Options
 from .quantile import E2ELatency
@@ -278,6 +279,22 @@ class NSQD:
             )
             n = 0
         ch.set_dead_letter(n, self._dead_letter if n else None)
+
+    def replay_dead_letters(self, topic: str, channel: str, limit: int) -> int:
+        """Move up to ``limit`` dead letters of ``topic``/``channel`` (those its dead-letter
+        topic still holds itself, oldest first) back into the channel, attempts reset to 0.
+        Returns how many; raises TopicError when the topic or channel does not exist, OSError
+        when a backend write fails."""
+        ch = self.get_existing_topic(topic).get_existing_channel(channel)
+        dead = self.topics.get(self.dead_letter_topic(topic, channel))
+        if dead is None:
+            return 0
+        records = dead.take_held(limit)
+        if records:
+            ch.put_many([with_attempts(r, 0) for r in records])
+            self.flush_backends()
+            log.info("CHANNEL(%s:%s): %d dead letters replayed", topic, channel, len(records))
+        return len(records)
 
     def _dead_letter(self, ch: Channel, records: list[bytes]) -> bool:
         name = self.dead_letter_topic(ch.topic_name, ch.name)

@@ -77,7 +77,7 @@ def channel_stats(ch: Channel, include_clients: bool, topic_filter: str) -> dict
     clients = (
         [client_stats(c, topic_filter) for c in ch.clients.values()] if include_clients else None
     )
-    return {
+    out = {
         "channel_name": ch.name,
         "depth": ch.depth,
         "backend_depth": ch.backend_depth,
@@ -91,6 +91,10 @@ def channel_stats(ch: Channel, include_clients: bool, topic_filter: str) -> dict
         "paused": ch.paused,
         "e2e_processing_latency": dict(_EMPTY_E2E) if ch.e2e is None else ch.e2e.result(),
     }
+    if ch.max_attempts:  # nsqpy's dead letters: only where they are on, so nsqd's shape stays
+        out["max_attempts"] = ch.max_attempts
+        out["dead_letter_count"] = ch.dead_letter_count
+    return out
 
 
 def topic_stats(t: Topic, channels: list[dict[str, Any]]) -> dict[str, Any]:

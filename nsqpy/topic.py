@@ -252,6 +252,24 @@ class Topic(SpillQueue):
         self.starting = False
         self._flush_queue()
 
+    def take_held(self, limit: int) -> list[bytes]:
+        """Remove and return up to ``limit`` of the records the topic itself holds (memory
+        first, then its backend), oldest first."""
+        out: list[bytes] = []
+        queue = self._queue
+        while queue and len(out) < limit:
+            out.append(queue.popleft())
+        if self.backend is not None:
+            while len(out) < limit:
+                rec = self._next_backend_record("TOPIC")[0]
+                if rec is None:
+                    break
+                if rec:
+                    out.append(rec)
+            if self._hooks is not None:
+                self._hooks.backend_read(self.backend)
+        return out
+
     def empty(self) -> None:
         """Drop the messages the topic itself holds (channels keep theirs), as nsqd."""
         self._deferred_held.clear()

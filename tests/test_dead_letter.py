@@ -8,6 +8,7 @@ nothing is lost, and the counts show in /stats.
 from __future__ import annotations
 
 import collections
+import json
 
 from conftest import wait_for
 
@@ -88,4 +89,44 @@ def test_no_flag_no_change(nsqd) -> None:
         assert attempts == n
         c.cmd(b"REQ", msg_id, b"0")
     assert wire.is_valid_name("t.c.dead") and _topic(nsqd, "t.c.dead") is None
+    c.close()
+
+
+def test_per_channel_max_attempts_stats_metrics_and_replay(nsqd) -> None:
+    """/channel/create?max_attempts=N (kept in nsqd.dat), the counts in /stats and /metrics, and
+    POST /message/replay bringing the dead letters back with a fresh attempt budget."""
+    d = nsqd
+    d.post("/topic/create", topic="jobs")
+    d.post("/channel/create", topic="jobs", channel="work", max_attempts="2")
+    d.post("/channel/create", topic="jobs", channel="other")  # no dead letters there
+    code, body, _ = d.http("POST", "/channel/create?topic=jobs&channel=x&max_attempts=-1")
+    assert (code, body) == (400, b'{"message":"INVALID_MAX_ATTEMPTS"}')
+    ephemeral = "/channel/create?topic=jobs&channel=e%23ephemeral&max_attempts=1"
+    code, body, _ = d.http("POST", ephemeral)
+    assert (code, body) == (400, b'{"message":"INVALID_DEAD_LETTER_TOPIC"}')
+    c = d.raw()
+    c.sub("jobs", "work", rdy=10)
+    d.raw().pub("jobs", b"job-1")
+    d.raw().pub("jobs", b"job-2")
+    for _ in range(4):  # two deliveries each, every one REQ'd
+        _, attempts, msg_id, _ = c.read_message()
+        c.cmd(b"REQ", msg_id, b"0")
+    wait_for(lambda: _channel(d, "jobs", "work").get("dead_letter_count") == 2)
+    work = _channel(d, "jobs", "work")
+    assert (work["max_attempts"], work["depth"], work["in_flight_count"]) == (2, 0, 0)
+    assert "dead_letter_count" not in _channel(d, "jobs", "other")  # nsqd's shape where off
+    metrics = d.http("GET", "/metrics")[1].decode()
+    assert 'nsq_channel_dead_lettered_total{channel="work",topic="jobs"} 2.0' in metrics
+    dat = d.data_path / "nsqd.dat"
+    wait_for(lambda: dat.exists() and '"max_attempts":2' in dat.read_text(), what="nsqd.dat")
+
+    out = json.loads(d.post("/message/replay", topic="jobs", channel="work", count="1"))
+    assert out == {"replayed": 1}
+    _, attempts, _, body = c.read_message()
+    assert attempts == 1 and body in (b"job-1", b"job-2")  # a fresh budget
+    out = json.loads(d.post("/message/replay", topic="jobs", channel="work"))
+    assert out == {"replayed": 1}
+    _, attempts2, _, body2 = c.read_message()
+    assert attempts2 == 1 and {body, body2} == {b"job-1", b"job-2"}
+    assert _topic(d, "jobs.work.dead")["depth"] == 0
     c.close()
