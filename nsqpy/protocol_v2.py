@@ -892,7 +892,7 @@ class ClientV2(asyncio.Protocol):
         self.in_flight_count += 1
         self.message_count += 1
         out = self.out
-        wire.append_record_frame(out, msg.record, msg.timestamp, msg.attempts)
+        wire.append_record_frame(out, msg.record, msg.attempts)
         if len(out) >= self.output_buffer_size:
             self._flush()
         elif not self._flush_scheduled:

@@ -36,6 +36,8 @@ _LEN = struct.Struct(">i")
 _FRAME_HEADER = struct.Struct(">ii")  # size (frame type + data), frame type
 # size, frame type, timestamp (ns), attempts: then the 16-byte ID and the body follow.
 _MESSAGE_HEADER = struct.Struct(">iiqH")
+_SIZE_TYPE = struct.Struct(">ii")
+_ATTEMPTS = struct.Struct(">H")
 _MESSAGE_BODY_HEADER = struct.Struct(">qH")
 
 _NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
@@ -158,11 +160,14 @@ def append_message_frame(
     out += body
 
 
-def append_record_frame(out: bytearray, record: bytes, timestamp_ns: int, attempts: int) -> None:
-    """Append the message frame of a stored ``record`` (see :func:`encode_message`) with
-    ``attempts`` written over the record's own count; the body is not copied twice."""
-    out += _MESSAGE_HEADER.pack(len(record) + 4, FRAME_TYPE_MESSAGE, timestamp_ns, attempts)
-    out += memoryview(record)[10:]
+def append_record_frame(out: bytearray, record: bytes, attempts: int) -> None:
+    """Append the message frame of a stored ``record`` (see :func:`encode_message`: the frame's
+    payload is the record itself) with ``attempts`` written over the record's own count: the
+    8-byte size and type, the record in one copy, the 2 attempt bytes patched in place."""
+    start = len(out)
+    out += _SIZE_TYPE.pack(len(record) + 4, FRAME_TYPE_MESSAGE)
+    out += record
+    _ATTEMPTS.pack_into(out, start + 16, attempts)
 
 
 def encode_message(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:

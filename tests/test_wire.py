@@ -929,3 +929,21 @@ def test_take_fins_then_next_command_sees_the_same_ids(values, split) -> None:
                 break
             got.append(cmd[1][1])
     assert got == [b"%016x" % v for v in values]
+
+
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 65535),
+    st.integers(0, 65535),
+    st.binary(min_size=16, max_size=16),
+    st.binary(max_size=300),
+)
+def test_record_frame_is_the_message_frame(ts, stored, attempts, msg_id, body) -> None:
+    """A stored record framed with a new attempt count is byte for byte the message frame."""
+    from nsqpy.message import encode_record
+
+    out = bytearray(b"before")
+    wire.append_record_frame(out, encode_record(ts, stored, msg_id, body), attempts)
+    want = bytearray(b"before")
+    wire.append_message_frame(want, ts, attempts, msg_id, body)
+    assert out == want
