@@ -15,25 +15,21 @@ Go processes run on 127.0.0.1 with ports picked by the OS (``--tcp-address=127.0
 from __future__ import annotations
 
 import functools
-import http.client
-import json
 import os
 import re
 import shutil
-import signal
 import socket
 import struct
 import subprocess
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from nsqpy.testing import DaemonProcess
 
 DEFAULT_DIR = "/opt/nsq-go/bin"
 NAMES = ("nsqd", "nsqlookupd", "nsq_tail")
 _VERSION_RE = re.compile(r"\bv1\.3\.\d+\b")
-_LISTEN_RE = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
 
 HOW_TO = (
     "build NSQ v1.3.x's apps/nsqd, apps/nsqlookupd and apps/nsq_tail with Go "
@@ -90,94 +86,16 @@ def require(name: str) -> str:
     return path
 
 
-class GoProcess:
-    """A running Go nsqd or nsqlookupd on loopback (ports read from its log lines)."""
+class GoProcess(DaemonProcess):
+    """A running Go nsqd or nsqlookupd on loopback (nsqpy.testing's launcher: ports read from
+    its log lines, stopped with SIGTERM, dies with the test process)."""
 
     def __init__(self, name: str, args: list[str], cwd: Path | None = None) -> None:
-        self.name = name
+        self.name = f"Go {name}"
         self.path = require(name)
         self.args = args
-        self.lines: list[str] = []
-        self.tcp_port = 0
-        self.http_port = 0
-        self._ready = threading.Event()
-        cmd = [
-            self.path,
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            *args,
-        ]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
-        )
-        self._reader = threading.Thread(target=self._read_output, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(15) or not (self.tcp_port and self.http_port):
-            self.kill()
-            raise RuntimeError(f"Go {name} did not listen:\n" + self.log_text())
-
-    def _read_output(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            m = _LISTEN_RE.search(line)
-            if m:
-                if m.group(1) == "TCP":
-                    self.tcp_port = int(m.group(3))
-                else:
-                    self.http_port = int(m.group(3))
-                if self.tcp_port and self.http_port:
-                    self._ready.set()
-        self._ready.set()
-
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    def log_text(self) -> str:
-        return "\n".join(self.lines)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 10) -> int:
-        """SIGTERM and wait; returns the exit code (kills and fails if it does not exit)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise AssertionError(f"Go {self.name} did not exit on SIGTERM") from None
-        self._reader.join(5)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        self._reader.join(5)
-
-    def http(
-        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers) of one request; redirects are not followed."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body)
-            r = conn.getresponse()
-            return r.status, r.read(), dict(r.getheaders())
-        finally:
-            conn.close()
-
-    def get_json(self, path: str) -> Any:
-        code, body, _ = self.http("GET", path)
-        assert code == 200, (path, code, body)
-        return json.loads(body)
+        cmd = [self.path, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args]
+        super().__init__(cmd, cwd=cwd)
 
 
 def start_go_nsqd(data_path: Path, *args: str) -> GoProcess:
