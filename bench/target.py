@@ -1,29 +1,23 @@
 # The nsqd under test: a daemon this suite starts, or one already running.
 #
-# Strategy: start the daemon as tests/conftest.py does (its own process, loopback, port 0, a
-# temporary --data-path; the real ports are read from the "TCP: listening on" and
-# "HTTP: listening on" lines on stderr, which a thread keeps draining so the daemon never blocks
-# on a full pipe), stop it with SIGTERM. A running daemon is only addressed (host:port pairs);
-# its process id, needed to read its resident memory, is given or found through the listening
-# socket's inode in /proc. HTTP calls use urllib with a timeout; every wait is bounded.
+# Strategy: start the daemon with nsqpy.testing's launcher, as the tests do (its own process,
+# loopback, port 0, a temporary --data-path; the real ports are read from its "listening on" lines
+# on stderr, which a thread keeps draining), stop it with SIGTERM. A running daemon is only
+# addressed (host:port pairs); its process id, needed to read its resident memory, is given or
+# found through the listening socket's inode in /proc. HTTP calls use urllib with a timeout; every
+# wait is bounded.
 from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
-_LISTEN_RE = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
+from nsqpy.testing import Nsqd
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -122,101 +116,46 @@ class Target:
         return depth, backend
 
 
-class Daemon:
-    """An nsqd process started by the benchmark (nsqpy-d unless ``cmd`` says otherwise)."""
+class Daemon(Nsqd):
+    """An nsqd process started by the benchmark (nsqpy-d unless ``cmd`` says otherwise), through
+    nsqpy.testing's launcher: loopback, port 0, a temporary --data-path that is also its working
+    directory (so nothing in the current directory shadows the package the command names, e.g.
+    ``env PYTHONPATH=DIR python -m nsqpy``), /ping answering before it is used."""
 
     def __init__(self, extra_args: list[str], cmd: str | None = None) -> None:
-        # The data dir is also the working directory, so that nothing in the current directory
-        # shadows the package the command names (e.g. ``env PYTHONPATH=DIR python -m nsqpy``).
-        self._tmp = tempfile.TemporaryDirectory(prefix="nsqpy-bench-")
-        base = shlex.split(cmd) if cmd else [sys.executable, "-m", "nsqpy"]
-        self.argv = [
-            *base,
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            f"--data-path={self._tmp.name}",
-            *extra_args,
-        ]
-        self.lines: list[str] = []
-        self.tcp_port = 0
-        self.http_port = 0
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=self._tmp.name,
+        self._bench_tmp = tempfile.TemporaryDirectory(prefix="nsqpy-bench-")
+        super().__init__(
+            extra_args,
+            self._bench_tmp.name,
+            cmd=cmd,
+            https=False,
+            cwd=self._bench_tmp.name,
+            start_timeout=20,
+            wait_ping=True,
+            max_lines=10_000,
         )
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(20) or not (self.tcp_port and self.http_port):
-            self.kill()
-            raise RuntimeError(
-                f"{' '.join(self.argv)} did not start:\n" + "\n".join(self.lines[-30:])
-            )
-        self._wait_ping()
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if len(self.lines) < 10_000:
-                self.lines.append(line.rstrip("\n"))
-            m = _LISTEN_RE.search(line)
-            if m:
-                if m.group(1) == "TCP":
-                    self.tcp_port = int(m.group(3))
-                else:
-                    self.http_port = int(m.group(3))
-                if self.tcp_port and self.http_port:
-                    self._ready.set()
-        self._ready.set()
-
-    def _wait_ping(self) -> None:
-        deadline = time.monotonic() + 10
-        url = f"http://127.0.0.1:{self.http_port}/ping"
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("daemon did not answer /ping")
-            time.sleep(0.05)
 
     def target(self) -> Target:
         t = Target(("127.0.0.1", self.tcp_port), ("127.0.0.1", self.http_port), self.proc.pid)
         t.daemon = self
         return t
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-        self._tmp.cleanup()
+        super().kill()
+        self._bench_tmp.cleanup()
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM, wait; SIGKILL if it does not exit in ``timeout`` s. Returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                print(
-                    f"bench: daemon did not exit {timeout:.0f}s after SIGTERM, killing it",
-                    file=sys.stderr,
-                )
-                self.proc.kill()
-                self.proc.wait(5)
-        self._reader.join(5)
-        self._tmp.cleanup()
-        return self.proc.returncode
+        try:
+            return super().stop(timeout)
+        except AssertionError:
+            print(
+                f"bench: daemon did not exit {timeout:.0f}s after SIGTERM, killed it",
+                file=sys.stderr,
+            )
+            return self.proc.returncode
+        finally:
+            self._bench_tmp.cleanup()
 
 
 # ---------------------------------------------------------------- /proc
