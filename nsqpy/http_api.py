@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from . import config, metrics, stats, wire
+from . import config, stats, wire
 from .httpd import (
     JSON_TYPE,
     NSQ_HEADER,
@@ -370,7 +370,10 @@ class HTTPAPI:
         return value  # RespondV1: a string raw, anything else JSON
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text exposition (not in nsqd): read from the live topics on scrape."""
+        """Prometheus text exposition (not in nsqd): read from the live topics on scrape.
+        prometheus_client is imported on the first scrape, not at start-up."""
+        from . import metrics
+
         if self._registry is None:
             self._registry = metrics.build_registry(self.nsqd)
         return web.Response(
