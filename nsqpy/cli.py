@@ -236,15 +236,8 @@ _opt = goflag.option
 )
 def nsqpy_d(**kw: Any) -> None:
     """nsqpy-d: a drop-in nsqd (NSQ 1.3) in Python."""
-    if kw["version"]:
-        click.echo(version_string())
+    if not goflag.version_or_config(kw, version_string, UNIMPLEMENTED_FLAGS):
         return
-    try:
-        config.apply_file(click.get_current_context(), kw, UNIMPLEMENTED_FLAGS)
-    except config.ConfigError as e:
-        setup_logging(kw["log_prefix"], kw["log_level"])
-        logging.getLogger("nsqpy").critical("failed to load config file %s - %s", kw["config"], e)
-        sys.exit(1)
     opts = options_from_flags(kw)
     setup_logging(opts.log_prefix, opts.log_level)
     try:

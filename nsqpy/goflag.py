@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import click
@@ -159,3 +159,27 @@ def daemon_options(log_prefix: str) -> Any:
         return f
 
     return apply
+
+
+def version_or_config(
+    kw: dict[str, Any],
+    version: Callable[[], str],
+    refused: frozenset[str] = frozenset(),
+    cfg_to_flag: dict[str, str] | None = None,
+) -> bool:
+    """The start every NSQ daemon's command shares: with --version print ``version()`` and
+    return False (nothing more to do); else fill ``kw`` from --config (nsqpy.config.apply_file)
+    and return True. A config file that cannot be used is logged as FATAL and exits 1, as the Go
+    daemons do."""
+    if kw["version"]:
+        click.echo(version())
+        return False
+    from . import config
+
+    try:
+        config.apply_file(click.get_current_context(), kw, refused, cfg_to_flag)
+    except config.ConfigError as e:
+        setup_logging(kw["log_prefix"], kw["log_level"])
+        logging.getLogger("nsqpy").critical("failed to load config file %s - %s", kw["config"], e)
+        sys.exit(1)
+    return True

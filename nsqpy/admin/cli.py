@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .. import config, goflag
+from .. import goflag
 from ..goflag import DURATION, setup_logging
 from ..options import NSQ_VERSION, NSQPY_VERSION
 
@@ -114,15 +114,8 @@ def _multi(name: str, help: str) -> Any:
 )
 def nsqpy_admin(**kw: Any) -> None:
     """nsqpy-admin: a drop-in nsqadmin (NSQ 1.3) in Python."""
-    if kw["version"]:
-        click.echo(version_string())
+    if not goflag.version_or_config(kw, version_string, cfg_to_flag=CFG_TO_FLAG):
         return
-    try:
-        config.apply_file(click.get_current_context(), kw, frozenset(), CFG_TO_FLAG)
-    except config.ConfigError as e:
-        setup_logging("[nsqadmin] ", "info")
-        logging.getLogger("nsqpy").critical("failed to load config file %s - %s", kw["config"], e)
-        sys.exit(1)
     from .options import AdminOptions
 
     opts = AdminOptions(

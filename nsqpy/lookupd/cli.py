@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .. import config, goflag, options
+from .. import goflag, options
 from ..goflag import DURATION, setup_logging
 
 BOOL_FLAGS = frozenset(("version", "verbose"))
@@ -51,15 +51,8 @@ _opt = goflag.option
 )
 def nsqpy_lookupd(**kw: Any) -> None:
     """nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python."""
-    if kw["version"]:
-        click.echo(version_string())
+    if not goflag.version_or_config(kw, version_string):
         return
-    try:
-        config.apply_file(click.get_current_context(), kw, frozenset())
-    except config.ConfigError as e:
-        setup_logging("[nsqlookupd] ", "info")
-        logging.getLogger("nsqpy").critical("failed to load config file %s - %s", kw["config"], e)
-        sys.exit(1)
     from .nsqlookupd import LookupdOptions
 
     opts = LookupdOptions(
