@@ -173,8 +173,8 @@ def consume(node: Nsqd, topic: str, channel: str, n: int, requeue: int = 0) -> R
     return c
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+@pytest.fixture(scope="module", name="cluster")
+def cluster_fixture() -> Iterator[Cluster]:
     c = Cluster()
     try:
         yield c
@@ -182,18 +182,24 @@ def cluster() -> Iterator[Cluster]:
         c.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[Admin]:
+def admin_over(cluster: Cluster, request_timeout: str) -> Iterator[Admin]:
+    """An nsqpy-admin over the cluster's lookupd, sampling and refreshing every second; stopped
+    (and must exit 0) at the end."""
     a = Admin(
         [
             f"--lookupd-http-address={cluster.lookupd.http_address}",
-            "--http-client-request-timeout=1s",
+            f"--http-client-request-timeout={request_timeout}",
             "--sample-interval=1s",
             "--refresh-interval=1s",
         ]
     )
     yield a
     assert a.stop() == 0, a.log()
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: Cluster) -> Iterator[Admin]:
+    yield from admin_over(cluster, "1s")
 
 
 def pub_both(cluster: Cluster, topic: str, n1: int, n2: int) -> None:

@@ -23,7 +23,14 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, RawClient, wait_for
-from test_admin_api import Admin, Cluster, consume, pub_both
+from test_admin_api import (  # noqa: F401 (cluster_fixture: the "cluster" fixture, shared)
+    Admin,
+    Cluster,
+    admin_over,
+    cluster_fixture,
+    consume,
+    pub_both,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -69,26 +76,8 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture(scope="module")
 def admin(cluster: Cluster) -> Iterator[Admin]:
-    a = Admin(
-        [
-            f"--lookupd-http-address={cluster.lookupd.http_address}",
-            "--http-client-request-timeout=2s",
-            "--sample-interval=1s",
-            "--refresh-interval=1s",
-        ]
-    )
-    yield a
-    assert a.stop() == 0, a.log()
+    yield from admin_over(cluster, "2s")
 
 
 @pytest.fixture
