@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -801,3 +802,69 @@ def test_no_lookupd_answers_is_a_page_with_the_error_not_a_blank_one() -> None:
             assert b"connection refused" in page, path
     finally:
         assert a.stop() == 0, a.log()
+
+
+# ---------------------------------------------------------------------------- HTTPS retry
+
+
+def test_https_retry_for_a_tls_required_nsqd(tmp_path: Path) -> None:
+    """Go's http_api.Client: nsqd with --tls-required answers its plain HTTP listener 403
+    {"message": "TLS_REQUIRED", "https_port": N}; the admin asks again at https://host:N,
+    for reads (GETV1) and actions (POSTV1)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    ca_file, cert, key = (str(tmp_path / n) for n in ("ca.pem", "server.pem", "server.key"))
+    ca.cert_pem.write_to_path(ca_file)
+    server.cert_chain_pems[0].write_to_path(cert)
+    server.private_key_pem.write_to_path(key)
+    tls = [f"--tls-cert={cert}", f"--tls-key={key}", "--tls-required=true"]
+    node = Nsqd([*tls, "--broadcast-address=127.0.0.1"])
+    try:
+        code, body, _ = node.http("GET", "/stats?format=json")
+        assert code == 403 and json.loads(body) == {
+            "message": "TLS_REQUIRED",
+            "https_port": node.https_port,
+        }
+        ctx = ssl.create_default_context(cafile=ca_file)
+
+        def https(method: str, path: str) -> Any:
+            req = urllib.request.Request(
+                f"https://127.0.0.1:{node.https_port}{path}", method=method
+            )
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                return json.loads(r.read() or b"null")
+
+        https("POST", "/topic/create?topic=secure")
+        https("POST", "/channel/create?topic=secure&channel=c")
+        a = Admin(
+            [
+                f"--nsqd-http-address={node.http_address}",
+                f"--http-client-tls-root-ca-file={ca_file}",
+            ]
+        )
+        try:
+            got = a.get("/api/topics")
+            assert got == {"topics": ["secure"], "message": ""}
+            (p,) = a.get("/api/nodes")["nodes"]
+            assert ci.http_address(p) == node.http_address  # the plain address, as in Go
+            code, out, _ = a.http("POST", "/api/topics/secure/c", {"action": "pause"})
+            assert code == 200 and json.loads(out) == {"message": ""}, out
+            (t,) = https("GET", "/stats?format=json&topic=secure")["topics"]
+            assert t["channels"][0]["paused"] is True
+            assert a.get("/api/topics/secure/c")["paused"] is True
+        finally:
+            assert a.stop() == 0, a.log()
+        # without the CA the https retry fails, and the error says where it went
+        a = Admin([f"--nsqd-http-address={node.http_address}"])
+        try:
+            code, out, _ = a.http("GET", "/api/topics")
+            message = json.loads(out)["message"]
+            assert code == 502 and f"https://127.0.0.1:{node.https_port}/stats" in message
+        finally:
+            assert a.stop() == 0, a.log()
+    finally:
+        node.stop()

@@ -7,8 +7,9 @@
 # message, never an exception: reads return ``(value, errors)``, and raise
 # clusterinfo.UpstreamError only when every daemon asked failed, as nsqadmin's PartialErr /
 # error split does. The error text follows Go's http client: 'Get "URL": <reason>' and
-# 'got response 500 Internal Server Error "<body>"'. Actions POST to lookupds one after another
-# and to nsqds in parallel, collecting errors.
+# 'got response 500 Internal Server Error "<body>"'. A 403 to a plain-http URL is retried once at
+# https on the port the answer names (Go's GETV1/POSTV1: nsqd with --tls-required answers so).
+# Actions POST to lookupds one after another and to nsqds in parallel, collecting errors.
 from __future__ import annotations
 
 import asyncio
@@ -17,10 +18,11 @@ import logging
 import ssl
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote_plus
+from urllib.parse import quote_plus, urlsplit, urlunsplit
 
 import aiohttp
 
+from ..netaddr import join_host_port
 from . import clusterinfo as ci
 from .clusterinfo import Producer, Stats
 
@@ -69,16 +71,28 @@ class HTTPClient:
             self._session = None
 
     async def request(self, method: str, url: str, body: bytes | None = None) -> bytes:
-        """The body of a 200 answer; FetchError with Go's wording otherwise."""
+        """The body of a 200 answer; FetchError with Go's wording otherwise.
+
+        As http_api.Client's GETV1/POSTV1: a 403 to a plain-http URL is asked once more at
+        https, on the port its JSON body names as "https_port" (nsqd with --tls-required
+        answers {"message": "TLS_REQUIRED", "https_port": N} on its HTTP listener); a body
+        that is not JSON is an error, a missing port is port 0, as in Go."""
+        status, data = await self._once(method, url, body)
+        if status == 403 and not url.startswith("https"):
+            url = https_endpoint(url, data)
+            status, data = await self._once(method, url, body)
+        if status != 200:
+            reason = HTTPStatus(status).phrase if status in _STATUSES else ""
+            text = json.dumps(data.decode("utf-8", "replace"))
+            raise FetchError(f"got response {status} {reason} {text}")
+        return data
+
+    async def _once(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
+        """One request: (status, body); FetchError with Go's wording when it fails."""
         verb = method.capitalize()
         try:
             async with self.session().request(method, url, data=body) as resp:
-                data = await resp.read()
-                if resp.status != 200:
-                    reason = HTTPStatus(resp.status).phrase if resp.status in _STATUSES else ""
-                    text = json.dumps(data.decode("utf-8", "replace"))
-                    raise FetchError(f"got response {resp.status} {reason} {text}")
-                return data
+                return resp.status, await resp.read()
         except TimeoutError:
             raise FetchError(
                 f'{verb} "{url}": context deadline exceeded '
@@ -103,6 +117,21 @@ class HTTPClient:
 
 
 _STATUSES = {s.value for s in HTTPStatus}
+
+
+def https_endpoint(url: str, body: bytes) -> str:
+    """http_api.httpsEndpoint: ``url`` with scheme https and the port of the 403 answer's
+    "https_port" (0 when absent). Raises FetchError when the body is not a JSON object
+    with an integer port (Go's json.Unmarshal error)."""
+    try:
+        port = json.loads(body).get("https_port", 0)
+    except (ValueError, AttributeError) as e:
+        raise FetchError(f"invalid JSON in 403 answer of {url}: {e}") from None
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise FetchError(f"json: cannot unmarshal https_port {port!r} into Go value of type int")
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(scheme="https", netloc=join_host_port(host, port)))
 
 
 def _reason(e: aiohttp.ClientConnectorError) -> str:
