@@ -172,7 +172,7 @@ class Channel(SpillQueue):
         when it had to go to the backend and the write failed."""
         self.message_count += 1
         if len(self._queue) < self.mem_queue_size:
-            self._queue.append(record)
+            self._mem_append(record)
         else:
             self._spill([record])
         if self._ready:
@@ -263,7 +263,9 @@ class Channel(SpillQueue):
                 mine = self._dead_letters_out(mine)
             self.requeue_count += len(mine)
             mine.sort(key=_by_delivery)
-            self._queue.extendleft(m.to_record() for m in reversed(mine))
+            records = [m.to_record() for m in mine]
+            self._queue.extendleft(reversed(records))
+            self._mem_index.prepended(records)
             self._dispatch()
         if not self.clients and self.ephemeral and self._on_empty is not None:
             self._on_empty(self)
@@ -358,6 +360,19 @@ class Channel(SpillQueue):
         self._dispatch()
         return True
 
+    def locate(self, msg_id: bytes) -> tuple[str, Message | bytes, tuple[int, int] | None] | None:
+        """Where the message ``msg_id`` is in this channel: ("in_flight", Message, None),
+        ("deferred", Message, None), ("memory", record, None), ("disk", record, (file number,
+        byte position)); None when the channel does not hold it (finished, or never here).
+        Bounded time: see msg_index."""
+        msg = self.in_flight.get(msg_id)
+        if msg is not None:
+            return "in_flight", msg, None
+        msg = self.deferred.get(msg_id)
+        if msg is not None:
+            return "deferred", msg, None
+        return self.locate_queued(msg_id)
+
     # ---------------------------------------------------------------- admin
 
     def pause(self) -> None:
@@ -391,7 +406,7 @@ class Channel(SpillQueue):
         self.clients.clear()
         for c in clients:
             c.close()
-        self._queue.clear()
+        self._mem_clear()
         self.in_flight.clear()
         self._in_flight_pq.clear()
         self.deferred.clear()
@@ -408,7 +423,7 @@ class Channel(SpillQueue):
         to keep with their remaining delay. The channel stops."""
         self.exiting = True
         queued = list(self._queue)
-        self._queue.clear()
+        self._mem_clear()
         in_flight = sorted(self.in_flight.values(), key=_by_delivery)
         self.in_flight.clear()
         self._in_flight_pq.clear()
@@ -473,7 +488,7 @@ class Channel(SpillQueue):
             self._enqueue_many(records)
         except OSError as e:
             log.error("CHANNEL(%s): failed to write message to backend - %s", self.name, e)
-            self._queue.extend(records)
+            self._mem_extend(records)
 
     def _start_deferred(self, msg: Message, delay_ms: int) -> None:
         if msg.id in self.deferred:
@@ -500,6 +515,7 @@ class Channel(SpillQueue):
             popleft = queue.popleft
             clients = self.clients
             read_disk = False
+            popped = 0
             while ready:
                 on_disk = backend.depth if backend is not None else 0
                 avail = len(queue) + on_disk
@@ -529,11 +545,13 @@ class Channel(SpillQueue):
                             if not queue:
                                 break
                             rec = popleft()
+                            popped += 1
                         else:
                             on_disk -= 1
                     else:
                         self._disk_turn = True
                         rec = popleft()
+                        popped += 1
                     if sample and self._rand(100) > sample:
                         # nsqd drops sampled-out messages for this channel
                         if self._disk_refs:
@@ -553,6 +571,7 @@ class Channel(SpillQueue):
                 if c.ready_room() > 0:
                     c.in_ready = True
                     ready.append(c)
+            self._mem_index.popped(popped)
             if read_disk and self._hooks is not None and backend is not None:
                 self._hooks.backend_read(backend)
         finally:

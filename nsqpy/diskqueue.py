@@ -62,7 +62,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from .fileutil import write_sync_file
 
@@ -277,9 +277,15 @@ class DiskQueue:
             self._pending_since = self._clock()
         self._ops += 1
 
-    def put_many(self, datas: Iterable[bytes]) -> None:
+    def put_many(
+        self, datas: Iterable[bytes], marks: list[int] | None = None
+    ) -> list[tuple[int, int]]:
         """put() each record in order. Sizes are checked first: a ValueError adds nothing. An
-        OSError part-way leaves the records before the failing one added."""
+        OSError part-way leaves the records before the failing one added.
+
+        ``marks``: ascending indexes into ``datas`` whose position is wanted; the answer is
+        their (file number, byte position of the record's size prefix), in the same order
+        (empty without marks)."""
         if self._closed:
             raise DiskQueueClosed(f"diskqueue {self.name} is closed")
         datas = list(datas)
@@ -293,13 +299,19 @@ class DiskQueue:
                 )
         max_bytes = self.max_bytes_per_file
         buf = self._wbuf
-        for d in datas:
+        positions: list[tuple[int, int]] = []
+        mark = marks[0] if marks else -1
+        for i, d in enumerate(datas):
             n = len(d)
             wp = self._write_pos
             if wp > 0 and wp + 4 + n > max_bytes:
                 self._roll()
             elif len(buf) >= WRITE_BUFFER_LIMIT:
                 self.flush()
+            if i == mark:
+                assert marks is not None
+                positions.append((self._write_num, self._write_pos))
+                mark = marks[len(positions)] if len(positions) < len(marks) else -1
             buf += _pack_len(n)
             buf += d
             self._write_pos = self._write_pos + 4 + n
@@ -307,6 +319,53 @@ class DiskQueue:
             if not self._ops:
                 self._pending_since = self._clock()
             self._ops += 1
+        return positions
+
+    def scan(
+        self, start: tuple[int, int], stop: tuple[int, int]
+    ) -> Iterator[tuple[tuple[int, int], bytes]]:
+        """Read records back without consuming them: ((file number, position), record) for
+        each record from ``start`` up to ``stop`` (both (file number, position) pairs at
+        record boundaries, e.g. from put_many's marks or the read/write positions), in
+        order. Stops early at a missing or damaged file (what it cannot read it leaves to the
+        reader's own error handling). Flushes the write buffer first when it must."""
+        f, p = start
+        while (f, p) < stop:
+            if f == self._write_num and self._wbuf:
+                self.flush()
+            try:
+                fd = os.open(self.file_name(f), os.O_RDONLY)
+            except OSError:
+                return
+            try:
+                end = stop[1] if f == stop[0] else os.fstat(fd).st_size
+                while p < end:
+                    chunk = os.pread(fd, min(READ_CHUNK, end - p), p)
+                    if len(chunk) < 4:
+                        return
+                    i = 0
+                    while i + 4 <= len(chunk):
+                        n = _unpack_len(chunk, i)[0]
+                        if not self.min_msg_size <= n <= self.max_msg_size:
+                            return
+                        j = i + 4 + n
+                        if j > len(chunk):
+                            break
+                        yield (f, p + i), chunk[i + 4 : j]
+                        i = j
+                    if i == 0:  # a record bigger than a chunk: read it by itself
+                        n = _unpack_len(chunk, 0)[0]
+                        rec = os.pread(fd, n, p + 4) if p + 4 + n <= end else b""
+                        if len(rec) < n:
+                            return
+                        yield (f, p), rec
+                        i = 4 + n
+                    p += i
+            finally:
+                os.close(fd)
+            if f >= stop[0]:
+                return
+            f, p = f + 1, 0
 
     def flush(self) -> None:
         """Write the buffered records to the OS (no fsync). Raises OSError; what was written

@@ -8,6 +8,11 @@
 # as nsqd does. Topic and Channel inherit this class (no indirection on the publish path) and
 # add what differs: a topic moves what it holds to its channels, a channel hands it to consumers
 # and tracks which backend records are still unfinished (``_spilled``).
+#
+# Every record that enters memory or the backend is noted in a msg_index index (memory: where in
+# the deque; backend: file and position), so ``locate_queued`` finds a message by its ID in
+# bounded time for GET /message?id=. Records go into ``_queue`` only through ``_mem_append`` /
+# ``_mem_extend`` and leave it through paths that tell the index (``_mem_index.popped``).
 from __future__ import annotations
 
 import logging
@@ -15,6 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from .message import HEADER_LENGTH
+from .msg_index import DiskIndex, MemoryIndex
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -53,7 +59,15 @@ class SpillQueue:
     memory stay there).
     """
 
-    __slots__ = ("_hooks", "_queue", "backend", "mem_queue_size", "name")
+    __slots__ = (
+        "_disk_index",
+        "_hooks",
+        "_mem_index",
+        "_queue",
+        "backend",
+        "mem_queue_size",
+        "name",
+    )
 
     def __init__(
         self,
@@ -67,6 +81,8 @@ class SpillQueue:
         self.backend = backend
         self._hooks = hooks
         self._queue: deque[bytes] = deque()
+        self._mem_index = MemoryIndex()
+        self._disk_index = DiskIndex(backend) if backend is not None else None
 
     @property
     def depth(self) -> int:
@@ -80,21 +96,42 @@ class SpillQueue:
 
     def _enqueue_many(self, records: list[bytes]) -> None:
         """Memory while there is room, the backend for the rest."""
-        queue = self._queue
-        room = self.mem_queue_size - len(queue)
+        room = self.mem_queue_size - len(self._queue)
         if room >= len(records):
-            queue.extend(records)
+            self._mem_extend(records)
             return
         if room > 0:
-            queue.extend(records[:room])
+            self._mem_extend(records[:room])
             records = records[room:]
         self._spill(records)
+
+    def _mem_append(self, record: bytes) -> None:
+        """Append one record to memory (no room check)."""
+        queue = self._queue
+        queue.append(record)
+        self._mem_index.appended_one(record, len(queue))
+
+    def _mem_extend(self, records: list[bytes]) -> None:
+        """Append records to memory (no room check)."""
+        queue = self._queue
+        queue.extend(records)
+        self._mem_index.appended(records, len(queue))
+
+    def _mem_clear(self) -> None:
+        """Empty memory."""
+        self._mem_index.cleared(len(self._queue))
+        self._queue.clear()
 
     def _spill(self, records: list[bytes]) -> None:
         backend = self.backend
         if backend is None:
             return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
-        backend.put_many(records)
+        index = self._disk_index
+        if index is None:
+            backend.put_many(records)
+        else:
+            marks = index.marks_for(records)
+            index.written(marks, backend.put_many(records, marks))
         self._spilled(records)
         if self._hooks is not None:
             self._hooks.spilled(backend)
@@ -125,10 +162,25 @@ class SpillQueue:
             return b"", file_num, pos
         return rec, file_num, pos
 
+    def locate_queued(self, msg_id: bytes) -> tuple[str, bytes, tuple[int, int] | None] | None:
+        """Where the message ``msg_id`` (16 hex bytes) waits: ("memory", record, None) or
+        ("disk", record, (file number, byte position)), or None when it is in neither. Bounded
+        time (msg_index); a disk hit reads one block of the backend."""
+        i = self._mem_index.find(self._queue, msg_id)
+        if i >= 0:
+            return "memory", self._queue[i], None
+        if self._disk_index is not None:
+            hit = self._disk_index.find(msg_id)
+            if hit is not None:
+                return "disk", hit[1], hit[0]
+        return None
+
     def _drop_queued(self, topic: str, channel: str | None) -> None:
         """Empty memory and the backend (the deferred journal forgets this queue's entries)."""
-        self._queue.clear()
+        self._mem_clear()
         if self.backend is not None:
             self.backend.empty()
+            if self._disk_index is not None:
+                self._disk_index.cleared()
             if self._hooks is not None:
                 self._hooks.deferred_dropped(topic, channel)

@@ -113,7 +113,15 @@ class Topic(SpillQueue):
         self.message_count += len(records)
         self.message_bytes += sum(map(len, records)) - _HEADER * len(records)
         if self.channels and not self.paused and not self.starting:
-            self._fan_out(records)
+            backend = self.backend
+            if backend is not None and backend.depth:
+                # A backlog is being moved to the channels (_drain_step): queue behind it, so
+                # the channels receive the topic's messages in order (msg_index relies on
+                # it; an interleaving would make every drained record a "stray").
+                self._spill(records)
+                self._flush_queue()
+            else:
+                self._fan_out(records)
         else:
             self._hold(records)
 
@@ -162,7 +170,7 @@ class Topic(SpillQueue):
             return
         if self._queue:
             held = list(self._queue)
-            self._queue.clear()
+            self._mem_clear()
             try:
                 self._fan_out(held)
             except OSError:
@@ -186,6 +194,16 @@ class Topic(SpillQueue):
         if self._drain_step() and self._schedule is not None:
             self._drain_scheduled = True
             self._schedule(self._drain_later)
+
+    def locate(self, msg_id: bytes) -> tuple[str, bytes, tuple[int, int] | None] | None:
+        """Where the topic itself holds the message ``msg_id`` (no channel yet, paused):
+        ("memory" | "disk", record, disk position or None), ("deferred", record, None), or
+        None. Bounded time for memory and disk (msg_index); deferred messages held by the
+        topic are looked through one by one (there are few: DPUBs before the first channel)."""
+        for record, _delay in self._deferred_held:
+            if record[10:26] == msg_id:
+                return "deferred", record, None
+        return self.locate_queued(msg_id)
 
     def _drain_step(self) -> bool:
         """Move up to DRAIN_CHUNK backend records to the channels; True if more remain."""
@@ -259,6 +277,7 @@ class Topic(SpillQueue):
         queue = self._queue
         while queue and len(out) < limit:
             out.append(queue.popleft())
+        self._mem_index.popped(len(out))
         if self.backend is not None:
             while len(out) < limit:
                 rec = self._next_backend_record("TOPIC")[0]
@@ -280,7 +299,7 @@ class Topic(SpillQueue):
         (record, delay ms) for the caller to keep. The topic stops."""
         self.exiting = True
         held = list(self._queue)
-        self._queue.clear()
+        self._mem_clear()
         if self.backend is not None and held:
             self.backend.put_many(held)
         deferred = self._deferred_held
@@ -296,7 +315,7 @@ class Topic(SpillQueue):
             ch.close()
             if self._on_channels_changed is not None:
                 self._on_channels_changed(self, ch.name, False)
-        self._queue.clear()
+        self._mem_clear()
         self._deferred_held.clear()
         if self.backend is not None:
             self.backend.delete()
