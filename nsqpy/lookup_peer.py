@@ -291,6 +291,9 @@ class LookupPeers:
             "http_port": o.broadcast_http_port,
             "hostname": self._hostname,
             "broadcast_address": o.broadcast_address,
+            # Beyond nsqd: lets nsqpy-lookupd route GET /message?id= to this node (Go's
+            # nsqlookupd ignores unknown IDENTIFY fields).
+            "node_id": o.node_id,
         }
 
     def state(self) -> list[bytes]:

@@ -132,8 +132,17 @@ def test_identify_and_registrations_are_nsqds(daemon_factory, recorder):
     wait_for(lambda: recorder.conns and recorder.commands(), what="IDENTIFY")
     assert recorder.magics[0] == b"  V1"
     body = recorder.identify_body()
-    # go's json.Marshal of a map: keys sorted; ports are the bound ones when not set
-    assert list(body) == ["broadcast_address", "hostname", "http_port", "tcp_port", "version"]
+    # go's json.Marshal of a map: keys sorted; ports are the bound ones when not set; node_id
+    # is nsqpy's addition (Go's nsqlookupd ignores it; nsqpy-lookupd routes /message by it)
+    assert list(body) == [
+        "broadcast_address",
+        "hostname",
+        "http_port",
+        "node_id",
+        "tcp_port",
+        "version",
+    ]
+    assert 0 <= body["node_id"] < 1024
     assert body["broadcast_address"] == "127.0.0.1"
     assert body["hostname"] == socket.gethostname()
     assert (body["tcp_port"], body["http_port"]) == (d.tcp_port, d.http_port)

@@ -107,6 +107,10 @@ def decode_identify(body: bytes, peer: PeerInfo) -> None:
         raise ValueError("cannot unmarshal into PeerInfo")
     error: ValueError | None = None
     for key, value in pairs:
+        if key == "node_id":  # beyond nsqlookupd: nsqpy-d's node id (Go would ignore it)
+            if type(value) is int and 0 <= value < 1024:
+                peer.node_id = value
+            continue
         field = _FIELDS.get(key) or _FIELDS.get(_fold(key))
         if field is None or value is None:
             continue
@@ -349,7 +353,28 @@ class LookupProtocolV1(asyncio.Protocol):
         self.peer = peer
         if self.lookupd.db.identify(peer):
             log.info("DB: client(%s) REGISTER category:client key: subkey:", self)
+        if peer.node_id >= 0:
+            self._check_node_id(peer)
         return self.lookupd.identify_response()
+
+    def _check_node_id(self, peer: PeerInfo) -> None:
+        """Node ids must be unique in a cluster (message IDs carry them): say so loudly."""
+        others = {
+            f"{p.broadcast_address}:{p.http_port}"
+            for p in self.lookupd.db.peers_with_node_id(
+                peer.node_id, self.lookupd.inactive_producer_timeout_ns
+            )
+            if (p.broadcast_address, p.http_port) != (peer.broadcast_address, peer.http_port)
+        }
+        if others:
+            log.error(
+                "CLIENT(%s): configuration error: node id %d of %s:%d is also the node id of %s",
+                self,
+                peer.node_id,
+                peer.broadcast_address,
+                peer.http_port,
+                ", ".join(sorted(others)),
+            )
 
     def _register(self, params: list[bytes]) -> bytes:
         if self.peer is None:

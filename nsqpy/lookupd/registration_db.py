@@ -47,7 +47,9 @@ class PeerInfo:
     """One identified nsqd connection (registration_db.go PeerInfo).
 
     ``id`` is the connection's remote address ("127.0.0.1:54321"); ports are ints; last_update
-    is Unix nanoseconds of the IDENTIFY or last PING.
+    is Unix nanoseconds of the IDENTIFY or last PING. ``node_id`` is the node id an nsqpy-d
+    sent in its IDENTIFY (beyond nsqlookupd: it routes GET /message?id=), -1 when none was
+    sent (Go's nsqd sends none); it is not part of the JSON Go's nsqlookupd answers.
     """
 
     __slots__ = (
@@ -59,6 +61,7 @@ class PeerInfo:
         "http_port",
         "version",
         "last_update",
+        "node_id",
     )
 
     def __init__(
@@ -71,6 +74,7 @@ class PeerInfo:
         http_port: int = 0,
         version: str = "",
         last_update: int = 0,
+        node_id: int = -1,
     ) -> None:
         self.id = id
         self.remote_address = remote_address
@@ -80,6 +84,7 @@ class PeerInfo:
         self.http_port = http_port
         self.version = version
         self.last_update = last_update
+        self.node_id = node_id
 
     def to_json(self) -> dict[str, object]:
         """The peer as /lookup lists it, in Go's field order (1.3.0 has no topology fields)."""
@@ -375,6 +380,13 @@ class RegistrationDB:
         producers = self.find_producers("topic", topic, "")
         active = filter_by_active(producers, inactive_timeout_ns, tombstone_lifetime_ns, self.now())
         return [p.peer_info for p in active]
+
+    def peers_with_node_id(self, node_id: int, inactive_timeout_ns: int) -> list[PeerInfo]:
+        """The active identified peers that sent ``node_id`` (more than one distinct node is
+        a configuration error: node ids must be unique in a cluster)."""
+        clients = self.find_producers("client", "", "")
+        active = filter_by_active(clients, inactive_timeout_ns, 0, self.now())
+        return [p.peer_info for p in active if p.peer_info.node_id == node_id]
 
     def nodes(
         self, inactive_timeout_ns: int, tombstone_lifetime_ns: int
