@@ -224,7 +224,9 @@ def test_two_nodes_with_one_node_id_are_a_configuration_error(
     lk = lookupd_factory()
     a, b = (
         daemon_factory(
-            "--node-id=5", f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1"
+            "--node-id=5",
+            f"--lookupd-tcp-address={lk.tcp_address}",
+            "--broadcast-address=127.0.0.1",
         )
         for _ in range(2)
     )
