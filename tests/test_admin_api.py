@@ -40,10 +40,14 @@ _LISTEN_RE = re.compile(r"HTTP: listening on (\S+):(\d+)")
 
 
 class Admin:
-    """A running nsqpy-admin process on 127.0.0.1:0 (port read from "HTTP: listening on")."""
+    """A running nsqpy-admin process on 127.0.0.1:0 (port read from "HTTP: listening on");
+    ``cmd`` runs another nsqadmin (Go's binary) instead."""
 
-    def __init__(self, args: list[str], start_timeout: float = 15) -> None:
-        self.argv = [sys.executable, "-m", "nsqpy.admin", "--http-address=127.0.0.1:0", *args]
+    def __init__(
+        self, args: list[str], start_timeout: float = 15, cmd: list[str] | None = None
+    ) -> None:
+        base = cmd or [sys.executable, "-m", "nsqpy.admin"]
+        self.argv = [*base, "--http-address=127.0.0.1:0", *args]
         self.lines: list[str] = []
         self.port = 0
         self._ready = threading.Event()
@@ -89,7 +93,8 @@ class Admin:
         headers: dict[str, str] | None = None,
         timeout: float = 20,
     ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers); a dict body is sent as JSON, a str as a form."""
+        """(status, body, headers); a dict body is sent as JSON, a str as a form, bytes as
+        they are."""
         data = None
         hdrs = dict(headers or {})
         if isinstance(body, dict):
@@ -98,6 +103,8 @@ class Admin:
         elif isinstance(body, str):
             data = body.encode()
             hdrs.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        elif isinstance(body, bytes):
+            data = body
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             conn.request(method, path, body=data, headers=hdrs)
@@ -768,25 +775,92 @@ def test_nsqd_addresses_without_lookupd_and_base_path(cluster: Cluster) -> None:
         assert a.stop() == 0, a.log()
 
 
-def test_dead_letter_counts_on_topic_and_channel_pages(cluster: Cluster, admin: Admin) -> None:
-    """nsqpy-d moves a message that reached --max-attempts to "<topic>.<channel>.dead"; the
-    admin shows that topic's message count next to the channel (published here directly)."""
-    topic = "api_dlq"
-    pub_both(cluster, topic, 1, 1)
-    for n in cluster.nodes:
-        n.post("/channel/create", topic=topic, channel="work")
-    cluster.nodes[0].mpub(f"{topic}.work.dead", [b"d1", b"d2"])
-    cluster.nodes[1].mpub(f"{topic}.work.dead", [b"d3"])
-    cluster.wait_registered(f"{topic}.work.dead")
-    code, page, _ = admin.http("GET", f"/topics/{topic}")
-    row = re.search(rb'<tr data-channel="work">(.*?)</tr>', page, re.S)
-    assert row, page
-    dead = re.search(
-        rb'<td class="n dead"><a href="/topics/api_dlq.work.dead"[^>]*>(\d+)<', row.group(1)
+def dead_letter(cluster: Cluster, node: Nsqd, topic: str, channel: str, n: int) -> None:
+    """Make ``n`` dead letters of ``topic``/``channel`` on nsqpy-d ``node``: the channel with
+    max_attempts=1, ``n`` messages delivered once and REQ'd (each then moves to the
+    dead-letter topic)."""
+    node.post("/topic/create", topic=topic)
+    node.post("/channel/create", topic=topic, channel=channel, max_attempts="1")
+    node.mpub(topic, [b"dl-%d" % i for i in range(n)])
+    c = RawClient(node.tcp_port)
+    try:
+        c.sub(topic, channel, rdy=n)
+        ids = [c.read_message(10)[2] for _ in range(n)]
+        c.cmd(b"RDY", b"0")
+        for msg_id in ids:
+            c.cmd(b"REQ", msg_id, b"0")
+
+        def counted() -> bool:
+            stats = cluster.channel_stats(node, topic, channel) or {}
+            return stats.get("dead_letter_count") == n
+
+        wait_for(counted, 10, what=f"{n} dead letters")
+    finally:
+        c.close()
+
+
+def test_dead_letters_counts_replay_acl_and_audit(cluster: Cluster) -> None:
+    """nsqpy-d's dead letters: the counts in the API and on the pages, the replay action
+    (POST /api/topics/:topic/:channel {"action": "replay"}) behind the ACL, with its audit
+    event."""
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    _Sink.events = []
+    a = Admin(
+        [
+            f"--lookupd-http-address={cluster.lookupd.http_address}",
+            "--admin-user=alice",
+            f"--notification-http-endpoint=http://127.0.0.1:{sink.server_port}/audit",
+        ]
     )
-    assert dead and int(dead.group(1)) == 3
-    code, page, _ = admin.http("GET", f"/topics/{topic}/work")
-    assert code == 200 and b"Dead letters:" in page and b"3 in api_dlq.work.dead" in page
+    topic, dead = "api_dlq", "api_dlq.work.dead"
+    n1, n2 = cluster.nodes
+    try:
+        dead_letter(cluster, n1, topic, "work", 3)
+        dead_letter(cluster, n2, topic, "work", 2)
+        cluster.wait_registered(dead)
+        ch = a.get(f"/api/topics/{topic}/work")
+        assert (ch["max_attempts"], ch["dead_letter_count"], ch["depth"]) == (1, 5, 0)
+        assert sorted(r["dead_letter_count"] for r in ch["nodes"]) == [2, 3]
+        assert list(ch)[-3:] == ["max_attempts", "dead_letter_count", "message"]
+
+        code, page, _ = a.http("GET", f"/topics/{topic}")
+        row = re.search(rb'<tr data-channel="work">(.*?)</tr>', page, re.S)
+        assert row, page
+        assert re.search(rb'class="dead-count"[^>]*>5<', row.group(1))
+        assert re.search(
+            rb'class="dead-waiting" href="/topics/api_dlq.work.dead"[^>]*>5 to', row.group(1)
+        )
+        code, page, _ = a.http("GET", f"/topics/{topic}/work")
+        assert code == 200 and b'<dd class="dead-count">5</dd>' in page
+        assert re.search(
+            rb'<dd class="dead-waiting"><a href="/topics/api_dlq.work.dead">5</a>', page
+        )
+
+        for hdrs in ({}, {"X-Forwarded-User": "mallory"}):
+            code, out, _ = a.http("POST", f"/api/topics/{topic}/work", {"action": "replay"}, hdrs)
+            assert code == 403 and json.loads(out) == {"message": "FORBIDDEN"}
+        assert [cluster.topic_stats(n, dead)["depth"] for n in (n1, n2)] == [3, 2]
+        assert _Sink.events == []
+
+        alice = {"X-Forwarded-User": "alice"}
+        code, out, _ = a.http("POST", f"/api/topics/{topic}", {"action": "replay"}, alice)
+        assert code == 400 and json.loads(out) == {"message": "INVALID_ACTION"}
+        code, out, _ = a.http("POST", f"/api/topics/{topic}/work", {"action": "replay"}, alice)
+        assert code == 200 and json.loads(out) == {"message": "", "replayed": 5}, out
+        assert [cluster.topic_stats(n, dead)["depth"] for n in (n1, n2)] == [0, 0]
+        assert [cluster.channel_stats(n, topic, "work")["depth"] for n in (n1, n2)] == [3, 2]
+        wait_for(lambda: _Sink.events, 10, what="audit event")
+        ev = _Sink.events[0]
+        assert (ev["action"], ev["topic"], ev["channel"]) == ("replay_channel", topic, "work")
+        # the form: nothing left to replay, the button is disabled; a replay answers 0
+        code, page, _ = a.http("GET", f"/topics/{topic}/work", headers=alice)
+        assert re.search(rb'<form method="post" class="replay"[^>]*>.*?<button disabled>', page)
+        code, _, headers = a.http("POST", f"/topics/{topic}/work", "action=replay", alice)
+        assert code == 303 and "0+replayed" in headers["Location"], headers
+    finally:
+        sink.shutdown()
+        assert a.stop() == 0, a.log()
 
 
 def test_no_lookupd_answers_is_a_page_with_the_error_not_a_blank_one() -> None:

@@ -211,11 +211,16 @@ class Cluster:
         """One configured nsqd as a Producer (None when ``topic`` is given and it lacks it);
         FetchError when it does not answer."""
         q = f"&topic={_q(topic)}" if topic else ""
-        stats = await self.client.get_json(
-            f"http://{addr}/stats?format=json{q}&include_clients=false"
-        )
-        names = [t.get("topic_name", "") for t in _topics(stats)]
-        if topic and topic not in names:
+        stats_url = f"http://{addr}/stats?format=json{q}&include_clients=false"
+        if not topic:  # GetNSQDProducers: /info, then /stats
+            info = await self.client.get_json(f"http://{addr}/info")
+            names = [
+                t.get("topic_name", "") for t in _topics(await self.client.get_json(stats_url))
+            ]
+            return ci.producer_from_nsqd(info, names, addr)
+        # GetNSQDTopicProducers: /stats?topic=, then /info of the nodes that have it
+        names = [t.get("topic_name", "") for t in _topics(await self.client.get_json(stats_url))]
+        if topic not in names:
             return None
         info = await self.client.get_json(f"http://{addr}/info")
         return ci.producer_from_nsqd(info, names, addr)
@@ -386,6 +391,28 @@ class Cluster:
             uri, qs = f"topic/{action}", f"topic={_q(topic)}"
         errors += await self._producers_post(producers, uri, qs)
         return errors
+
+    async def replay_dead_letters(self, topic: str, channel: str) -> tuple[int, list[str]]:
+        """nsqpy-d's dead letters: POST /message/replay?topic=&channel= to every producer of
+        the topic (at once); (messages replayed in all, errors). A Go nsqd has no such
+        endpoint: its 404 is an error like any other."""
+        producers, errors = await self.topic_producers(topic)
+        qs = f"topic={_q(topic)}&channel={_q(channel)}"
+
+        async def one(p: Producer) -> tuple[int, str | None]:
+            url = f"http://{ci.http_address(p)}/message/replay?{qs}"
+            try:
+                answer = json.loads(await self.client.request("POST", url))
+            except FetchError as e:
+                return 0, str(e)
+            except ValueError as e:
+                return 0, f'Post "{url}": invalid JSON answer: {e}'
+            n = answer.get("replayed") if isinstance(answer, dict) else None
+            return (n, None) if isinstance(n, int) else (0, f'Post "{url}": no "replayed" count')
+
+        answers = await asyncio.gather(*(one(p) for p in producers))
+        errors += [e for _, e in answers if e]
+        return sum(n for n, _ in answers), errors
 
 
 def _topics(body: Any) -> list[dict[str, Any]]:

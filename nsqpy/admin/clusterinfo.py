@@ -19,6 +19,8 @@
 #             message_count, sample_rate, deflate, snappy, authed, auth_identity,
 #             auth_identity_url, tls, tls_cipher_suite, tls_version, tls_negotiated_protocol,
 #             tls_negotiated_protocol_is_mutual
+#   nsqpy-d's dead letters add max_attempts and dead_letter_count to the channel stats of the
+#             channels that have them on (after e2e_processing_latency; absent elsewhere)
 # One deliberate difference: Go's TopicStats.Add reuses the first node's channel object as the
 # cluster-wide channel (so that node's own row is lost from "nodes"); here the cluster-wide
 # channel of a topic is built as /api/topics/:topic/:channel builds it (node "*", every node).
@@ -192,9 +194,11 @@ def find_producer(producers: list[Producer], node: str) -> Producer | None:
 # ---------------------------------------------------------------------------- e2e latency
 
 
-def e2e_from_nsqd(d: dict[str, Any] | None, topic: str, channel: str, host: str) -> Stats:
-    """nsqd's e2e_processing_latency as nsqadmin decodes it: each percentile gains min, max
-    and average (its value) and count (the stream's count)."""
+def e2e_from_nsqd(d: dict[str, Any] | None) -> Stats:
+    """nsqd's e2e_processing_latency as nsqadmin decodes it into an
+    E2eProcessingLatencyAggregate: each percentile gains min, max and average (its value) and
+    count (the stream's count); topic, channel and host are what the JSON has (nsqd sends
+    none: "", as Go's answers show for each node's row)."""
     d = d or {}
     count = int(d.get("count") or 0)
     percentiles = []
@@ -202,13 +206,13 @@ def e2e_from_nsqd(d: dict[str, Any] | None, topic: str, channel: str, host: str)
         q = dict(p)
         q["min"] = q["max"] = q["average"] = float(q.get("value", 0.0))
         q["count"] = float(count)
-        percentiles.append(q)
+        percentiles.append(dict(sorted(q.items())))  # a Go map: encoded with sorted keys
     return {
         "count": count,
         "percentiles": percentiles or None,
-        "topic": topic,
-        "channel": channel,
-        "host": host,
+        "topic": str(d.get("topic") or ""),
+        "channel": str(d.get("channel") or ""),
+        "host": str(d.get("host") or ""),
     }
 
 
@@ -234,8 +238,9 @@ def e2e_add(agg: Stats, other: Stats | None) -> None:
             continue
         delta = value.get("average", 0.0) - slot.get("average", 0.0)
         slot["average"] = slot.get("average", 0.0) + delta * value.get("count", 0.0) / slot["count"]
+    # Go sorts on a "percentile" key no entry has: the order stays as added
     mine.sort(key=lambda p: p.get("percentile", 0.0), reverse=True)
-    agg["percentiles"] = mine or None
+    agg["percentiles"] = [dict(sorted(p.items())) for p in mine] or None  # Go maps
 
 
 # ---------------------------------------------------------------------------- nsqd stats
@@ -281,7 +286,7 @@ def _channel_from_nsqd(
     depth = int(c.get("depth") or 0)
     backend = int(c.get("backend_depth") or 0)
     clients = c.get("clients")
-    return {
+    row = {
         "node": node,
         "hostname": hostname,
         "topic_name": topic,
@@ -298,10 +303,12 @@ def _channel_from_nsqd(
         "nodes": None,
         "clients": None if clients is None else [client_from_nsqd(x, node, now) for x in clients],
         "paused": bool(c.get("paused")),
-        "e2e_processing_latency": e2e_from_nsqd(
-            c.get("e2e_processing_latency"), topic, c.get("channel_name", ""), ""
-        ),
+        "e2e_processing_latency": e2e_from_nsqd(c.get("e2e_processing_latency")),
     }
+    if "max_attempts" in c:  # nsqpy-d's dead letters, where they are on (Go's nsqd: never)
+        row["max_attempts"] = int(c.get("max_attempts") or 0)
+        row["dead_letter_count"] = int(c.get("dead_letter_count") or 0)
+    return row
 
 
 def node_topic_stats(
@@ -339,9 +346,7 @@ def node_topic_stats(
                 if channels is None
                 else [_channel_from_nsqd(c, node, hostname, name, now) for c in channels],
                 "paused": bool(t.get("paused")),
-                "e2e_processing_latency": e2e_from_nsqd(
-                    t.get("e2e_processing_latency"), name, "", ""
-                ),
+                "e2e_processing_latency": e2e_from_nsqd(t.get("e2e_processing_latency")),
             }
         )
     return out
@@ -393,6 +398,9 @@ def channel_add(total: Stats, a: Stats) -> None:
     total["node"] = "*"
     for k in _CHANNEL_SUMS:
         total[k] += a[k]
+    if "max_attempts" in a:  # nsqpy-d's dead letters: the largest budget, the letters summed
+        total["max_attempts"] = max(total.get("max_attempts", 0), a["max_attempts"])
+        total["dead_letter_count"] = total.get("dead_letter_count", 0) + a["dead_letter_count"]
     if a["paused"]:
         total["paused"] = True
     total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)

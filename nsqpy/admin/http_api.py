@@ -24,13 +24,15 @@ from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster
 from .clusterinfo import UpstreamError, warn_message
+from .gojson import GoJSONError, decode_struct
 from .notify import Notifier
 from .options import AdminOptions
 
 log = logging.getLogger("nsqpy")
 
-#: actions POST /api/topics/:topic[/:channel] accepts
-TOPIC_CHANNEL_ACTIONS = ("pause", "unpause", "empty")
+#: actions POST /api/topics/:topic[/:channel] accepts (replay: nsqpy-d's dead letters, a
+#: channel only)
+TOPIC_CHANNEL_ACTIONS = ("pause", "unpause", "empty", "replay")
 
 
 def upstream(e: UpstreamError) -> NsqHTTPError:
@@ -169,12 +171,15 @@ class AdminAPI:
 
     async def perform(
         self, request: web.Request, action: str, topic: str, channel: str = "", node: str = ""
-    ) -> str:
-        """Do one destructive action for ``request`` and return its warning message ("" when
-        every daemon agreed). ``action``: create (topic, channel optional), tombstone (topic
-        on node), delete, pause, unpause, empty (topic, or its channel when ``channel``).
-        Raises NsqHTTPError: 403 FORBIDDEN for a non-admin (nothing is changed), 400
-        INVALID_TOPIC/INVALID_CHANNEL/INVALID_ACTION, 502 UPSTREAM_ERROR."""
+    ) -> tuple[str, dict[str, Any]]:
+        """Do one destructive action for ``request``: (its warning message, "" when every
+        daemon agreed; extra answer fields: {"replayed": n} for replay). ``action``: create
+        (topic, channel optional), tombstone (topic on node), delete, pause, unpause, empty
+        (topic, or its channel when ``channel``), replay (a channel's dead letters back into
+        it, on every nsqpy-d producing the topic). Raises NsqHTTPError: 403 FORBIDDEN for a
+        non-admin (nothing is changed), 400 INVALID_TOPIC/INVALID_CHANNEL/INVALID_ACTION, 502
+        UPSTREAM_ERROR."""
+        extra: dict[str, Any] = {}
         if not self.is_admin(request):
             log.warning("admin action %s by %r refused", action, self.user(request))
             raise NsqHTTPError(403, "FORBIDDEN")
@@ -198,7 +203,11 @@ class AdminAPI:
                 else:
                     errors = await c.delete_topic(topic)
                 events = [(f"delete_{'channel' if channel else 'topic'}", channel)]
-            elif action in TOPIC_CHANNEL_ACTIONS:
+            elif action == "replay" and channel:
+                replayed, errors = await c.replay_dead_letters(topic, channel)
+                extra["replayed"] = replayed
+                events = [("replay_channel", channel)]
+            elif action in TOPIC_CHANNEL_ACTIONS and action != "replay":
                 errors = await c.topic_channel_action(topic, channel, action)
                 events = [(f"{action}_{'channel' if channel else 'topic'}", channel)]
             else:
@@ -210,56 +219,56 @@ class AdminAPI:
             self.notifier.admin_action(request, name, topic, ch, node)
         if errors:
             log.warning("%s", ci.err_list(errors))
-        return warn_message([ci.err_list(errors)] if errors else [])
+        return warn_message([ci.err_list(errors)] if errors else []), extra
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        if not raw.strip():
-            raise NsqHTTPError(400, "EOF")
+    async def _body(self, request: web.Request, *fields: str) -> dict[str, str]:
+        """The string ``fields`` of the JSON body as nsqadmin's Go decoder reads them; 400
+        with encoding/json's error text otherwise (gojson)."""
         try:
-            body = json.loads(raw)
-        except ValueError as e:
-            raise NsqHTTPError(400, f"invalid character in JSON body: {e}") from None
-        if not isinstance(body, dict):
-            raise NsqHTTPError(400, "json: cannot unmarshal into Go value of type struct")
-        return body
+            return decode_struct(await request.read(), fields)
+        except GoJSONError as e:
+            raise NsqHTTPError(400, str(e)) from None
 
     async def create(self, request: web.Request) -> Any:
         """POST /api/topics {"topic", "channel"?}: create through the lookupds (and the
         channel on the topic's nsqds); {"message"}."""
         if not self.is_admin(request):
             raise NsqHTTPError(403, "FORBIDDEN")
-        body = await self._body(request)
-        topic, channel = str(body.get("topic") or ""), str(body.get("channel") or "")
-        return {"message": await self.perform(request, "create", topic, channel)}
+        body = await self._body(request, "topic", "channel")
+        topic, channel = body["topic"], body["channel"]
+        message, _ = await self.perform(request, "create", topic, channel)
+        return {"message": message}
 
     async def _action(self, request: web.Request, channel: str) -> Any:
         if not self.is_admin(request):
             raise NsqHTTPError(403, "FORBIDDEN")
-        body = await self._body(request)
-        action = body.get("action")
+        action = (await self._body(request, "action"))["action"]
         if action not in TOPIC_CHANNEL_ACTIONS:
             raise NsqHTTPError(400, "INVALID_ACTION")
         topic = request.match_info["topic"]
-        return {"message": await self.perform(request, str(action), topic, channel)}
+        message, extra = await self.perform(request, action, topic, channel)
+        return {"message": message, **extra}
 
     async def topic_action(self, request: web.Request) -> Any:
         """POST /api/topics/:topic {"action": "pause"|"unpause"|"empty"}: on every producer."""
         return await self._action(request, "")
 
     async def channel_action(self, request: web.Request) -> Any:
-        """POST /api/topics/:topic/:channel {"action": ...}: on every producer of the topic."""
+        """POST /api/topics/:topic/:channel {"action": ...}: on every producer of the topic;
+        "replay" (nsqpy's) answers {"message", "replayed": n}."""
         return await self._action(request, request.match_info["channel"])
 
     async def delete_topic(self, request: web.Request) -> Any:
         """DELETE /api/topics/:topic: on the lookupds and every producer; {"message"}."""
         topic = request.match_info["topic"]
-        return {"message": await self.perform(request, "delete", topic)}
+        message, _ = await self.perform(request, "delete", topic)
+        return {"message": message}
 
     async def delete_channel(self, request: web.Request) -> Any:
         """DELETE /api/topics/:topic/:channel: on the lookupds and every producer."""
         topic, channel = request.match_info["topic"], request.match_info["channel"]
-        return {"message": await self.perform(request, "delete", topic, channel)}
+        message, _ = await self.perform(request, "delete", topic, channel)
+        return {"message": message}
 
     async def tombstone(self, request: web.Request) -> Any:
         """DELETE /api/nodes/:node {"topic"}: tombstone the node's topic on the lookupds and
@@ -267,12 +276,12 @@ class AdminAPI:
         if not self.is_admin(request):
             raise NsqHTTPError(403, "FORBIDDEN")
         try:
-            body = await self._body(request)
+            topic = (await self._body(request, "topic"))["topic"]
         except NsqHTTPError:
             raise NsqHTTPError(400, "INVALID_BODY") from None
-        topic = str(body.get("topic") or "")
         node = request.match_info["node"]
-        return {"message": await self.perform(request, "tombstone", topic, node=node)}
+        message, _ = await self.perform(request, "tombstone", topic, node=node)
+        return {"message": message}
 
     # ------------------------------------------------------------ /config
 

@@ -187,10 +187,11 @@ class Pages:
             if (a := ci.http_address(p)) in node_errors
         ]
 
-    async def dead_letters(self, topic: str, channels: list[str]) -> dict[str, tuple[str, int]]:
-        """nsqpy-d's dead letters of ``topic``'s channels: channel -> (dead-letter topic
-        "<topic>.<channel><suffix>", messages it received across the cluster), for the channels
-        whose dead-letter topic exists. Failures count as none (this is an extra)."""
+    async def dead_letters(self, topic: str, channels: list[str]) -> dict[str, dict[str, Any]]:
+        """nsqpy-d's dead-letter topics of ``topic``'s channels: channel -> {"topic":
+        "<topic>.<channel><suffix>", "received": messages it took in across the cluster,
+        "waiting": messages it holds (what a replay moves back)}, for the channels whose
+        dead-letter topic exists. Failures count as none (this is an extra)."""
         suffix = self.opts.dead_letter_suffix
         if not suffix or not channels:
             return {}
@@ -201,16 +202,20 @@ class Pages:
             return {}
         present = [n for n in names if n in wanted]
 
-        async def count(dead: str) -> int:
+        async def count(dead: str) -> dict[str, Any]:
             try:
                 producers, _ = await self.cluster.topic_producers(dead)
             except UpstreamError:
-                return 0
+                producers = []
             rows, _, _ = await self.cluster.stats(producers, dead, "", False)
-            return sum(r["message_count"] for r in rows)
+            return {
+                "topic": dead,
+                "received": sum(r["message_count"] for r in rows),
+                "waiting": sum(r["depth"] for r in rows),
+            }
 
         counts = await asyncio.gather(*(count(d) for d in present))
-        return {wanted[d]: (d, n) for d, n in zip(present, counts)}
+        return {wanted[d]: n for d, n in zip(present, counts)}
 
     async def topic(self, request: web.Request) -> web.Response:
         """/topics/:topic: per-node rows and totals, the topic's channels (with their dead
@@ -369,9 +374,11 @@ class Pages:
         if not self._same_origin(request):
             return self.error_page(request, 403, "FORBIDDEN: cross-site form")
         try:
-            message = await self.api.perform(request, action, topic, channel, node)
+            message, extra = await self.api.perform(request, action, topic, channel, node)
         except NsqHTTPError as e:
             return self.error_page(request, e.code, e.text)
+        if "replayed" in extra:
+            done += f", {extra['replayed']} replayed"
         notice = done + (f" ({message})" if message else "")
         raise web.HTTPSeeOther(f"{self.prefix}{back}?{urlencode({'notice': notice})}")
 
@@ -386,7 +393,7 @@ class Pages:
         )
 
     async def channel_form(self, request: web.Request) -> web.StreamResponse:
-        """POST /topics/:topic/:channel action=pause|unpause|empty|delete."""
+        """POST /topics/:topic/:channel action=pause|unpause|empty|delete|replay."""
         topic, channel = request.match_info["topic"], request.match_info["channel"]
         form = await request.post()
         action = str(form.get("action", ""))
