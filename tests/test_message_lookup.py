@@ -211,6 +211,31 @@ def test_lookupd_routes_by_node_id_across_three_nodes(daemon_factory, lookupd_fa
         assert a["producer"]["node_id"] == 101 + i
         assert _only(a, "audit")["state"] == "memory"
         assert base64.b64decode(a["body"]) == b"event on node %d" % i
+    # one message through its states, seen through the lookupd: in flight, deferred, finished
+    node, msg_id = nodes[1], wanted[1]
+
+    def via_lookupd() -> dict:
+        code, body, _ = lk.http("GET", f"/message?id={msg_id.decode()}")
+        assert code == 200, body
+        return json.loads(body)
+
+    c = node.raw()
+    c.sub("events", "audit", rdy=1)
+    assert c.read_message(timeout=5)[2] == msg_id
+    loc = _only(via_lookupd(), "audit")
+    assert loc["state"] == "in_flight" and loc["client"]["remote_address"]
+    c.cmd(b"REQ", msg_id, b"600000")
+    wait_for(lambda: _only(via_lookupd(), "audit")["state"] == "deferred")
+    c.close()
+    # and another, FIN'd: found nowhere any more
+    node, msg_id = nodes[2], wanted[2]
+    c = node.raw()
+    c.sub("events", "audit", rdy=1)
+    assert c.read_message(timeout=5)[2] == msg_id
+    c.cmd(b"FIN", msg_id)
+    wait_for(lambda: via_lookupd()["found"] is False, what="FIN seen")
+    assert via_lookupd()["producer"]["node_id"] == 103
+    c.close()
     # an ID whose node id no node has: 404; a bad ID: 400
     stray = "%016x" % ((1 << 22) | (999 << 12))
     code, body, _ = lk.http("GET", f"/message?id={stray}")
