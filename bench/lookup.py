@@ -81,6 +81,9 @@ def run(count: int, lookups: int, disk: bool, deadline_s: float) -> dict:
             _mpub(pub, b"lk", [body] * n)
             sent += n
             for ftype, data in _read_frames(pub, buf):
+                if ftype == 0 and data == b"_heartbeat_":
+                    pub.sendall(b"NOP\n")
+                    continue
                 if ftype != 0 or data != b"OK":
                     raise RuntimeError(f"MPUB answered {data!r}")
         pub.close()
@@ -107,6 +110,8 @@ def run(count: int, lookups: int, disk: bool, deadline_s: float) -> dict:
                 raise TimeoutError("could not read the IDs in time")
             for ftype, data in _read_frames(sub, buf):
                 if ftype != 2:
+                    if data == b"_heartbeat_":
+                        sub.sendall(b"NOP\n")
                     continue
                 msg_id = data[10:26]
                 if got % 1000 == 0 or got == count - 1:
