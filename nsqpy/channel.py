@@ -178,10 +178,11 @@ class Channel(SpillQueue):
         if self._ready:
             self._dispatch()
 
-    def put_many(self, records: list[bytes]) -> None:
-        """Queue a batch of records; as put()."""
+    def put_many(self, records: list[bytes], in_order: bool = False) -> None:
+        """Queue a batch of records; as put(). ``in_order``: their IDs are known to increase
+        (fresh publishes), which saves the message index a check per record."""
         self.message_count += len(records)
-        self._enqueue_many(records)
+        self._enqueue_many(records, in_order)
         if self._ready:
             self._dispatch()
 

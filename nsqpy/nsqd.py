@@ -299,7 +299,7 @@ class NSQD:
     def _dead_letter(self, ch: Channel, records: list[bytes]) -> bool:
         name = self.dead_letter_topic(ch.topic_name, ch.name)
         try:
-            self.get_topic(name).put_many(records)
+            self.get_topic(name).put_many(records, in_order=False)
         except (OSError, TopicError) as e:
             log.error(
                 "CHANNEL(%s): failed to move %d messages to %s - %s", ch.name, len(records), name, e

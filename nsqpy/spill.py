@@ -94,16 +94,17 @@ class SpillQueue:
     def backend_depth(self) -> int:
         return self.backend.depth if self.backend is not None else 0
 
-    def _enqueue_many(self, records: list[bytes]) -> None:
-        """Memory while there is room, the backend for the rest."""
+    def _enqueue_many(self, records: list[bytes], in_order: bool = False) -> None:
+        """Memory while there is room, the backend for the rest. ``in_order``: the records'
+        IDs are known to increase (fresh publishes; see msg_index)."""
         room = self.mem_queue_size - len(self._queue)
         if room >= len(records):
-            self._mem_extend(records)
+            self._mem_extend(records, in_order)
             return
         if room > 0:
-            self._mem_extend(records[:room])
+            self._mem_extend(records[:room], in_order)
             records = records[room:]
-        self._spill(records)
+        self._spill(records, in_order)
 
     def _mem_append(self, record: bytes) -> None:
         """Append one record to memory (no room check)."""
@@ -111,18 +112,18 @@ class SpillQueue:
         queue.append(record)
         self._mem_index.appended_one(record, len(queue))
 
-    def _mem_extend(self, records: list[bytes]) -> None:
+    def _mem_extend(self, records: list[bytes], in_order: bool = False) -> None:
         """Append records to memory (no room check)."""
         queue = self._queue
         queue.extend(records)
-        self._mem_index.appended(records, len(queue))
+        self._mem_index.appended(records, len(queue), in_order)
 
     def _mem_clear(self) -> None:
         """Empty memory."""
         self._mem_index.cleared(len(self._queue))
         self._queue.clear()
 
-    def _spill(self, records: list[bytes]) -> None:
+    def _spill(self, records: list[bytes], in_order: bool = False) -> None:
         backend = self.backend
         if backend is None:
             return  # ephemeral: no backend, dropped past --mem-queue-size (as nsqd)
@@ -130,7 +131,7 @@ class SpillQueue:
         if index is None:
             backend.put_many(records)
         else:
-            marks = index.marks_for(records)
+            marks = index.marks_for(records, in_order)
             index.written(marks, backend.put_many(records, marks))
         self._spilled(records)
         if self._hooks is not None:

@@ -106,8 +106,9 @@ class Topic(SpillQueue):
         deleted, OSError when a backend write failed."""
         self.put_many([record])
 
-    def put_many(self, records: list[bytes]) -> None:
-        """Publish a batch (MPUB)."""
+    def put_many(self, records: list[bytes], in_order: bool = True) -> None:
+        """Publish a batch (MPUB). ``in_order``: the records' IDs increase, as fresh records
+        from NSQD.new_records do; pass False for records made elsewhere (dead letters)."""
         if self.exiting:
             raise TopicError("exiting")
         self.message_count += len(records)
@@ -118,12 +119,12 @@ class Topic(SpillQueue):
                 # A backlog is being moved to the channels (_drain_step): queue behind it, so
                 # the channels receive the topic's messages in order (msg_index relies on
                 # it; an interleaving would make every drained record a "stray").
-                self._spill(records)
+                self._spill(records, in_order)
                 self._flush_queue()
             else:
-                self._fan_out(records)
+                self._fan_out(records, in_order)
         else:
-            self._hold(records)
+            self._hold(records, in_order)
 
     def put_deferred(self, record: bytes, delay_ms: int) -> None:
         """Publish one message to be delivered ``delay_ms`` ms from now (DPUB)."""
@@ -138,11 +139,11 @@ class Topic(SpillQueue):
             if self._hooks is not None and self.backend is not None:
                 self._hooks.deferred(self.name, None, record, delay_ms)
 
-    def _hold(self, records: list[bytes]) -> None:
+    def _hold(self, records: list[bytes], in_order: bool = False) -> None:
         """Keep records for later channels (raises OSError when a backend write fails)."""
-        self._enqueue_many(records)
+        self._enqueue_many(records, in_order)
 
-    def _fan_out(self, records: list[bytes]) -> None:
+    def _fan_out(self, records: list[bytes], in_order: bool = False) -> None:
         """Give each channel the records; a backend write failure on one channel does not stop
         the others, and is raised once all were tried."""
         error: OSError | None = None
@@ -151,7 +152,7 @@ class Topic(SpillQueue):
                 if len(records) == 1:
                     ch.put(records[0])
                 else:
-                    ch.put_many(records)
+                    ch.put_many(records, in_order)
             except OSError as e:
                 log.error(
                     "TOPIC(%s) ERROR: failed to put msg to channel(%s) - %s", self.name, ch.name, e

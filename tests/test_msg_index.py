@@ -48,7 +48,7 @@ def test_memory_index_finds_what_a_linear_search_finds(ops, rnd) -> None:
                 index.appended_one(recs[0], len(queue))
             else:
                 queue.extend(recs)
-                index.appended(recs, len(queue))
+                index.appended(recs, len(queue), in_order=rnd.random() < 0.5)
         elif op in ("old", "front") and taken:
             recs = [taken.pop(rnd.randrange(len(taken))) for _ in range(min(k, len(taken)))]
             if op == "old":
@@ -92,8 +92,8 @@ def test_disk_index_finds_every_unread_record(tmp_path_factory, ops, rnd) -> Non
     unread: list[bytes] = []  # what a linear reader would still find, in file order
     read: list[bytes] = []
 
-    def write(recs: list[bytes]) -> None:
-        marks = index.marks_for(recs)
+    def write(recs: list[bytes], in_order: bool = False) -> None:
+        marks = index.marks_for(recs, in_order)
         index.written(marks, dq.put_many(recs, marks))
         unread.extend(recs)
 
@@ -101,7 +101,7 @@ def test_disk_index_finds_every_unread_record(tmp_path_factory, ops, rnd) -> Non
         if op == "new":
             recs = [_rec(next_id + i, b"y" * rnd.randrange(1, 300)) for i in range(k)]
             next_id += k
-            write(recs)
+            write(recs, in_order=rnd.random() < 0.5)
         elif op == "old" and read:
             write([read.pop(rnd.randrange(len(read))) for _ in range(min(k, len(read)))])
         elif op == "read":
@@ -129,7 +129,7 @@ def test_disk_index_keeps_one_entry_per_block(tmp_path) -> None:
     recs = [_rec(i + 1) for i in range(BLOCK * 50)]
     for i in range(0, len(recs), 200):
         batch = recs[i : i + 200]
-        marks = index.marks_for(batch)
+        marks = index.marks_for(batch, in_order=i % 400 == 0)
         index.written(marks, dq.put_many(batch, marks))
     assert len(index._new.blocks) == 50
     assert not index._new.strays
