@@ -1,9 +1,11 @@
-# python -m bench <writer|reader|e2e|memory|all> [options]
+# python -m bench <writer|reader|e2e|memory|all|startup|http-pub> [options]
 #
-# Strategy: each mode runs against the nsqd named by --nsqd-tcp-address/--nsqd-http-address, or
-# else against a daemon it starts itself (nsqpy-d, or --nsqd-cmd) on loopback with ephemeral
+# Strategy: each load mode runs against the nsqd named by --nsqd-tcp-address/--nsqd-http-address,
+# or else against a daemon it starts itself (nsqpy-d, or --nsqd-cmd) on loopback with ephemeral
 # ports and a temporary data dir, stopped with SIGTERM at the end. Progress goes to stderr, the
 # summary lines too; the Markdown table to stdout; --json writes every run and the medians.
+# `startup` times fresh daemons from exec to GET /ping (startup.py); `http-pub` times HTTP
+# /pub round trips on one keep-alive connection (http_pub.py).
 from __future__ import annotations
 
 import argparse
@@ -19,9 +21,13 @@ from typing import Any
 from . import report
 from .e2e import E2EConfig, run_e2e
 from .harness import BenchError
+from .http_pub import run_http_pub
+from .http_pub import table as http_pub_table
 from .memory import run_memory
 from .polite import polite_client
 from .reader import ReaderConfig, run_reader
+from .startup import GO_DAEMONS, PY_DAEMONS, StartupConfig, run_startup
+from .startup import table as startup_table
 from .target import Daemon, Target
 from .writer import WriterConfig, run_writer
 
@@ -144,7 +150,91 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--output-buffer-timeout", type=int)
     a.add_argument("--memory-count", type=_positive, default=1_000_000)
     a.add_argument("--timeout", type=_seconds, default=120)
+    s = sub.add_parser(
+        "startup",
+        help="seconds from exec to GET /ping answering 200 (nsqpy-d, nsqpy-lookupd; Go's too "
+        "when /opt/nsq-go/bin has them)",
+    )
+    s.add_argument("--runs", type=_positive, default=10, help="runs per daemon (default 10)")
+    s.add_argument(
+        "--daemons",
+        default=",".join((*PY_DAEMONS, *GO_DAEMONS)),
+        help="comma-separated subset of " + ", ".join((*PY_DAEMONS, *GO_DAEMONS)),
+    )
+    s.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=PYTHONPATH",
+        help="a code tree put in front of the installed nsqpy (e.g. a git worktree of an older "
+        "commit); repeat to alternate several; default: the installed package only",
+    )
+    s.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
+    s.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="do not byte-compile each code tree's nsqpy first (then PYTHONDONTWRITEBYTECODE=1 "
+        "means compiling every module at every exec)",
+    )
+
+    h = sub.add_parser("http-pub", help="HTTP /pub round trips per second, one connection")
+    h.add_argument("--runs", type=_positive, default=3, help="runs per variant (default 3)")
+    h.add_argument("--count", type=_positive, default=5000, help="PUBs per run (default 5000)")
+    h.add_argument("--size", type=_positive, default=200, help="message body bytes")
+    h.add_argument("--max-seconds", type=_seconds, default=60.0, help="bound per run")
+    h.add_argument("--variant", action="append", default=[], metavar="LABEL=PYTHONPATH")
     return p
+
+
+def _variants(args: argparse.Namespace) -> list[tuple[str, str]]:
+    variants = []
+    for v in args.variant:
+        label, sep, path = v.partition("=")
+        if not sep:
+            raise SystemExit(f"bench: --variant {v!r} is not LABEL=PYTHONPATH")
+        variants.append((label, os.path.abspath(path)))
+    return variants or [("installed", "")]
+
+
+def run_http_pub_mode(args: argparse.Namespace) -> int:
+    try:
+        rows = run_http_pub(
+            _variants(args), args.runs, args.count, args.size, args.max_seconds, _log
+        )
+    except (RuntimeError, OSError) as e:
+        _log(f"bench: FAILED: {e}")
+        return 1
+    print(f"\n{args.count} PUBs of {args.size} bytes per run, {os.cpu_count()} CPUs\n")
+    print(http_pub_table(rows))
+    return 0
+
+
+def run_startup_mode(args: argparse.Namespace) -> int:
+    daemons = tuple(d for d in args.daemons.split(",") if d)
+    unknown = set(daemons) - {*PY_DAEMONS, *GO_DAEMONS}
+    if unknown:
+        raise SystemExit(f"bench: unknown daemon(s) {sorted(unknown)}")
+    cfg = StartupConfig(
+        runs=args.runs, daemons=daemons, variants=_variants(args), compile=not args.no_compile
+    )
+    started = datetime.datetime.now().astimezone()
+    try:
+        rows = run_startup(cfg, _log)
+    except (RuntimeError, OSError) as e:
+        _log(f"bench: FAILED: {e}")
+        return 1
+    for d in daemons:
+        if d in GO_DAEMONS and not any(r["daemon"] == d for r in rows):
+            _log(f"[startup] {d} skipped: no Go binary in /opt/nsq-go/bin ($NSQ_GO_BIN)")
+    print(
+        f"\n{started:%Y-%m-%d %H:%M %Z}, exec to GET /ping = 200, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, medians of {args.runs}\n"
+    )
+    print(startup_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": started.isoformat(), "argv": sys.argv, "rows": rows}, f, indent=2)
+    return 0
 
 
 # ---------------------------------------------------------------- targets
@@ -336,6 +426,10 @@ def _round(rnd: int, r: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.mode == "startup":
+        return run_startup_mode(args)
+    if args.mode == "http-pub":
+        return run_http_pub_mode(args)
     started = datetime.datetime.now().astimezone()
     try:
         if args.mode == "all":

@@ -4,7 +4,7 @@
 # path (the connection stops reading and queues nothing new until the answer is in, so commands
 # keep their order). The answer is an AuthState: identity, TTL-based expiry and authorisations
 # whose topic and channel patterns are compiled once. Patterns are searched (unanchored), as Go's
-# regexp.MatchString does.
+# regexp.MatchString does. aiohttp is imported when an nsqd has auth servers, not at start-up.
 from __future__ import annotations
 
 import json
@@ -12,10 +12,11 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import aiohttp
+if TYPE_CHECKING:
+    import aiohttp
 
 _PERMISSIONS = ("subscribe", "publish")
 
@@ -130,6 +131,8 @@ class AuthClient:
     def __init__(
         self, addresses: list[str], method: str, connect_timeout_ms: int, request_timeout_ms: int
     ) -> None:
+        import aiohttp
+
         self.addresses = list(addresses)
         self.method = method
         self._timeout = aiohttp.ClientTimeout(
@@ -138,12 +141,16 @@ class AuthClient:
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 
     async def query(self, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
         """Ask the auth servers in turn, from a random one (nsqd QueryAnyAuthd)."""
+        import aiohttp
+
         params = {
             "remote_ip": remote_ip,
             "tls": "true" if tls else "false",

@@ -36,7 +36,7 @@ def raise_nofile_limit() -> None:
 
 
 def freeze_startup_objects() -> None:
-    """Move start-up objects (modules, aiohttp's app, ...) out of the cyclic collector's sight,
+    """Move start-up objects (modules, the HTTP routes, ...) out of the cyclic collector's sight,
     so a full collection never walks them again (it cost 20-30 ms per pass), and collect young
     objects less often: queued messages are bytes, which the collector does not track."""
     gc.collect()

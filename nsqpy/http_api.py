@@ -1,10 +1,13 @@
-# nsqd's HTTP API on aiohttp.
+# nsqd's HTTP API on httpd's server.
 #
 # Strategy: glue only. Each handler parses the query the way nsqd does (first value of a key),
 # calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JSON, or empty),
 # errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
-# `X-NSQ-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
+# `X-Nsq-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
 # nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
+# Handlers are synchronous (the core's calls are): the server answers each in the same loop pass.
+# The routes that read a body name how much (--max-msg-size for /pub and PUT /config,
+# --max-body-size for /mpub); the server buffers no more than that plus one byte.
 from __future__ import annotations
 
 import json
@@ -13,17 +16,19 @@ import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
 from . import config, stats, wire
 from .httpd import (
     JSON_TYPE,
     NSQ_HEADER,
+    HTTPServer,
     NsqHTTPError,
+    Request,
+    Response,
+    Router,
     api,
-    go_router,
-    parse_go_query,
-    start_site,
+    first_values,
+    plain_text,
+    serve,
 )
 from .options import NSQ_VERSION
 from .topic import TopicError
@@ -48,16 +53,15 @@ def _tls_required(nsqd: NSQD) -> Any:
     """nsqd's ServeHTTP check: with --tls-required=true the plain HTTP listener answers every
     request 403 {"message": "TLS_REQUIRED", "https_port": N} (tcp-https leaves HTTP open)."""
 
-    @web.middleware
-    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+    def check(request: Request) -> Response | None:
         if nsqd.opts.tls_required == 2 and not request.secure:
             port = nsqd.https_address[1] if nsqd.https_address else 0
-            return web.Response(
-                status=403,
-                body=b'{"message": "TLS_REQUIRED", "https_port": %d}' % port,
-                headers={**NSQ_HEADER, "Content-Type": JSON_TYPE},
+            return Response(
+                403,
+                b'{"message": "TLS_REQUIRED", "https_port": %d}' % port,
+                {**NSQ_HEADER, "Content-Type": JSON_TYPE},
             )
-        return await handler(request)
+        return None
 
     return check
 
@@ -72,17 +76,16 @@ class HTTPAPI:
     # ------------------------------------------------------------ helpers
 
     @staticmethod
-    def _query(request: web.Request) -> dict[str, str]:
+    def _query(request: Request) -> dict[str, str]:
         """The query as nsqd reads it (Go's url.ParseQuery, first value of each key); a query
         Go cannot parse (a bad %-escape, a ``;``) is 400 INVALID_REQUEST in every handler."""
         try:
-            values = parse_go_query(request.rel_url.raw_query_string)
+            return first_values(request.raw_query)
         except ValueError as e:
             log.error("failed to parse request params - %s", e)
             raise NsqHTTPError(400, "INVALID_REQUEST") from None
-        return {k: v[0] for k, v in values.items()}
 
-    def _topic_from_query(self, request: web.Request) -> tuple[dict[str, str], Any]:
+    def _topic_from_query(self, request: Request) -> tuple[dict[str, str], Any]:
         q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
@@ -91,7 +94,7 @@ class HTTPAPI:
             raise NsqHTTPError(400, "INVALID_TOPIC")
         return q, self.nsqd.get_topic(name)
 
-    def _existing_topic_and_channel(self, request: web.Request) -> tuple[Any, str]:
+    def _existing_topic_and_channel(self, request: Request) -> tuple[Any, str]:
         q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
@@ -109,14 +112,14 @@ class HTTPAPI:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
         return topic, channel_name
 
-    def _existing_channel(self, request: web.Request) -> Any:
+    def _existing_channel(self, request: Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
         try:
             return topic.get_existing_channel(channel_name)
         except TopicError:
             raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
 
-    def _existing_topic(self, request: web.Request, validate: bool) -> Any:
+    def _existing_topic(self, request: Request, validate: bool) -> Any:
         q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
@@ -129,26 +132,23 @@ class HTTPAPI:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
 
     @staticmethod
-    async def _read_limited(request: web.Request, limit: int, too_big: str) -> bytes:
+    def _body_within(request: Request, limit: int, too_big: str) -> bytes:
+        """The body, at most ``limit`` bytes (the route reads limit+1: one more is too big);
+        413 ``too_big`` when its Content-Length or what was read says more."""
         if request.content_length is not None and request.content_length > limit:
             raise NsqHTTPError(413, too_big)
-        body = await request.content.read(limit + 1)
-        while len(body) <= limit:
-            more = await request.content.read(limit + 1 - len(body))
-            if not more:
-                break
-            body += more
-        if len(body) > limit:
+        if len(request.body) > limit:
             raise NsqHTTPError(413, too_big)
-        return body
+        return request.body
 
     # ------------------------------------------------------------ handlers
 
-    async def ping(self, request: web.Request) -> web.Response:
+    def ping(self, request: Request) -> Response:
+        """GET /ping: "OK" (http_api.PlainText), or 500 with the health text when unhealthy."""
         nsqd = self.nsqd
-        return web.Response(status=200 if nsqd.is_healthy() else 500, text=nsqd.health)
+        return plain_text(nsqd.health, 200 if nsqd.is_healthy() else 500)
 
-    async def info(self, request: web.Request) -> Any:
+    def info(self, request: Request) -> Any:
         opts = self.nsqd.opts
         tcp = self.nsqd.tcp_address
         http = self.nsqd.http_address
@@ -166,9 +166,9 @@ class HTTPAPI:
             "max_deflate_level": opts.max_deflate_level,
         }
 
-    async def pub(self, request: web.Request) -> Any:
+    def pub(self, request: Request) -> Any:
         opts = self.nsqd.opts
-        body = await self._read_limited(request, opts.max_msg_size, "MSG_TOO_BIG")
+        body = self._body_within(request, opts.max_msg_size, "MSG_TOO_BIG")
         if not body:
             raise NsqHTTPError(400, "MSG_EMPTY")
         q, topic = self._topic_from_query(request)
@@ -194,7 +194,7 @@ class HTTPAPI:
             raise NsqHTTPError(500, "PUB_FAILED") from None
         return "OK"
 
-    async def mpub(self, request: web.Request) -> Any:
+    def mpub(self, request: Request) -> Any:
         opts = self.nsqd.opts
         if request.content_length is not None and request.content_length > opts.max_body_size:
             raise NsqHTTPError(413, "BODY_TOO_BIG")
@@ -202,7 +202,7 @@ class HTTPAPI:
         binary = False
         if "binary" in q:
             binary = _BOOL_PARAMS.get(q["binary"], True)
-        body = await self._read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
+        body = self._body_within(request, opts.max_body_size, "BODY_TOO_BIG")
         if binary:
             # Binary /mpub body: [4-byte count]([4-byte size][bytes])* (no leading body size).
             parser = wire.CommandParser(opts.max_msg_size, opts.max_body_size)
@@ -232,7 +232,7 @@ class HTTPAPI:
             raise NsqHTTPError(500, "MPUB_FAILED") from None
         return "OK"
 
-    async def stats(self, request: web.Request) -> Any:
+    def stats(self, request: Request) -> Any:
         q = self._query(request)
         include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
         include_mem = _BOOL_PARAMS.get(q.get("include_mem", ""), True)
@@ -243,11 +243,11 @@ class HTTPAPI:
         # A str: answered as text/plain; charset=utf-8, the type Go's server sniffs for it.
         return stats.stats_text(self.nsqd, topic, channel, include_clients, include_mem)
 
-    async def topic_create(self, request: web.Request) -> Any:
+    def topic_create(self, request: Request) -> Any:
         self._topic_from_query(request)
         return None
 
-    async def topic_delete(self, request: web.Request) -> Any:
+    def topic_delete(self, request: Request) -> Any:
         q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
@@ -257,11 +257,11 @@ class HTTPAPI:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
         return None
 
-    async def topic_empty(self, request: web.Request) -> Any:
+    def topic_empty(self, request: Request) -> Any:
         self._existing_topic(request, validate=True).empty()
         return None
 
-    async def topic_pause(self, request: web.Request) -> Any:
+    def topic_pause(self, request: Request) -> Any:
         topic = self._existing_topic(request, validate=False)
         if "unpause" in request.path:
             topic.unpause()
@@ -270,7 +270,7 @@ class HTTPAPI:
         self.nsqd.persist_metadata()
         return None
 
-    async def channel_create(self, request: web.Request) -> Any:
+    def channel_create(self, request: Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
         q = self._query(request)
         max_attempts = None
@@ -296,7 +296,7 @@ class HTTPAPI:
             raise NsqHTTPError(400, error)
         return n
 
-    async def message_replay(self, request: web.Request) -> Any:
+    def message_replay(self, request: Request) -> Any:
         """POST /message/replay?topic=&channel=[&count=N] (nsqpy's dead letters): up to N
         (default all) messages of <topic>.<channel>.dead back into the channel, attempts reset;
         answers {"replayed": n}."""
@@ -311,7 +311,7 @@ class HTTPAPI:
             raise NsqHTTPError(500, "REPLAY_FAILED") from None
         return {"replayed": n}
 
-    async def channel_delete(self, request: web.Request) -> Any:
+    def channel_delete(self, request: Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
         try:
             topic.delete_existing_channel(channel_name)
@@ -319,24 +319,20 @@ class HTTPAPI:
             raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
         return None
 
-    async def channel_empty(self, request: web.Request) -> Any:
+    def channel_empty(self, request: Request) -> Any:
         self._existing_channel(request).empty()
         return None
 
-    async def config(self, request: web.Request) -> Any:
+    def config(self, request: Request) -> Any:
         """GET/PUT /config/<opt> (nsqd's doConfig): PUT sets nsqlookupd_tcp_addresses (a JSON
         list of strings) or log_level (debug, info, ...); both answer the option's value."""
-        opt = request.match_info["opt"]
+        opt = request.params["opt"]
         opts = self.nsqd.opts
         if request.method == "PUT":
+            # nsqd reads at most max-msg-size+1 bytes; a longer Content-Length reads nothing
             read_max = opts.max_msg_size + 1
-            body = await request.content.read(read_max)
-            while 0 < len(body) < read_max:
-                more = await request.content.read(read_max - len(body))
-                if not more:
-                    break
-                body += more
-            if len(body) == read_max or not body:
+            body = request.body
+            if len(body) >= read_max or not body:
                 raise NsqHTTPError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_tcp_addresses":
                 try:
@@ -362,26 +358,26 @@ class HTTPAPI:
         if not ok:
             raise NsqHTTPError(400, "INVALID_OPTION")
         if value is None:  # a nil []string after PUT "null": Go's JSON says null
-            return web.Response(
-                status=200,
-                body=b"null",
-                headers={**NSQ_HEADER, "Content-Type": JSON_TYPE},
-            )
+            return Response(200, b"null", {**NSQ_HEADER, "Content-Type": JSON_TYPE})
         return value  # RespondV1: a string raw, anything else JSON
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    def metrics(self, request: Request) -> Response:
         """Prometheus text exposition (not in nsqd): read from the live topics on scrape.
         prometheus_client is imported on the first scrape, not at start-up."""
         from . import metrics
 
         if self._registry is None:
             self._registry = metrics.build_registry(self.nsqd)
-        return web.Response(
-            body=metrics.scrape(self._registry),
-            headers={"Content-Type": metrics.CONTENT_TYPE},
-        )
+        return Response(200, metrics.scrape(self._registry), {"Content-Type": metrics.CONTENT_TYPE})
 
-    async def channel_pause(self, request: web.Request) -> Any:
+    def message(self, request: Request) -> Any:
+        """GET /message?id=<ID>[&topic=][&body=1] (beyond nsqd): where that message is now;
+        the answer is message_lookup's (imported on first use)."""
+        from . import message_lookup
+
+        return message_lookup.answer(self.nsqd, self._query(request))
+
+    def channel_pause(self, request: Request) -> Any:
         ch = self._existing_channel(request)
         if "unpause" in request.path:
             ch.unpause()
@@ -391,37 +387,45 @@ class HTTPAPI:
         return None
 
 
-def build_app(nsqd: NSQD) -> web.Application:
+def build_router(nsqd: NSQD) -> Router:
+    """nsqd's routes (nsqd/http.go newHTTPServer, less /debug/pprof), plus nsqpy's own:
+    /metrics, /message, /message/replay."""
     h = HTTPAPI(nsqd)
-    app = web.Application(
-        middlewares=[_tls_required(nsqd), go_router], client_max_size=nsqd.opts.max_body_size + 1
-    )
-    r = app.router
-    r.add_get("/ping", h.ping, allow_head=False)
-    r.add_get("/info", api(h.info), allow_head=False)
-    r.add_post("/pub", api(h.pub))
-    r.add_post("/mpub", api(h.mpub))
-    r.add_get("/stats", api(h.stats), allow_head=False)
-    r.add_post("/topic/create", api(h.topic_create))
-    r.add_post("/topic/delete", api(h.topic_delete))
-    r.add_post("/topic/empty", api(h.topic_empty))
-    r.add_post("/topic/pause", api(h.topic_pause))
-    r.add_post("/topic/unpause", api(h.topic_pause))
-    r.add_post("/channel/create", api(h.channel_create))
-    r.add_post("/message/replay", api(h.message_replay))
-    r.add_post("/channel/delete", api(h.channel_delete))
-    r.add_post("/channel/empty", api(h.channel_empty))
-    r.add_post("/channel/pause", api(h.channel_pause))
-    r.add_post("/channel/unpause", api(h.channel_pause))
-    r.add_get("/config/{opt}", api(h.config), allow_head=False)
-    r.add_put("/config/{opt}", api(h.config))
-    r.add_get("/metrics", h.metrics, allow_head=False)
-    return app
+    opts = nsqd.opts
+
+    def msg_size() -> int:
+        return opts.max_msg_size
+
+    def body_size() -> int:
+        return opts.max_body_size
+
+    r = Router()
+    r.get("/ping", h.ping)
+    r.get("/info", api(h.info))
+    r.post("/pub", api(h.pub), msg_size)
+    r.post("/mpub", api(h.mpub), body_size)
+    r.get("/stats", api(h.stats))
+    r.post("/topic/create", api(h.topic_create))
+    r.post("/topic/delete", api(h.topic_delete))
+    r.post("/topic/empty", api(h.topic_empty))
+    r.post("/topic/pause", api(h.topic_pause))
+    r.post("/topic/unpause", api(h.topic_pause))
+    r.post("/channel/create", api(h.channel_create))
+    r.post("/message/replay", api(h.message_replay))
+    r.get("/message", api(h.message))
+    r.post("/channel/delete", api(h.channel_delete))
+    r.post("/channel/empty", api(h.channel_empty))
+    r.post("/channel/pause", api(h.channel_pause))
+    r.post("/channel/unpause", api(h.channel_pause))
+    r.get("/config/{opt}", api(h.config))
+    r.add("PUT", "/config/{opt}", api(h.config), msg_size)
+    r.get("/metrics", h.metrics)
+    return r
 
 
 async def start_http(
     nsqd: NSQD, host: str | None, port: int, ssl_context: Any = None
-) -> tuple[web.AppRunner, tuple]:
+) -> HTTPServer:
     """Serve the API on host:port (port 0 = pick one), over TLS with ``ssl_context`` (HTTPS);
-    returns the runner and bound address."""
-    return await start_site(build_app(nsqd), host, port, ssl_context)
+    the server's ``address`` is the bound one. Raises OSError when it cannot bind."""
+    return await serve(build_router(nsqd), host, port, ssl_context, before=_tls_required(nsqd))

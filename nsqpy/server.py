@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from .http_api import start_http
+from .httpd import HTTPServer
 from .netaddr import format_listen_addr, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ClientV2
@@ -26,8 +26,8 @@ class Server:
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: Any = None
-        self._https_runner: Any = None
+        self._http: HTTPServer | None = None
+        self._https: HTTPServer | None = None
 
     async def start(self) -> None:
         """Raises DataDirLocked, ValueError (bad nsqd.dat, bad TLS files) or OSError (nsqd's
@@ -66,19 +66,21 @@ class Server:
         if nsqd.tls_context is not None and opts.https_address:
             host, port = split_host_port(opts.https_address)
             try:
-                self._https_runner, sock = await start_http(
+                self._https = await start_http(
                     nsqd, host or None, port, ssl_context=nsqd.tls_context
                 )
             except OSError as e:
                 raise OSError(f"listen ({opts.https_address}) failed - {e}") from e
+            sock = self._https.address
             nsqd.https_address = (sock[0], sock[1])
             log.info("HTTPS: listening on %s", format_listen_addr(sock))
 
         host, port = split_host_port(opts.http_address)
         try:
-            self._http_runner, sock = await start_http(nsqd, host or None, port)
+            self._http = await start_http(nsqd, host or None, port)
         except OSError as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from e
+        sock = self._http.address
         nsqd.http_address = (sock[0], sock[1])
         log.info("HTTP: listening on %s", format_listen_addr(sock))
 
@@ -102,10 +104,10 @@ class Server:
                 log.info("TCP: closing %s", format_listen_addr(nsqd.tcp_address))
         for c in list(nsqd.clients.values()):
             c.close()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-        if self._https_runner is not None:
-            await self._https_runner.cleanup()
+        if self._http is not None:
+            await self._http.close()
+        if self._https is not None:
+            await self._https.close()
         if nsqd.auth is not None:
             await nsqd.auth.close()
         await nsqd.close()

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from conftest import ROOT, RawClient, wait_for
 
+from nsqpy import guid
 from nsqpy.admin import clusterinfo as ci
 from nsqpy.admin.history import History, sparkline
 from nsqpy.admin.options import AdminOptions, normalize_base_path
@@ -131,7 +132,8 @@ class Admin:
 
 
 class Cluster:
-    """nsqpy-lookupd + two nsqpy-d registered with it (broadcasting 127.0.0.1)."""
+    """nsqpy-lookupd + two nsqpy-d registered with it (broadcasting 127.0.0.1, node ids 101
+    and 102)."""
 
     def __init__(self) -> None:
         self.lookupd = Nsqlookupd([])
@@ -139,7 +141,8 @@ class Cluster:
             f"--lookupd-tcp-address={self.lookupd.tcp_address}",
             "--broadcast-address=127.0.0.1",
         ]
-        self.nodes = [Nsqd(flags, https=False), Nsqd(flags, https=False)]
+        # distinct node ids: nsqpy-lookupd routes GET /message?id= by the ID's node id
+        self.nodes = [Nsqd([*flags, f"--node-id={i}"], https=False) for i in (101, 102)]
 
     def stop(self) -> None:
         for n in self.nodes:
@@ -942,3 +945,78 @@ def test_https_retry_for_a_tls_required_nsqd(tmp_path: Path) -> None:
             assert a.stop() == 0, a.log()
     finally:
         node.stop()
+
+
+# ---------------------------------------------------------------------------- where is message X?
+
+
+def _message_page(a: Admin, query: str) -> tuple[int, str]:
+    code, body, _ = a.http("GET", f"/message?{query}")
+    return code, body.decode()
+
+
+def _locations(page: str) -> dict[str, str]:
+    """channel ("" for the topic) -> state, from the locations table."""
+    rows = re.findall(r'<tr data-state="(\w+)" data-channel="([^"]*)">', page)
+    return {channel: state for state, channel in rows}
+
+
+def test_message_search_through_lookupd_and_nsqds(cluster: Cluster, admin: Admin) -> None:
+    """The header's search box: GET /message?id= asks nsqpy-lookupd (which routes by the ID's
+    node id) or, with only --nsqd-http-address, every nsqd; the page shows the ID decoded, the
+    node that made it and where the message is (in flight to a consumer, queued in memory)."""
+    topic = "api_find"
+    n1, n2 = cluster.nodes
+    for n in cluster.nodes:
+        n.post("/topic/create", topic=topic)
+        for ch in ("work", "audit"):
+            n.post("/channel/create", topic=topic, channel=ch)
+    n2.pub(topic, b"decoy")
+    n1.pub(topic, "find me \u2603".encode())
+    c = RawClient(n1.tcp_port)
+    c.identify(user_agent="finder/1.0", client_id="finder", hostname="finder-host")
+    c.sub(topic, "work", rdy=1)
+    _, attempts, msg_id, body = c.read_message(10)
+    mid = msg_id.decode()
+    try:
+        assert body == "find me \u2603".encode() and attempts == 1
+        code, page = _message_page(admin, f"id={mid}&body=1")
+        assert code == 200, page
+        assert '<dd class="node-id">101</dd>' in page
+        assert n1.http_address in re.search(r'<dd class="producer">(.*?)</dd>', page).group(1)
+        assert f"via lookupd {cluster.lookupd.http_address}" in page
+        locs = _locations(page)
+        assert locs == {"work": "in_flight", "audit": "memory"}, locs
+        row = re.search(r'<tr data-state="in_flight".*?</tr>', page, re.S).group(0)
+        assert "finder/1.0" in row and "127.0.0.1:" in row
+        assert '<pre class="body" id="message-body">find me \u2603</pre>' in page
+        # the search box is on every page, the ID kept in it on the result page
+        code, topics_page = _message_page(admin, "")
+        assert code == 200 and 'name="id"' in topics_page
+        assert f'name="id" value="{mid}"' in page
+
+        # with only --nsqd-http-address: every nsqd asked at once
+        a = Admin(
+            [f"--nsqd-http-address={n1.http_address}", f"--nsqd-http-address={n2.http_address}"]
+        )
+        try:
+            code, page = _message_page(a, f"id={mid}")
+            assert code == 200 and _locations(page) == {"work": "in_flight", "audit": "memory"}
+            assert "via lookupd" not in page and n1.http_address in page
+            c.cmd(b"FIN", msg_id)
+            wait_for(
+                lambda: _locations(_message_page(a, f"id={mid}")[1]) == {"audit": "memory"},
+                10,
+                what="FIN seen",
+            )
+        finally:
+            assert a.stop() == 0, a.log()
+    finally:
+        c.close()
+    # an ID no node made (node id 7) and one that is not an ID
+    keep = ~((1 << guid.TIMESTAMP_SHIFT) - 1)
+    other = f"{(int(mid, 16) & keep) | (7 << guid.NODE_ID_SHIFT):016x}"
+    code, page = _message_page(admin, f"id={other}")
+    assert code == 200 and 'id="not-found"' in page and "NODE_NOT_FOUND" in page
+    code, page = _message_page(admin, "id=xyz")
+    assert code == 400 and "INVALID_ID" in page and "16 hex digits" in page

@@ -29,6 +29,7 @@ from test_admin_api import (  # noqa: F401 (cluster_fixture: the "cluster" fixtu
     admin_over,
     cluster_fixture,
     consume,
+    dead_letter,
     pub_both,
 )
 
@@ -364,3 +365,69 @@ def test_stopped_node_shows_as_error_row_while_the_page_refreshes(
         os.kill(n1.pid, signal.SIGCONT)
     page.wait_for_selector("#topic-nodes tr.node-error", state="detached", timeout=20_000)
     assert num(page, "#topic-nodes tr.total td.messages") == 10
+
+
+def test_dead_letter_counts_and_replay_button(
+    page: Page, admin: Admin, cluster: Cluster, artifacts: Path
+) -> None:
+    """nsqpy-d's dead letters: the counts beside the channel, and the channel page's replay
+    button putting them back into the channel on every node."""
+    topic, dead = "ui_dlq", "ui_dlq.work.dead"
+    n1, n2 = cluster.nodes
+    dead_letter(cluster, n1, topic, "work", 4)
+    dead_letter(cluster, n2, topic, "work", 2)
+    cluster.wait_registered(dead)
+
+    page.goto(f"{admin.url}/topics/{topic}")
+    row = '#channels tr[data-channel="work"]'
+    assert num(page, f"{row} .dead-count") == 6
+    assert page.inner_text(f"{row} .dead-waiting") == "6 to replay"
+    page.goto(f"{admin.url}/topics/{topic}/work")
+    assert num(page, "dd.max-attempts") == 1
+    assert num(page, "dd.dead-count") == 6
+    assert page.inner_text("dd.dead-waiting").startswith(f"6 in {dead}")
+    assert num(page, "#channel-nodes tr.total td.depth") == 0
+    shot(page, artifacts, "channel-dead-letters")
+    with page.expect_navigation():
+        page.click("form.replay button")
+    assert "6 replayed" in page.inner_text(".notice")
+    assert [cluster.channel_stats(n, topic, "work")["depth"] for n in (n1, n2)] == [4, 2]
+    assert [cluster.topic_stats(n, dead)["depth"] for n in (n1, n2)] == [0, 0]
+    assert num(page, "#channel-nodes tr.total td.depth") == 6
+    assert page.locator("form.replay button").is_disabled()  # nothing left to replay
+    shot(page, artifacts, "channel-replayed")
+
+
+def test_message_search_box(page: Page, admin: Admin, cluster: Cluster, artifacts: Path) -> None:
+    """The header's search box finds a message by ID through nsqpy-lookupd: the node that
+    made it, and where it is (in flight to a consumer on one channel, queued on another)."""
+    topic = "ui_find"
+    n2 = cluster.nodes[1]
+    n2.post("/topic/create", topic=topic)
+    for ch in ("billing", "audit"):
+        n2.post("/channel/create", topic=topic, channel=ch)
+    n2.pub(topic, b'{"order": 42}')
+    c = RawClient(n2.tcp_port)
+    try:
+        c.identify(user_agent="finder/1.0", client_id="finder", hostname="finder-host")
+        c.sub(topic, "billing", rdy=1)
+        msg_id = c.read_message(10)[2].decode()
+        page.goto(admin.url + "/topics")
+        box = "header form.search input[name=id]"
+        page.fill(box, msg_id)
+        with page.expect_navigation():
+            page.press(box, "Enter")
+        assert page.input_value(box) == msg_id
+        assert page.inner_text("dd.node-id") == "102"
+        assert n2.http_address in page.inner_text("dd.producer")
+        billing = page.locator('#locations tr[data-channel="billing"]')
+        assert billing.locator("td.state").inner_text() == "in flight"
+        assert "finder/1.0" in billing.locator("td.details").inner_text()
+        assert page.inner_text('#locations tr[data-channel="audit"] td.state') == "memory"
+        page.check("form.lookup-message input[name=body]")
+        with page.expect_navigation():
+            page.click("form.lookup-message button")
+        assert page.inner_text("#message-body") == '{"order": 42}'
+        shot(page, artifacts, "message", readme=True)
+    finally:
+        c.close()

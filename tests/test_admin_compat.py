@@ -40,14 +40,16 @@ CLIENT_HOSTNAME = "tester-host"  #: the consumer's IDENTIFY hostname (nsqds repo
 
 @dataclass
 class Stack:
-    """A lookupd, two nsqds (A and B) registered with it, an nsqadmin over the lookupd and a
-    second one with --admin-user=alice (for the 403s)."""
+    """A lookupd, two nsqds (A and B) registered with it, an nsqadmin over the lookupd, a
+    second one with --admin-user=alice (for the 403s) and a third over the two nsqds'
+    addresses (--nsqd-http-address, no lookupd)."""
 
     lookupd: Nsqlookupd
     a: Nsqd
     b: Nsqd
     admin: Admin
     acl_admin: Admin
+    direct_admin: Admin
     consumers: list[RawClient] = field(default_factory=list)
 
     def roles(self) -> dict[str, str]:
@@ -73,7 +75,7 @@ class Stack:
     def stop(self) -> None:
         for c in self.consumers:
             c.close()
-        for p in (self.acl_admin, self.admin):
+        for p in (self.direct_admin, self.acl_admin, self.admin):
             p.stop()
         for d in (self.a, self.b, self.lookupd):
             d.stop()
@@ -94,7 +96,9 @@ def start_stack(
     over = [f"--lookupd-http-address={lookupd.http_address}"]
     admin = Admin(over, cmd=admin_cmd)
     acl_admin = Admin([*over, "--admin-user=alice"], cmd=admin_cmd)
-    return Stack(lookupd, a, b, admin, acl_admin)
+    direct = [f"--nsqd-http-address={a.http_address}", f"--nsqd-http-address={b.http_address}"]
+    direct_admin = Admin(direct, cmd=admin_cmd)
+    return Stack(lookupd, a, b, admin, acl_admin, direct_admin)
 
 
 def _topic(d: Nsqd, name: str) -> dict[str, Any]:
@@ -172,7 +176,8 @@ def build_state(s: Stack) -> None:
 @dataclass(frozen=True)
 class Req:
     """One recorded request: ``path`` may hold "{A}"/"{B}" (the nsqds' HTTP addresses);
-    ``body``: a dict is sent as JSON, bytes as they are, None as no body; ``acl``: ask the
+    ``body``: a dict is sent as JSON, bytes as they are, None as no body; ``direct``: ask
+    the nsqadmin over --nsqd-http-address; ``acl``: ask the
     --admin-user=alice nsqadmin; ``after``: a state change (run after every read)."""
 
     name: str
@@ -180,6 +185,7 @@ class Req:
     path: str
     body: Any = None
     acl: bool = False
+    direct: bool = False
     headers: tuple[tuple[str, str], ...] = ()
 
 
@@ -203,6 +209,16 @@ READS = [
     Req("config_unknown", "GET", "/config/no_such_option"),
     Req("method_not_allowed", "PUT", "/api/counter"),
     Req("not_found", "GET", "/api/no_such_thing"),
+    # the same reads through --nsqd-http-address (GetNSQDTopics, GetNSQDProducers, ...)
+    Req("direct_topics", "GET", "/api/topics", direct=True),
+    Req("direct_topics_inactive", "GET", "/api/topics?inactive=true", direct=True),
+    Req("direct_topic_orders", "GET", "/api/topics/orders", direct=True),
+    Req("direct_topic_events", "GET", "/api/topics/events", direct=True),
+    Req("direct_topic_unknown", "GET", "/api/topics/never_seen", direct=True),
+    Req("direct_channel_billing", "GET", "/api/topics/orders/billing", direct=True),
+    Req("direct_nodes", "GET", "/api/nodes", direct=True),
+    Req("direct_node_b", "GET", "/api/nodes/{B}", direct=True),
+    Req("direct_counter", "GET", "/api/counter", direct=True),
 ]
 
 ERRORS = [
@@ -276,7 +292,7 @@ def ask(s: Stack, r: Req) -> dict[str, Any]:
     elif isinstance(r.body, bytes):
         body = r.body
         headers["Content-Type"] = "application/json"
-    admin = s.acl_admin if r.acl else s.admin
+    admin = s.acl_admin if r.acl else s.direct_admin if r.direct else s.admin
     code, out, _ = admin.http(r.method, path, body, headers)  # type: ignore[arg-type]
     try:
         answer: Any = json.loads(out)
@@ -358,6 +374,9 @@ def _sort_key(v: Any) -> Any:
 SHAPE_ONLY: list[tuple[str, str]] = [
     ("topic_orders", "$.channels"),
     ("topic_orders", "$.nodes"),
+    ("direct_topic_orders", "$.channels"),
+    ("direct_topic_orders", "$.nodes"),
+    ("direct_topic_events", "$.nodes"),
     ("topic_events", "$.nodes"),
     ("topic_idle", "$.nodes"),
     ("topic_idle", "$.channels"),

@@ -354,10 +354,10 @@ def test_http_shapes(lookupd) -> None:
     code, body, headers = lk.http("GET", "/ping")
     assert (code, body) == (200, b"OK")
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
-    assert "X-NSQ-Content-Type" not in headers
+    assert "X-Nsq-Content-Type" not in headers
     code, body, headers = lk.http("GET", "/info")
     assert (code, body) == (200, b'{"version":"1.3.0"}')
-    assert headers["X-NSQ-Content-Type"] == "nsq; version=1.0"
+    assert headers["X-Nsq-Content-Type"] == "nsq; version=1.0"  # Go's canonical case
     assert headers["Content-Type"] == "application/json; charset=utf-8"
     assert lk.http("GET", "/topics")[1] == b'{"topics":[]}'
     assert lk.http("GET", "/nodes")[1] == b'{"producers":[]}'

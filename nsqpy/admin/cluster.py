@@ -414,6 +414,73 @@ class Cluster:
         errors += [e for _, e in answers if e]
         return sum(n for n, _ in answers), errors
 
+    # ------------------------------------------------------------ where is message X?
+
+    async def _message_get(self, url: str) -> tuple[int, Any, str]:
+        """One GET /message: (status, decoded answer or None, error text)."""
+        try:
+            status, data = await self.client._once("GET", url, None)
+        except FetchError as e:
+            return 0, None, str(e)
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return status, None, f"{url}: got {status} and no JSON"
+        text = body.get("message", "") if isinstance(body, dict) else ""
+        return status, body, "" if status == 200 else f"{status} {text}".strip()
+
+    async def find_message(self, msg_id: str, topic: str = "", body: bool = False) -> MessageHunt:
+        """Where message ``msg_id`` is (nsqpy's GET /message?id= on nsqpy-lookupd and nsqpy-d,
+        README "Where is message X?"): with lookupds, each lookupd in turn until one answers
+        200 (it routes by the ID's node id to the nsqpy-d that made it; a 404 NODE_NOT_FOUND
+        sends the question to the next lookupd); with nsqds only, every nsqd at once. A 400
+        (INVALID_ID, INVALID_TOPIC) ends the hunt. Never raises: errors are in the result."""
+        q = (
+            f"id={_q(msg_id)}"
+            + (f"&topic={_q(topic)}" if topic else "")
+            + ("&body=1" if body else "")
+        )
+        hunt = MessageHunt()
+        if self.lookupd:
+            for addr in self.lookupd:
+                status, answer, err = await self._message_get(f"http://{addr}/message?{q}")
+                if status == 200 and isinstance(answer, dict):
+                    hunt.answers.append((addr, answer))
+                    return hunt
+                hunt.errors.append((addr, status, err))
+                if status == 400:
+                    return hunt
+            return hunt
+        answers = await asyncio.gather(
+            *(self._message_get(f"http://{a}/message?{q}") for a in self.nsqd)
+        )
+        for addr, (status, answer, err) in zip(self.nsqd, answers):
+            if status == 200 and isinstance(answer, dict):
+                if answer.get("found") or answer.get("this_node"):
+                    hunt.answers.append((addr, answer))
+            else:
+                hunt.errors.append((addr, status, err))
+        return hunt
+
+
+class MessageHunt:
+    """What find_message learnt: ``answers`` [(daemon address, its 200 answer)] (a lookupd's
+    answer carries "producer"; nsqds' are those that hold the message or made it), ``errors``
+    [(daemon address, HTTP status or 0 when it did not answer, text)]."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[str, dict[str, Any]]] = []
+        self.errors: list[tuple[str, int, str]] = []
+
+    @property
+    def found(self) -> bool:
+        return any(a.get("found") for _, a in self.answers)
+
+    @property
+    def status(self) -> int:
+        """The HTTP status the page answers: 200 unless a daemon refused the question (400)."""
+        return 400 if any(s == 400 for _, s, _ in self.errors) else 200
+
 
 def _topics(body: Any) -> list[dict[str, Any]]:
     if isinstance(body, dict) and "topics" not in body and isinstance(body.get("data"), dict):

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import jinja2
 from aiohttp import web
 
+from ..guid import decode_id
 from ..httpd import NsqHTTPError
 from ..options import NSQ_VERSION, NSQPY_VERSION
 from . import clusterinfo as ci
@@ -84,6 +87,7 @@ def make_env(base_path: str) -> jinja2.Environment:
     env.filters["rate"] = format_rate
     env.filters["ts"] = format_ts
     env.filters["addr"] = ci.http_address
+    env.filters["ms"] = format_ms
     return env
 
 
@@ -116,6 +120,7 @@ class Pages:
             "refresh_ms": self.opts.refresh_interval_ms,
             "nav": "",
             "warnings": [],
+            "msg_id": "",
         }
         base.update(ctx)
         body = self.env.get_template(template).render(**base)
@@ -353,6 +358,47 @@ class Pages:
             warnings=warnings, **self.charts(("total",), "all channels"),
         )  # fmt: skip
 
+    async def message(self, request: web.Request) -> web.Response:
+        """/message?id=ID[&topic=T][&body=1]: where one message is now (nsqpy's GET /message,
+        through the lookupds or every nsqd: Cluster.find_message): its ID decoded, the node
+        that made it, each place that holds it and in what state; 400 for a malformed ID."""
+        msg_id = request.query.get("id", "").strip()
+        topic = request.query.get("topic", "").strip()
+        want_body = request.query.get("body") == "1"
+        ctx: dict[str, Any] = {
+            "nav": "message", "title": "Message", "msg_id": msg_id, "topic": topic,
+            "decoded": None, "hunt": None, "rows": [], "producers": [], "body": None,
+            "want_body": want_body,
+        }  # fmt: skip
+        if not msg_id:
+            return self.render(request, "message.html", **ctx)
+        try:
+            decoded = decode_id(msg_id)
+        except ValueError as e:
+            return self.render(request, "message.html", status=400, error=f"INVALID_ID: {e}", **ctx)
+        ctx["decoded"] = {
+            "node_id": decoded.node_id,
+            "created_ms": decoded.time_ns // 1_000_000,
+            "sequence": decoded.sequence,
+        }
+        hunt = await self.cluster.find_message(msg_id.lower(), topic, want_body)
+        for addr, answer in hunt.answers:
+            producer = answer.get("producer")
+            node = ci.http_address(producer) if isinstance(producer, dict) else addr
+            if isinstance(producer, dict):
+                ctx["producers"].append({"node": node, "via": addr, **producer})
+            else:
+                ctx["producers"].append(
+                    {"node": node, "via": "", "this_node": answer.get("this_node")}
+                )
+            for loc in answer.get("locations") or []:
+                ctx["rows"].append({"node": node, **loc})
+            if ctx["body"] is None and isinstance(answer.get("body"), str):
+                ctx["body"] = _show_body(answer["body"])
+        ctx["hunt"] = hunt
+        ctx["warnings"] = [f"{a}: {e}" for a, s, e in hunt.errors if s != 404 or not hunt.answers]
+        return self.render(request, "message.html", status=hunt.status, **ctx)
+
     # ------------------------------------------------------------ POST forms
 
     def _same_origin(self, request: web.Request) -> bool:
@@ -428,6 +474,26 @@ class Pages:
         return web.Response(text="OK")
 
 
+def _show_body(b64: str) -> str:
+    """A message body (base64 in the answer) as text: UTF-8, else Python's bytes repr."""
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        return b64
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return repr(raw)
+
+
+def format_ms(ms: Any) -> str:
+    """Unix milliseconds as UTC "2006-01-02 15:04:05.000 UTC" ("–" when not a number)."""
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+        return "–"
+    s, rest = divmod(int(ms), 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s)) + f".{rest:03d} UTC"
+
+
 def add_routes(app: web.Application, pages: Pages, bp: Callable[[str], str]) -> None:
     """The pages' routes under the base path, and /static/ (or --dev-static-dir)."""
     r = app.router
@@ -443,6 +509,7 @@ def add_routes(app: web.Application, pages: Pages, bp: Callable[[str], str]) -> 
     r.add_post(bp("/nodes/{node}"), pages.node_form)
     r.add_get(bp("/counter"), pages.counter, allow_head=False)
     r.add_get(bp("/lookup"), pages.lookup, allow_head=False)
+    r.add_get(bp("/message"), pages.message, allow_head=False)
     r.add_post(bp("/lookup"), pages.lookup_form)
     static = pages.opts.dev_static_dir or str(Path(__file__).parent / "static")
     r.add_static(bp("/static"), static, append_version=False)

@@ -1,4 +1,4 @@
-# nsqlookupd's HTTP API on aiohttp.
+# nsqlookupd's HTTP API on httpd's server.
 #
 # Strategy: glue only, as nsqlookupd/http.go (1.3): each handler reads the raw query the way Go's
 # url.ParseQuery does (a bad query is 400 INVALID_REQUEST; the first value of a key counts),
@@ -6,15 +6,25 @@
 # JSON, errors as {"message": TEXT}). JSON is written as Go's encoding/json writes it: struct
 # fields in declaration order, map keys sorted, empty slices as []. Where Go iterates a map
 # (topics, channels, /debug's entries), the order here is sorted; producers come in the order
-# they registered. The router's redirects, OPTIONS and 405 come from httpd.go_router.
-# nsqlookupd's /debug/pprof routes (Go runtime profiles) are not served.
+# they registered. The router's redirects, OPTIONS and 405 come from httpd.Router.
+# nsqlookupd's /debug/pprof routes (Go runtime profiles) are not served. Handlers are synchronous
+# but GET /message (beyond nsqlookupd), which asks an nsqpy-d and so is a coroutine.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
-from ..httpd import NsqHTTPError, api, go_json_response, go_router, parse_go_query
+from ..httpd import (
+    JSON_TYPE,
+    NSQ_HEADER,
+    NsqHTTPError,
+    Request,
+    Response,
+    Router,
+    api,
+    go_json,
+    parse_go_query,
+    plain_text,
+)
 from ..options import NSQ_VERSION
 from ..wire import is_valid_name
 from .registration_db import Registration
@@ -23,9 +33,14 @@ if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
 
 
-def _params(request: web.Request) -> dict[str, list[str]]:
+def go_json_response(data: Any) -> Response:
+    """A 200 V1 JSON answer in Go's encoding (httpd.go_json)."""
+    return Response(200, go_json(data), {**NSQ_HEADER, "Content-Type": JSON_TYPE})
+
+
+def _params(request: Request) -> dict[str, list[str]]:
     try:
-        return parse_go_query(request.rel_url.raw_query_string)
+        return parse_go_query(request.raw_query)
     except ValueError:
         raise NsqHTTPError(400, "INVALID_REQUEST") from None
 
@@ -55,24 +70,24 @@ class LookupdHTTP:
         self.lookupd = lookupd
         self.db = lookupd.db
 
-    async def ping(self, request: web.Request) -> web.Response:
+    def ping(self, request: Request) -> Response:
         """GET /ping: plain "OK" (http_api.PlainText: no NSQ content-type header)."""
-        return web.Response(status=200, text="OK")
+        return plain_text("OK")
 
-    async def info(self, request: web.Request) -> Any:
+    def info(self, request: Request) -> Any:
         """GET /info: {"version": "1.3.0"}."""
         return go_json_response({"version": NSQ_VERSION})
 
-    async def topics(self, request: web.Request) -> Any:
+    def topics(self, request: Request) -> Any:
         """GET /topics: {"topics": [every topic registration's name]}."""
         return go_json_response({"topics": self.db.topics()})
 
-    async def channels(self, request: web.Request) -> Any:
+    def channels(self, request: Request) -> Any:
         """GET /channels?topic=T: {"channels": [names]}; 400 MISSING_ARG_TOPIC."""
         topic = _get(_params(request), "topic", "MISSING_ARG_TOPIC")
         return go_json_response({"channels": self.db.channels(topic)})
 
-    async def lookup(self, request: web.Request) -> Any:
+    def lookup(self, request: Request) -> Any:
         """GET /lookup?topic=T: {"channels": [...], "producers": [peer...]}, only active and
         not tombstoned producers; 404 TOPIC_NOT_FOUND when T has no registration."""
         topic = _get(_params(request), "topic", "MISSING_ARG_TOPIC")
@@ -90,7 +105,7 @@ class LookupdHTTP:
             }
         )
 
-    async def nodes(self, request: web.Request) -> Any:
+    def nodes(self, request: Request) -> Any:
         """GET /nodes: {"producers": [node...]}: every active identified nsqd (tombstoned ones
         too) with its topics and a tombstone flag per topic."""
         lk = self.lookupd
@@ -104,7 +119,7 @@ class LookupdHTTP:
             out.append(node)
         return go_json_response({"producers": out})
 
-    async def debug(self, request: web.Request) -> Any:
+    def debug(self, request: Request) -> Any:
         """GET /debug: {"category:key:subkey": [producer...]} for registrations that have
         producers; each producer's keys sorted (Go marshals a map)."""
         data: dict[str, list[dict[str, Any]]] = {}
@@ -130,7 +145,7 @@ class LookupdHTTP:
                 )
         return go_json_response(dict(sorted(data.items())))
 
-    async def topic_create(self, request: web.Request) -> Any:
+    def topic_create(self, request: Request) -> Any:
         """POST /topic/create?topic=T: 200 empty; 400 MISSING_ARG_TOPIC / INVALID_ARG_TOPIC."""
         topic = _get(_params(request), "topic", "MISSING_ARG_TOPIC")
         if not is_valid_name(topic):
@@ -138,14 +153,14 @@ class LookupdHTTP:
         self.db.add_registration(Registration("topic", topic, ""))
         return None
 
-    async def topic_delete(self, request: web.Request) -> Any:
+    def topic_delete(self, request: Request) -> Any:
         """POST /topic/delete?topic=T: drops T's channel and topic registrations (the name is
         not validated and "*" matches all, as in Go); 200 empty."""
         topic = _get(_params(request), "topic", "MISSING_ARG_TOPIC")
         self.db.delete_topic(topic)
         return None
 
-    async def topic_tombstone(self, request: web.Request) -> Any:
+    def topic_tombstone(self, request: Request) -> Any:
         """POST /topic/tombstone?topic=T&node=ADDR:HTTP_PORT: 200 empty; 400
         MISSING_ARG_TOPIC / MISSING_ARG_NODE."""
         params = _params(request)
@@ -154,14 +169,14 @@ class LookupdHTTP:
         self.db.tombstone(topic, node)
         return None
 
-    async def channel_create(self, request: web.Request) -> Any:
+    def channel_create(self, request: Request) -> Any:
         """POST /channel/create?topic=T&channel=C: registers the channel and its topic."""
         topic, channel = _topic_channel(_params(request))
         self.db.add_registration(Registration("channel", topic, channel))
         self.db.add_registration(Registration("topic", topic, ""))
         return None
 
-    async def channel_delete(self, request: web.Request) -> Any:
+    def channel_delete(self, request: Request) -> Any:
         """POST /channel/delete?topic=T&channel=C: 404 CHANNEL_NOT_FOUND when not registered."""
         topic, channel = _topic_channel(_params(request))
         regs = self.db.find_registrations("channel", topic, channel)
@@ -171,22 +186,30 @@ class LookupdHTTP:
             self.db.remove_registration(r)
         return None
 
+    async def message(self, request: Request) -> Any:
+        """GET /message?id=<ID> (beyond nsqlookupd): asks the nsqpy-d whose node id the ID
+        carries; the answer is lookupd.message_lookup's (imported on first use)."""
+        from . import message_lookup
 
-def build_app(lookupd: NSQLookupd) -> web.Application:
-    """nsqlookupd's routes (http.go newHTTPServer), less /debug/pprof."""
+        query = {k: v[0] for k, v in _params(request).items()}
+        return await message_lookup.answer(self.lookupd, query)
+
+
+def build_router(lookupd: NSQLookupd) -> Router:
+    """nsqlookupd's routes (http.go newHTTPServer), less /debug/pprof, plus GET /message."""
     h = LookupdHTTP(lookupd)
-    app = web.Application(middlewares=[go_router])
-    r = app.router
-    r.add_get("/ping", h.ping, allow_head=False)
-    r.add_get("/info", api(h.info), allow_head=False)
-    r.add_get("/debug", api(h.debug), allow_head=False)
-    r.add_get("/lookup", api(h.lookup), allow_head=False)
-    r.add_get("/topics", api(h.topics), allow_head=False)
-    r.add_get("/channels", api(h.channels), allow_head=False)
-    r.add_get("/nodes", api(h.nodes), allow_head=False)
-    r.add_post("/topic/create", api(h.topic_create))
-    r.add_post("/topic/delete", api(h.topic_delete))
-    r.add_post("/channel/create", api(h.channel_create))
-    r.add_post("/channel/delete", api(h.channel_delete))
-    r.add_post("/topic/tombstone", api(h.topic_tombstone))
-    return app
+    r = Router()
+    r.get("/ping", h.ping)
+    r.get("/info", api(h.info))
+    r.get("/debug", api(h.debug))
+    r.get("/lookup", api(h.lookup))
+    r.get("/topics", api(h.topics))
+    r.get("/channels", api(h.channels))
+    r.get("/nodes", api(h.nodes))
+    r.get("/message", api(h.message))
+    r.post("/topic/create", api(h.topic_create))
+    r.post("/topic/delete", api(h.topic_delete))
+    r.post("/channel/create", api(h.channel_create))
+    r.post("/channel/delete", api(h.channel_delete))
+    r.post("/topic/tombstone", api(h.topic_tombstone))
+    return r

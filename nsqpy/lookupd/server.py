@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
-from ..httpd import start_site
+from ..httpd import HTTPServer, serve
 from ..netaddr import format_listen_addr, split_host_port
-from .http_api import build_app
+from .http_api import build_router
 from .nsqlookupd import NSQLookupd
 from .protocol_v1 import LookupProtocolV1
 
@@ -24,7 +23,7 @@ class Server:
     def __init__(self, lookupd: NSQLookupd) -> None:
         self.lookupd = lookupd
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: Any = None
+        self._http: HTTPServer | None = None
 
     async def start(self) -> None:
         """Listen on --tcp-address, then --http-address. Raises OSError with nsqlookupd's
@@ -46,11 +45,10 @@ class Server:
         lookupd.tcp_address = self._tcp_server.sockets[0].getsockname()
         host, port = split_host_port(opts.http_address)
         try:
-            self._http_runner, lookupd.http_address = await start_site(
-                build_app(lookupd), host or None, port
-            )
+            self._http = await serve(build_router(lookupd), host or None, port)
         except OSError as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from None
+        lookupd.http_address = self._http.address
         log.info("TCP: listening on %s", format_listen_addr(lookupd.tcp_address))
         log.info("HTTP: listening on %s", format_listen_addr(lookupd.http_address))
 
@@ -62,9 +60,9 @@ class Server:
             log.info("TCP: closing %s", format_listen_addr(lookupd.tcp_address or ("", 0)))
         for c in list(lookupd.clients):
             c.close()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-            self._http_runner = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._tcp_server is not None:
             try:
                 await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
