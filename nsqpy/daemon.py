@@ -6,6 +6,11 @@
 # runtime does), signal handlers on the loop, exit status 0 after a clean stop and 1 when start()
 # fails ("failed to instantiate <name> - <error>", as the Go daemons log it), and the collector
 # tuned once the long-lived start-up objects exist.
+# Start-up time matters (a test suite may start a daemon per test): the daemons import this
+# module first when they start, so the cyclic collector is off from here until the daemon
+# listens (start-up creates no garbage worth collecting, and the import of the daemon's modules
+# would otherwise trigger a dozen collections), and the one full collection that
+# freeze_startup_objects makes runs SETTLE_S after start, not between exec and the first answer.
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +20,10 @@ import signal
 import sys
 from collections.abc import Callable
 from typing import Protocol
+
+gc.disable()  # until serve() has started the daemon (see the module comment)
+
+SETTLE_S = 0.5  # after start: freeze_startup_objects (or whatever after_start does) runs then
 
 
 class Startable(Protocol):
@@ -38,10 +47,12 @@ def raise_nofile_limit() -> None:
 def freeze_startup_objects() -> None:
     """Move start-up objects (modules, the HTTP routes, ...) out of the cyclic collector's sight,
     so a full collection never walks them again (it cost 20-30 ms per pass), and collect young
-    objects less often: queued messages are bytes, which the collector does not track."""
+    objects less often: queued messages are bytes, which the collector does not track. Turns
+    the collector on."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 20)
+    gc.enable()
 
 
 def serve(
@@ -53,7 +64,8 @@ def serve(
 ) -> None:
     """Build the daemon with ``make()`` on a uvloop event loop, start it, serve until SIGTERM or
     SIGINT (logging ``on_signal`` if given), stop it, and exit the process: 0 after a clean
-    stop, 1 when start() raised OSError or ValueError (logged as FATAL)."""
+    stop, 1 when start() raised OSError or ValueError (logged as FATAL). ``after_start`` runs
+    SETTLE_S seconds after start; the collector is on from then (at once without one)."""
     import uvloop
 
     log = logging.getLogger("nsqpy")
@@ -68,10 +80,21 @@ def serve(
             await daemon.start()
         except (OSError, ValueError) as e:
             log.critical("failed to instantiate %s - %s", name, e)
+            gc.enable()
             await daemon.stop()
             return 1
-        if after_start is not None:
-            after_start()
+
+        def settle() -> None:
+            try:
+                if after_start is not None:
+                    after_start()
+            finally:
+                gc.enable()
+
+        if after_start is None:
+            gc.enable()
+        else:
+            loop.call_later(SETTLE_S, settle)
         await stop.wait()
         if on_signal:
             log.info("%s", on_signal)
