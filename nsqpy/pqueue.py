@@ -19,6 +19,13 @@ class _Item(Protocol):
     pq_entry: Any
 
 
+#: A heap entry, ``(pri, seq, item)``. Live entries are recognised by identity
+#: (``item.pq_entry is entry``), so an entry must stay one object: typed as a variable-length
+#: tuple because mypyc keeps a fixed-shape ``tuple[int, int, Any]`` unboxed and would box a new
+#: tuple at every store.
+_Entry = tuple[Any, ...]
+
+
 class TimeoutQueue:
     """Items ordered by an integer priority (a due time, ns).
 
@@ -29,7 +36,7 @@ class TimeoutQueue:
     __slots__ = ("_heap", "_live", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Any]] = []
+        self._heap: list[_Entry] = []
         self._live = 0
         self._seq = itertools.count()
 
@@ -39,7 +46,7 @@ class TimeoutQueue:
     def push(self, item: _Item, pri: int) -> None:
         if item.pq_entry is not None:
             self._live -= 1
-        entry = (pri, next(self._seq), item)
+        entry: _Entry = (pri, next(self._seq), item)
         item.pq_entry = entry
         heapq.heappush(self._heap, entry)
         self._live += 1
