@@ -21,12 +21,13 @@
 #
 # Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
 # plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
-# _flush. On that path bytes read are decrypted (tls.py) and decompressed (compression.py) before
-# the parser, and each output flush is compressed once and encrypted once. The bytes that follow
-# IDENTIFY in the same read are the first TLS/compressed bytes: they are taken from the parser and
-# fed through the new layers, never lost. An auth-server query (AUTH, or a PUB/SUB after the TTL
-# expired) suspends the connection: reading pauses, later commands wait in the parser, and the
-# command resumes when the answer is in, so commands are never reordered.
+# _flush. On that path bytes read go through the connection's stream_upgrade.StreamLayers
+# (decrypt, decompress) before the parser, and each output flush through them the other way. The
+# bytes that follow IDENTIFY in the same read are the first TLS/compressed bytes: they are taken
+# from the parser and fed through the new layers, never lost. An auth-server query
+# (auth_session.AuthSession: AUTH, or a PUB/SUB after the TTL expired) suspends the connection:
+# reading pauses, later commands wait in the parser, and the command resumes when the answer is
+# in, so commands are never reordered.
 #
 # Commands, checks, error codes and texts follow nsqd/protocol_v2.go and client_v2.go (1.3):
 # https://nsq.io/clients/tcp_protocol_spec.html
@@ -36,7 +37,6 @@ import asyncio
 import fcntl
 import json
 import logging
-import ssl
 import struct
 import termios
 import time
@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from . import wire
 from .auth import AuthState
+from .auth_session import AuthSession, Suspend
 from .channel import Channel, ChannelError
-from .compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from .message import Message
 from .options import NSQ_VERSION
-from .tls import TLS_NOT_REQUIRED, TLSSession
+from .stream_upgrade import StreamLayers, Upgrade, negotiated_codec
+from .tls import TLS_NOT_REQUIRED
 from .topic import TopicError
-from .wire import ClientError, FatalClientError
+from .wire import ClientError, FatalClientError, go_quote
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -71,8 +72,6 @@ _OK_FRAME = wire.encode_response(wire.OK)
 _HEARTBEAT_FRAME = wire.encode_response(wire.HEARTBEAT)
 _CLOSE_WAIT_FRAME = wire.encode_response(wire.CLOSE_WAIT)
 
-TLS_HANDSHAKE_TIMEOUT = 5.0  # nsqd's UpgradeTLS deadline
-
 #: The most commands, and input bytes, one connection's read may run per event-loop pass.
 READ_BUDGET_COMMANDS = 256
 READ_BUDGET_BYTES = 128 * 1024
@@ -88,40 +87,6 @@ UNREAD_RECHECK_S = 0.02
 _PAUSE_BUDGET = 1
 _PAUSE_BACKPRESSURE = 2
 _PAUSE_AUTH = 4
-
-
-class _Upgrade(Exception):
-    """Raised by IDENTIFY after its reply when TLS or compression was negotiated: the parse
-    loop stops, and the bytes after IDENTIFY go through the new layers."""
-
-    def __init__(self, tls: bool, codec: Codec | None) -> None:
-        self.tls = tls
-        self.codec = codec
-
-
-def _tls_required(name: bytes) -> Callable[[list[bytes], Any], None]:
-    def refuse(params: list[bytes], body: Any) -> None:
-        raise FatalClientError("E_INVALID", f"cannot {_text(name)} in current state (TLS required)")
-
-    return refuse
-
-
-class _TLSRequiredHandlers(dict[bytes, Callable[[list[bytes], Any], None]]):
-    """The command table before the TLS upgrade under --tls-required: every command but
-    IDENTIFY, known or not, gets nsqd's enforceTLSPolicy error (it runs before the lookup)."""
-
-    def get(self, name: bytes, default: Any = None) -> Any:  # type: ignore[override]
-        if name == b"IDENTIFY":
-            return dict.get(self, name)
-        return _tls_required(name)
-
-
-def _no_retry() -> None:
-    return None
-
-
-class _Suspend(Exception):
-    """Raised by a command waiting for the auth server: the parse loop stops until it resumes."""
 
 
 # IDENTIFY fields and their JSON types (nsqd identifyDataV2). Go matches keys case-insensitively.
@@ -140,38 +105,6 @@ _IDENTIFY_FIELDS: dict[str, type] = {
     "user_agent": str,
     "msg_timeout": int,
 }
-
-
-def go_quote(b: bytes) -> str:
-    """Go's %q (strconv.Quote) of a byte string, for nsqd's error texts."""
-    s = b.decode("utf-8", "surrogateescape")
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif 0xDC80 <= o <= 0xDCFF:  # an invalid UTF-8 byte
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif ch in "\a\b\f\n\r\t\v":
-            out.append(
-                {
-                    "\a": "\\a",
-                    "\b": "\\b",
-                    "\f": "\\f",
-                    "\n": "\\n",
-                    "\r": "\\r",
-                    "\t": "\\t",
-                    "\v": "\\v",
-                }[ch]
-            )
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        elif not ch.isprintable():
-            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def _text(b: bytes) -> str:
@@ -216,17 +149,12 @@ class ClientV2(asyncio.Protocol):
     """One V2 client connection; also the channel's Consumer (see channel.Consumer)."""
 
     __slots__ = (
-        "_auth_on",
-        "_auth_secret",
-        "_auth_task",
-        "_codec",
-        "_hs_handle",
-        "_pending_codec",
+        "_auth",
+        "_layers",
         "_remote_ip",
         "_slow",
         "_suspended",
-        "_tls",
-        "auth_state",
+        "_tls_policy",
         "_deadline_handle",
         "_flush_scheduled",
         "_handlers",
@@ -304,21 +232,25 @@ class ClientV2(asyncio.Protocol):
         self.closed = False
         self._room_changed = False
         self._slow = False
-        self._tls: TLSSession | None = None
-        self._codec: Codec | None = None
-        self._pending_codec: Codec | None = None
-        self._hs_handle: asyncio.TimerHandle | None = None
+        self._layers: StreamLayers | None = None
         self._suspended = False
         self._in_read = False
         self._replied = False
         self._sock_fd = -1
         self._read_paused = 0
-        self._auth_on = nsqd.auth is not None
-        self._auth_secret = ""
-        self._auth_task: asyncio.Task[AuthState] | None = None
-        self.auth_state: AuthState | None = None
+        self._auth = AuthSession(self, self.loop, nsqd.auth) if nsqd.auth is not None else None
         self._remote_ip = ""
-        self._handlers: dict[bytes, Callable[[list[bytes], Any], None]] = {
+        # --tls-required: until the TLS upgrade, IDENTIFY is the only command (nsqd's
+        # enforceTLSPolicy, which runs before the command lookup: see _no_handler)
+        self._tls_policy = opts.tls_required != TLS_NOT_REQUIRED
+        self._handlers: dict[bytes, Callable[[list[bytes], Any], None]] = self._command_table()
+        if self._tls_policy:
+            self.parser.precheck = self._precheck_tls_required
+
+    def _command_table(self) -> dict[bytes, Callable[[list[bytes], Any], None]]:
+        if self._tls_policy:
+            return {b"IDENTIFY": self.IDENTIFY}
+        return {
             b"FIN": self.FIN,
             b"RDY": self.RDY,
             b"REQ": self.REQ,
@@ -332,9 +264,13 @@ class ClientV2(asyncio.Protocol):
             b"AUTH": self.AUTH,
             b"IDENTIFY": self.IDENTIFY,
         }
-        if opts.tls_required != TLS_NOT_REQUIRED:
-            self._handlers = _TLSRequiredHandlers(self._handlers)
-            self.parser.precheck = self._precheck_tls_required
+
+    def _no_handler(self, name: bytes) -> FatalClientError:
+        if self._tls_policy:
+            return FatalClientError(
+                "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
+            )
+        return FatalClientError("E_INVALID", f"invalid command {_text(name)}")
 
     def __repr__(self) -> str:
         return self.remote_address
@@ -364,9 +300,7 @@ class ClientV2(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._stop_timers()
-        self._stop_handshake_timer()
-        if self._auth_task is not None:
-            self._auth_task.cancel()
+        self._stop_layers()
         if exc is not None:
             log.error("client(%s) - %s", self.remote_address, exc)
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
@@ -512,14 +446,14 @@ class ClientV2(asyncio.Protocol):
                         break
                     handler = handlers.get(cmd[0])
                     if handler is None:
-                        raise FatalClientError("E_INVALID", f"invalid command {_text(cmd[0])}")
+                        raise self._no_handler(cmd[0])
                     handler(cmd[1], cmd[2])
-                except _Upgrade as up:
+                except Upgrade as up:
                     self._in_read = False
                     self._flush()
                     self._upgrade(up)
                     return
-                except _Suspend:
+                except Suspend:
                     return
                 except ClientError as e:
                     log.error("[%s] - %s", self.remote_address, e)
@@ -581,68 +515,39 @@ class ClientV2(asyncio.Protocol):
         if self.closed:
             return
         self._flush()
-        tls = self._tls
-        if tls is not None and tls.handshake_done and self.transport is not None:
-            self.transport.write(tls.close_notify())
+        layers = self._layers
+        if layers is not None and self.transport is not None:
+            notify = layers.close_notify()
+            if notify:
+                self.transport.write(notify)
         self.closed = True
         self._stop_timers()
-        self._stop_handshake_timer()
-        if self._auth_task is not None:
-            self._auth_task.cancel()
+        self._stop_layers()
         if self.transport is not None:
             self.transport.close()
+
+    def _stop_layers(self) -> None:
+        if self._layers is not None:
+            self._layers.stop()
+        if self._auth is not None:
+            self._auth.cancel()
 
     # ------------------------------------------------------------ the slow path: TLS,
     # compression, suspension (never entered by a plain connection)
 
     def _recompute_slow(self) -> None:
-        self._slow = self._tls is not None or self._codec is not None or self._suspended
+        self._slow = self._layers is not None or self._suspended
 
     def _decode_in(self, data: bytes) -> bytes:
         """Bytes read -> plaintext for the parser (b"" when there is none yet)."""
         if self.closed:
             return b""
         self.last_read = self.loop.time()
-        transport = self.transport
-        assert transport is not None
-        tls = self._tls
-        try:
-            if tls is not None:
-                if not tls.handshake_done:
-                    out = tls.handshake(data)
-                    if out:
-                        transport.write(out)
-                    if not tls.handshake_done:
-                        return b""
-                    self._tls_established()
-                    data = tls.decrypt(b"")
-                else:
-                    data = tls.decrypt(data)
-                pending = tls.pending_out()
-                if pending:
-                    transport.write(pending)
-            codec = self._codec
-            if codec is not None and data:
-                data = codec.decompress(data)
-        except ssl.SSLZeroReturnError:
-            self._close()
-            return b""
-        except ssl.SSLError as e:
-            if tls is not None and not tls.handshake_done:
-                # as nsqd: the upgrade failed, the error frame goes out on the raw socket
-                err = FatalClientError("E_IDENTIFY_FAILED", f"IDENTIFY failed {e}")
-                log.error("[%s] - %s", self.remote_address, err)
-                self._stop_handshake_timer()
-                self.out.clear()
-                transport.write(wire.encode_error(err))
-            else:
-                log.error("client(%s) - failed to read command - %s", self.remote_address, e)
-            self._close()
-            return b""
-        except CompressionError as e:
-            log.error("client(%s) - failed to read command - %s", self.remote_address, e)
-            self._close()
-            return b""
+        layers = self._layers
+        if layers is not None:
+            data = layers.decode(data)
+            if self.closed:
+                return b""
         if self._suspended:
             if data:
                 self.parser.feed(data)
@@ -652,127 +557,93 @@ class ClientV2(asyncio.Protocol):
     def _flush_slow(self) -> None:
         transport = self.transport
         assert transport is not None
-        tls = self._tls
-        if tls is not None and not tls.handshake_done:
-            return  # held until the handshake is done
-        data: bytes | bytearray = self.out
+        layers = self._layers
+        out = self.out
+        data = out if layers is None else layers.encode(out)  # no layers: suspended, plain
+        if data is None:
+            return  # held until the TLS handshake is done
         self.out = bytearray()
-        codec = self._codec
-        if codec is not None:
-            data = codec.compress(data)
-        if tls is not None:
-            data = tls.encrypt(data)
         transport.write(data)
 
-    def _upgrade(self, up: _Upgrade) -> None:
+    def _upgrade(self, up: Upgrade) -> None:
         """IDENTIFY negotiated TLS and/or compression: its JSON reply is out (plain)."""
         old = self.parser
         rest = bytes(old._buf[old._pos :])  # the first bytes of the new layers
         self.parser = wire.CommandParser(
-            self.opts.max_msg_size, self.opts.max_body_size, self._precheck
+            self.opts.max_msg_size,
+            self.opts.max_body_size,
+            self._precheck_tls_required if self._tls_policy else self._precheck,
         )
-        if up.tls:
-            log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
-            self._tls = TLSSession(self.nsqd.tls_context)
-            self._pending_codec = up.codec
-            self._hs_handle = self.loop.call_later(TLS_HANDSHAKE_TIMEOUT, self._on_hs_timeout)
-        else:
-            self._install_codec(up.codec)
+        layers = self._layers = StreamLayers(self, self.loop, up, self.nsqd.tls_context)
         self._slow = True
+        layers.start()
         if rest:
             self.data_received(rest)
 
-    def _install_codec(self, codec: Codec | None) -> None:
-        if codec is None:
-            return
-        if isinstance(codec, DeflateCodec):
-            log.info(
-                "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
-                self.remote_address,
-                codec.level,
-            )
-        else:
-            log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
-        self._codec = codec
-        self._slow = True
-        self._write_now(_OK_FRAME)
+    # stream_upgrade.UpgradeHost
 
-    def _tls_established(self) -> None:
-        self._stop_handshake_timer()
-        if isinstance(self._handlers, _TLSRequiredHandlers):
-            self._handlers = dict(self._handlers)
-        # the OK goes first, before anything held during the handshake (a heartbeat)
-        self.out[:0] = _OK_FRAME
+    def raw_write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def write_reply(self, frame: bytes) -> None:
+        self._write_now(frame)
+
+    def flush(self) -> None:
         self._flush()
-        codec = self._pending_codec
-        self._pending_codec = None
-        self._install_codec(codec)
 
-    def _on_hs_timeout(self) -> None:
-        self._hs_handle = None
-        if self.closed:
-            return
-        log.error(
-            "[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake timeout", self.remote_address
-        )
-        self._close()
-
-    def _stop_handshake_timer(self) -> None:
-        if self._hs_handle is not None:
-            self._hs_handle.cancel()
-            self._hs_handle = None
+    def tls_established(self) -> None:
+        if self._tls_policy:
+            self._tls_policy = False
+            self._handlers = self._command_table()
+            self.parser.precheck = self._precheck
 
     @property
     def tls_on(self) -> bool:
-        tls = self._tls
-        return tls is not None and tls.handshake_done
+        return self._layers is not None and self._layers.tls_on
 
     @property
     def codec_name(self) -> str:
-        codec = self._codec
-        return codec.name if codec is not None else ""
+        return self._layers.codec_name if self._layers is not None else ""
 
     def tls_info(self) -> tuple[str, str]:
         """(tls_version, tls_cipher_suite) for /stats, in Go's spelling."""
-        tls = self._tls
-        if tls is None or not tls.handshake_done:
-            return "", ""
-        return tls.version(), tls.cipher_suite()
+        return self._layers.tls_info() if self._layers is not None else ("", "")
 
-    # ------------------------------------------------------------ AUTH
+    # ------------------------------------------------------------ AUTH (auth_session.AuthHost)
 
-    def _suspend(self, on_done: Callable[[asyncio.Task[AuthState]], None]) -> NoReturn:
-        """Query the auth servers without blocking the loop; stop reading until on_done ran."""
-        auth = self.nsqd.auth
-        assert auth is not None and self.transport is not None
+    @property
+    def auth_state(self) -> AuthState | None:
+        return self._auth.state if self._auth is not None else None
+
+    def auth_peer(self) -> tuple[str, bool, str]:
+        layers = self._layers
+        if layers is None:
+            return self._remote_ip, False, ""
+        return self._remote_ip, layers.tls_on, layers.peer_common_name()
+
+    def suspend_commands(self) -> None:
+        """Stop running commands until resume_commands (an auth-server query runs)."""
+        assert self.transport is not None
         self._suspended = True
         self._slow = True
         self._in_read = False
         self._flush()  # the replies of the commands before this one go out first
         self._pause_read(_PAUSE_AUTH)
-        tls = self._tls
-        tls_on = tls is not None and tls.handshake_done
-        cn = tls.peer_common_name() if tls is not None and tls_on else ""
-        task = self.loop.create_task(auth.query(self._remote_ip, tls_on, cn, self._auth_secret))
-        self._auth_task = task
-        task.add_done_callback(lambda t: self._resume(t, on_done))
-        raise _Suspend
 
-    def _resume(
-        self, task: asyncio.Task[AuthState], on_done: Callable[[asyncio.Task[AuthState]], None]
-    ) -> None:
-        self._auth_task = None
-        if task.cancelled():
+    def resume_commands(self, then: Callable[[], None] | None) -> None:
+        """Run ``then`` as a command (None: the query was cancelled: close), then the commands
+        that waited in the parser, in order."""
+        if then is None:
             self._close()
             return
-        task.exception()  # retrieved: on_done looks at it
         if self.closed:
             return
         self._suspended = False
         self._recompute_slow()
         try:
-            on_done(task)
-        except _Suspend:
+            then()
+        except Suspend:
             return
         except ClientError as e:
             log.error("[%s] - %s", self.remote_address, e)
@@ -799,43 +670,6 @@ class ClientV2(asyncio.Protocol):
             self.data_received(b"")
         finally:
             self._recompute_slow()
-
-    def _auth_failed(self, task: asyncio.Task[AuthState]) -> AuthState:
-        exc = task.exception()
-        if exc is not None:
-            # nsqd does not leak auth server errors to untrusted clients
-            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, exc)
-            raise FatalClientError("E_AUTH_FAILED", "AUTH failed")
-        return task.result()
-
-    def _auth_done(self, task: asyncio.Task[AuthState]) -> None:
-        state = self.auth_state = self._auth_failed(task)
-        if not state.authorizations:
-            raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        resp = {
-            "identity": state.identity,
-            "identity_url": state.identity_url,
-            "permission_count": len(state.authorizations),
-        }
-        self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
-
-    def _check_auth(self, cmd: str, topic: str, channel: str, retry: Callable[[], None]) -> None:
-        """nsqd's CheckAuth; an expired state is queried again first (then ``retry`` runs)."""
-        state = self.auth_state
-        if state is None or not state.authorizations:
-            raise FatalClientError("E_AUTH_FIRST", f"AUTH required before {cmd}")
-        if state.is_expired():
-
-            def requeried(task: asyncio.Task[AuthState]) -> None:
-                self.auth_state = self._auth_failed(task)
-                retry()
-
-            self._suspend(requeried)
-        if not state.is_allowed(topic, channel):
-            raise FatalClientError(
-                "E_UNAUTHORIZED",
-                f"AUTH failed for {cmd} on {go_quote(topic.encode())} {go_quote(channel.encode())}",
-            )
 
     # ------------------------------------------------------------ heartbeats and deadlines
 
@@ -916,10 +750,8 @@ class ClientV2(asyncio.Protocol):
 
     def _precheck_tls_required(self, name: bytes, params: list[bytes]) -> None:
         # nsqd's enforceTLSPolicy runs before any command but IDENTIFY reads its body
-        if name != b"IDENTIFY":
-            raise FatalClientError(
-                "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
-            )
+        if name != b"IDENTIFY" and self._tls_policy:
+            raise self._no_handler(name)
         self._precheck(name, params)
 
     def _precheck(self, name: bytes, params: list[bytes]) -> None:
@@ -942,14 +774,11 @@ class ClientV2(asyncio.Protocol):
                     "E_BAD_TOPIC",
                     f"E_BAD_TOPIC MPUB topic name {go_quote(params[1])} is not valid",
                 )
-            if self._auth_on:
+            auth = self._auth
+            if auth is not None and not auth.check_before_body("MPUB", params[1].decode()):
                 # nsqd checks MPUB before reading its body; an expired state is asked again
-                # once the body is in (MPUB's handler)
-                state = self.auth_state
-                if state is None or not state.is_expired():
-                    self._check_auth("MPUB", params[1].decode(), "", _no_retry)
-                else:
-                    return  # asked again once the body is in; MPUB creates the topic then
+                # once the body is in (MPUB's handler), and MPUB creates the topic then
+                return
             # nsqd gets (creates) the topic before it reads the body: whatever goes wrong
             # with the body, or an EOF inside it, the topic exists by then
             self.nsqd.get_topic(params[1].decode())
@@ -1051,27 +880,19 @@ class ClientV2(asyncio.Protocol):
             "max_deflate_level": opts.max_deflate_level,
             "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": self._auth_on,
+            "auth_required": self._auth is not None,
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": self.output_buffer_timeout_ms,
         }
         self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
         if tls_v1 or snappy or deflate:
-            codec: Codec | None = None
-            if snappy:
-                codec = SnappyCodec()
-            elif deflate:
-                codec = DeflateCodec(deflate_level)
-            raise _Upgrade(tls_v1, codec)
+            raise Upgrade(tls_v1, negotiated_codec(snappy, deflate, deflate_level))
 
     def AUTH(self, params: list[bytes], body: Any) -> None:
-        state = self.auth_state
-        if state is not None and state.authorizations:
-            raise FatalClientError("E_INVALID", "AUTH already set")
-        if not self._auth_on:
+        auth = self._auth
+        if auth is None:
             raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
-        self._auth_secret = body.decode("utf-8", "replace")
-        self._suspend(self._auth_done)
+        auth.authenticate(body)
 
     def SUB(self, params: list[bytes], body: Any) -> None:
         if self.state != STATE_INIT:
@@ -1088,8 +909,8 @@ class ClientV2(asyncio.Protocol):
             raise FatalClientError(
                 "E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid"
             )
-        if self._auth_on:
-            self._check_auth(
+        if self._auth is not None:
+            self._auth.check(
                 "SUB", params[1].decode(), params[2].decode(), lambda: self.SUB(params, body)
             )
         topic = self.nsqd.get_topic(params[1].decode())
@@ -1220,8 +1041,8 @@ class ClientV2(asyncio.Protocol):
 
     def PUB(self, params: list[bytes], body: Any) -> None:
         topic_name = params[1].decode()
-        if self._auth_on:
-            self._check_auth("PUB", topic_name, "", lambda: self.PUB(params, body))
+        if self._auth is not None:
+            self._auth.check("PUB", topic_name, "", lambda: self.PUB(params, body))
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         try:
@@ -1234,8 +1055,8 @@ class ClientV2(asyncio.Protocol):
 
     def MPUB(self, params: list[bytes], body: Any) -> None:
         topic_name = params[1].decode()
-        if self._auth_on:
-            self._check_auth("MPUB", topic_name, "", lambda: self.MPUB(params, body))
+        if self._auth is not None:
+            self._auth.check("MPUB", topic_name, "", lambda: self.MPUB(params, body))
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         msgs = nsqd.new_records(body)
@@ -1250,8 +1071,8 @@ class ClientV2(asyncio.Protocol):
     def DPUB(self, params: list[bytes], body: Any) -> None:
         topic_name = params[1].decode()
         delay_ms = self._dpub_timeout_ms(params[2])
-        if self._auth_on:
-            self._check_auth("DPUB", topic_name, "", lambda: self.DPUB(params, body))
+        if self._auth is not None:
+            self._auth.check("DPUB", topic_name, "", lambda: self.DPUB(params, body))
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         record = nsqd.new_record(body)

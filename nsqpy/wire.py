@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from typing import ClassVar
 
 MAGIC_V2 = b"  V2"
 
@@ -51,7 +52,8 @@ class ClientError(Exception):
     The error frame's data is ``b"<code> <description>"`` (internal/protocol/errors.go).
     """
 
-    fatal = False
+    # A class attribute (ClassVar), so that mypyc keeps it on the class as Python does.
+    fatal: ClassVar[bool] = False
 
     def __init__(self, code: str, desc: str) -> None:
         super().__init__(f"{code} {desc}")
@@ -67,7 +69,7 @@ class ClientError(Exception):
 class FatalClientError(ClientError):
     """A fatal protocol error: nsqd sends the error frame, then closes the connection."""
 
-    fatal = True
+    fatal: ClassVar[bool] = True
 
 
 def is_valid_name(name: str | bytes) -> bool:
@@ -83,6 +85,39 @@ def is_valid_name(name: str | bytes) -> bool:
     if not 1 <= len(name) <= 64:
         return False
     return _NAME_RE.fullmatch(name) is not None
+
+
+def go_quote(b: bytes) -> str:
+    """Go's %q (strconv.Quote) of a byte string, for nsqd's error texts."""
+    s = b.decode("utf-8", "surrogateescape")
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # an invalid UTF-8 byte
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif not ch.isprintable():
+            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 
 
 _U64 = (1 << 64) - 1
@@ -176,7 +211,7 @@ def encode_message(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes)
     return _MESSAGE_BODY_HEADER.pack(timestamp_ns, attempts) + msg_id + body
 
 
-def decode_message(data: bytes) -> tuple[int, int, bytes, bytes]:
+def decode_message(data: bytes | bytearray) -> tuple[int, int, bytes, bytes]:
     """Inverse of :func:`encode_message`: ``(timestamp_ns, attempts, id, body)``.
 
     Raises ValueError when ``data`` is shorter than the 26-byte header.
@@ -215,7 +250,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes | bytearray) -> list[tuple[int, bytes]]:
         buf = self._buf
         buf += data
         frames = []
@@ -278,7 +313,7 @@ class CommandParser:
         self.max_body_size = max_body_size
         self.precheck = precheck
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buf += data
 
     def buffered(self) -> int:
