@@ -759,6 +759,8 @@ class _Conn(asyncio.Protocol):
         transport.write(out)
         if conn.our_state is h11.MUST_CLOSE:
             transport.close()
+        elif conn.their_state is h11.DONE:
+            conn.start_next_cycle()  # saves _process a round through next_event
 
     def _bad_request(self, e: h11.RemoteProtocolError) -> None:
         """What net/http answers to a request it cannot parse, then the connection closes."""

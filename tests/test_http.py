@@ -1082,3 +1082,154 @@ def test_router_redirect_body_escapes_as_go(nsqd):
     code, body, h = raw_http(nsqd, "GET", '/PING?a=\'&b=<"x">')
     assert (code, h.get("location")) == (301, '/ping?a=\'&b=<"x">')
     assert body == b'<a href="/ping?a=&#39;&amp;b=&lt;&#34;x&#34;&gt;">Moved Permanently</a>.\n\n'
+
+
+# ----------------------------------------------------------------------------- issue 12: the
+# daemons' own HTTP/1.1 server (httpd on h11): connections as net/http handles them
+
+
+def _exchange(d, raw: bytes, answers: int, timeout: float = 10) -> tuple[list[bytes], bool]:
+    """Send ``raw`` on one connection and read ``answers`` whole answers (Content-Length
+    framed); (the answers, whether the server then closed the connection)."""
+    sock = socket.create_connection(("127.0.0.1", d.http_port), timeout=timeout)
+    try:
+        sock.sendall(raw)
+        buf = b""
+        out: list[bytes] = []
+        while len(out) < answers:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                head = buf[:end].decode("latin-1")
+                m = re.search(r"(?im)^content-length: *(\d+)", head)
+                total = end + 4 + (int(m.group(1)) if m else 0)
+                if len(buf) >= total:
+                    out.append(buf[:total])
+                    buf = buf[total:]
+                    continue
+            more = sock.recv(65536)
+            assert more, f"closed after {len(out)} answers: {buf[:200]!r}"
+            buf += more
+        sock.settimeout(0.3)
+        try:
+            closed = sock.recv(1) == b""
+        except TimeoutError:
+            closed = False
+        return out, closed
+    finally:
+        sock.close()
+
+
+def _head(answer: bytes) -> list[str]:
+    return answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+
+
+def test_answer_headers_as_go_net_http_writes_them(nsqd):
+    (ok,), closed = _exchange(
+        nsqd, b"POST /pub?topic=hdr HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", 1
+    )
+    lines = _head(ok)
+    assert lines[0] == "HTTP/1.1 200 OK"
+    # handler headers sorted, then Date, Content-Length, the sniffed Content-Type
+    assert [h.split(":")[0] for h in lines[1:]] == [
+        "X-Nsq-Content-Type",
+        "Date",
+        "Content-Length",
+        "Content-Type",
+    ]
+    assert re.fullmatch(r"Date: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT", lines[2])
+    assert lines[3:] == ["Content-Length: 2", "Content-Type: text/plain; charset=utf-8"]
+    assert not closed
+
+
+def test_keep_alive_and_pipelined_answers_in_order(nsqd):
+    reqs = b"".join(
+        b"POST /pub?topic=pipe HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
+        for b in (b"a", b"bb", b"ccc")
+    )
+    reqs += b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+    out, closed = _exchange(nsqd, reqs, 5)
+    assert [_head(a)[0] for a in out] == ["HTTP/1.1 200 OK"] * 3 + [
+        "HTTP/1.1 404 Not Found",
+        "HTTP/1.1 200 OK",
+    ]
+    assert not closed
+    t = topic_stats(nsqd, "pipe")
+    assert t is not None and t["message_count"] == 3
+
+
+def test_a_long_pipelined_burst_is_answered_across_loop_passes(nsqd):
+    """More requests in one read than one loop pass handles: all answered, in order."""
+    n = 400
+    out, _ = _exchange(nsqd, b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" * n, n, timeout=30)
+    assert len(out) == n and all(a.endswith(b"\r\n\r\nOK") for a in out)
+
+
+def test_too_big_content_length_refused_before_the_body_is_sent(daemon_factory):
+    d = daemon_factory("--max-msg-size=100", "--max-body-size=300")
+    # the 10 MB body never comes: the answer must not wait for it
+    (a,), closed = _exchange(
+        d, b"POST /pub?topic=tb HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", 1
+    )
+    assert _head(a)[0] == "HTTP/1.1 413 Request Entity Too Large"
+    assert a.endswith(b'{"message":"MSG_TOO_BIG"}')
+    assert "Connection: close" in _head(a) and closed  # net/http: too much left to discard
+    (a,), _ = _exchange(
+        d, b"POST /mpub?topic=tb HTTP/1.1\r\nHost: x\r\nContent-Length: 301\r\n\r\n", 1
+    )
+    assert a.endswith(b'{"message":"BODY_TOO_BIG"}')
+
+
+def test_small_unread_rest_is_dropped_and_the_connection_kept(daemon_factory):
+    """As net/http: a too-big chunked body (rest < 256 KiB) is read and dropped, and the next
+    request on the connection is answered."""
+    d = daemon_factory("--max-msg-size=100")
+    chunked = b"65\r\n" + b"x" * 101 + b"\r\n0\r\n\r\n"
+    raw = (
+        b"POST /pub?topic=cr HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunked
+        + b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    (big, ping), closed = _exchange(d, raw, 2)
+    assert big.endswith(b'{"message":"MSG_TOO_BIG"}')
+    assert ping.endswith(b"\r\n\r\nOK") and not closed
+
+
+def test_expect_100_continue(nsqd):
+    raw = (
+        b"POST /pub?topic=cont HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        b"Expect: 100-continue\r\n\r\n"
+    )
+    sock = socket.create_connection(("127.0.0.1", nsqd.http_port), timeout=10)
+    try:
+        sock.sendall(raw)
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(b"hello")
+        buf = b""
+        while not buf.endswith(b"OK"):
+            more = sock.recv(4096)
+            assert more
+            buf += more
+        assert buf.startswith(b"HTTP/1.1 200 OK\r\n")
+    finally:
+        sock.close()
+
+
+def test_http10_answered_as_http10_and_closed(nsqd):
+    (a,), closed = _exchange(nsqd, b"GET /ping HTTP/1.0\r\n\r\n", 1)
+    assert _head(a)[0] == "HTTP/1.0 200 OK" and "Connection: close" not in _head(a)
+    assert closed
+
+
+def test_bad_request_and_missing_host_as_net_http(nsqd):
+    (a,), closed = _exchange(nsqd, b"GARBAGE\r\n\r\n", 1)
+    assert a.startswith(b"HTTP/1.1 400 Bad Request\r\n") and closed
+    (a,), closed = _exchange(nsqd, b"GET /ping HTTP/1.1\r\n\r\n", 1)
+    assert _head(a)[0] == "HTTP/1.1 400 Bad Request: missing required Host header" and closed
+
+
+def test_message_route(nsqd, lookupd):
+    """GET /message is routed to message_lookup on both daemons (its answers are its own)."""
+    for d in (nsqd, lookupd):
+        assert_err(raw_http(d, "GET", "/message"), 400, "MISSING_ARG_ID")
+        code, _, h = raw_http(d, "POST", "/message?id=1")
+        assert code == 405 and h["allow"] == "GET, OPTIONS"
