@@ -36,17 +36,51 @@ def producer_address(producer: dict[str, Any]) -> str:
     return f"{host}:{port}"
 
 
+def producer_http_address(producer: dict[str, Any]) -> str:
+    """``broadcast_address:http_port``: where that nsqd answers /stats."""
+    host = str(producer.get("broadcast_address") or producer.get("address") or "")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{int(producer['http_port'])}"
+
+
+#: TCP address -> HTTP address of every producer any lookup has seen (for /stats)
+HTTP_ADDRESSES: dict[str, str] = {}
+
+
 def parse_lookup(body: bytes) -> list[str]:
-    """The producers' TCP addresses from one /lookup answer (either JSON shape)."""
+    """The producers' TCP addresses from one /lookup answer (either JSON shape); their HTTP
+    addresses are remembered in HTTP_ADDRESSES."""
     doc = json.loads(body)
     if isinstance(doc, dict) and "producers" not in doc and isinstance(doc.get("data"), dict):
         doc = doc["data"]
     out: list[str] = []
     for p in doc.get("producers") or []:
         addr = producer_address(p)
+        if "http_port" in p:
+            HTTP_ADDRESSES[addr] = producer_http_address(p)
         if addr not in out:
             out.append(addr)
     return out
+
+
+def channel_backlog(http_address: str, topic: str, channel: str, timeout: float = 5.0) -> int:
+    """``depth + in_flight_count`` of ``topic/channel`` from nsqd's ``/stats`` (0 when the
+    channel does not exist). Raises OSError/ValueError when nsqd cannot be asked."""
+    base = http_address if "://" in http_address else "http://" + http_address
+    q = urllib.parse.urlencode({"format": "json", "topic": topic, "channel": channel})
+    with urllib.request.urlopen(f"{base.rstrip('/')}/stats?{q}", timeout=timeout) as r:
+        doc = json.loads(r.read())
+    if isinstance(doc, dict) and "topics" not in doc and isinstance(doc.get("data"), dict):
+        doc = doc["data"]  # nsqd before 1.0
+    total = 0
+    for t in doc.get("topics") or []:
+        if t.get("topic_name") != topic:
+            continue
+        for c in t.get("channels") or []:
+            if c.get("channel_name") == channel:
+                total += int(c.get("depth", 0)) + int(c.get("in_flight_count", 0))
+    return total
 
 
 def lookup_one(lookupd: str, topic: str, timeout: float = 5.0) -> list[str]:

@@ -1,0 +1,504 @@
+# The driver side of the nsq source: nsqd connections -> write-ahead spool -> FIN.
+#
+# Strategy: one fetcher thread per nsqd (its `connections_per_nsqd` connections, one selector)
+# reads whole socket buffers and splits them into frames with one small loop; a run of message
+# frames becomes a `_Chunk` of columns (ids, bodies, publish times, attempts) built with numpy and
+# pyarrow, not per-row objects. The writer thread takes every chunk waiting, writes them to the
+# spool as one Arrow record batch, fsyncs (a group commit: one fsync for everything that arrived
+# during the previous one), then FINs each chunk's messages on the connection that delivered them
+# (one write of `FIN <id>\n` lines per chunk). So a message is FIN'd only once it is durable, and
+# RDY (max_in_flight) bounds what is held in memory: nsqd sends no more than that un-FIN'd.
+#
+# Backpressure: when the spool holds more than `max_spool_bytes` past what Spark committed, the
+# fetchers set RDY 0 (nsqd keeps the messages; its depth grows) until a commit frees room.
+#
+# Redeliveries: a message spooled but not FIN'd (its connection died first, or the previous driver
+# was killed between fsync and FIN) comes back from nsqd with the same ID. Such IDs are
+# "suspects": the last rows of the spool when it is opened, and every ID whose FIN could not be
+# sent. A delivered message whose (nsqd, id) is a suspect is FIN'd at once and not spooled again.
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import selectors
+import struct
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .client import NSQConnection
+from .lookup import lookup_producers
+from .spool import SCHEMA, Spool
+
+log = logging.getLogger("nsqpy.spark")
+
+_FRAME = struct.Struct(">ii")
+_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", "S16")])
+_FIN = np.frombuffer(b"FIN ", np.uint8)
+_SUSPECTS_MAX = 200_000
+
+
+class _Chunk:
+    """Messages of one read of one connection, as columns."""
+
+    __slots__ = ("attempts", "bodies", "conn", "fin", "ids", "n", "ts")
+
+    def __init__(self, conn: NSQConnection, headers: bytes, bodies: list[bytes]) -> None:
+        n = len(bodies)
+        h = np.frombuffer(headers, _HEADER)
+        ids = np.ascontiguousarray(h["id"])
+        self.conn = conn
+        self.n = n
+        self.bodies = bodies
+        self.ids = ids
+        self.ts = h["ts"].astype(np.int64) // 1000  # ns -> us
+        self.attempts = h["attempts"].astype(np.int32)
+        fin = np.empty((n, 21), np.uint8)
+        fin[:, :4] = _FIN
+        fin[:, 4:20] = ids.view(np.uint8).reshape(n, 16)
+        fin[:, 20] = 10
+        self.fin = fin.tobytes()
+
+
+def _record_batch(chunks: list[_Chunk], topic: str, channel: str) -> pa.RecordBatch:
+    n = sum(c.n for c in chunks)
+    ids = np.concatenate([c.ids for c in chunks]) if len(chunks) > 1 else chunks[0].ids
+    id_col = pa.StringArray.from_buffers(
+        n, pa.py_buffer(np.arange(0, 16 * n + 1, 16, dtype=np.int32)), pa.py_buffer(ids.tobytes())
+    )
+    bodies: list[bytes] = []
+    for c in chunks:
+        bodies += c.bodies
+    addrs = pa.concat_arrays([pa.repeat(c.conn.address, c.n) for c in chunks])
+    return pa.RecordBatch.from_arrays(
+        [
+            id_col,
+            pa.array(bodies, pa.binary()),
+            pa.array(np.concatenate([c.ts for c in chunks]), SCHEMA.field("timestamp").type),
+            pa.array(np.concatenate([c.attempts for c in chunks]), pa.int32()),
+            pa.repeat(topic, n),
+            pa.repeat(channel, n),
+            addrs,
+        ],
+        schema=SCHEMA,
+    )
+
+
+class Fetcher:
+    """Connections to every nsqd of the topic, the spool writer, and what Spark asks of them.
+
+    ``opts`` is a source.SourceOptions. Threads: one per nsqd, one writer, one for lookupd.
+    """
+
+    def __init__(self, opts: Any, spool: Spool) -> None:
+        self.opts = opts
+        self.spool = spool
+        self.cond = threading.Condition()
+        self.queue: list[_Chunk] = []
+        self.queued = 0
+        self.committed = spool.committed  # rows below are committed by Spark (deletable)
+        self.paused = False  # RDY 0: spool full, or the AvailableNow target reached
+        self.hold = False  # AvailableNow: take nothing more
+        self.last_arrival = time.monotonic()
+        self.suspects: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()
+        tail = opts.max_in_flight * 2 + 1000
+        for key in spool.recent_rows(tail):
+            self.suspects[key] = None
+        self.counters: dict[str, int] = {
+            "received": 0,
+            "spooled": 0,
+            "groups": 0,
+            "redelivered_dropped": 0,
+            "fin_failed": 0,
+            "lost_connections": 0,
+            "nsqd_errors": 0,
+            "paused": 0,
+            "max_queued": 0,
+            "truncated_bytes": spool.truncated_bytes,
+        }
+        self.nodes: dict[str, _Node] = {}
+        self._stop = threading.Event()
+        self._stats_at = 0.0
+        self._writer = threading.Thread(target=self._write_loop, name="nsq-spool-writer")
+        self._writer.daemon = True
+        self._writer.start()
+        for address in opts.nsqd_tcp_addresses:
+            self._add_node(address)
+        self._lookup: threading.Thread | None = None
+        if opts.lookupd_http_addresses:
+            self._lookup = threading.Thread(target=self._lookup_loop, name="nsq-lookupd")
+            self._lookup.daemon = True
+            self._lookup.start()
+
+    # ------------------------------------------------------------------ nodes
+
+    def _add_node(self, address: str) -> None:
+        with self.cond:
+            if address in self.nodes or self._stop.is_set():
+                return
+            node = _Node(self, address)
+            self.nodes[address] = node
+        node.start()
+
+    def _lookup_loop(self) -> None:
+        opts = self.opts
+        while not self._stop.is_set():
+            addrs, errors = lookup_producers(opts.lookupd_http_addresses, opts.topic)
+            for lookupd, err in errors.items():
+                log.warning("nsq source: lookupd %s: %s", lookupd, err)
+            for a in addrs:
+                self._add_node(a)
+            self._stop.wait(opts.lookupd_poll_interval_ms / 1000)
+
+    def rdy_share(self) -> int:
+        """RDY per connection: max_in_flight over every connection (0 when paused)."""
+        if self.paused or self.hold:
+            return 0
+        conns = max(1, len(self.nodes) * self.opts.connections_per_nsqd)
+        return max(1, self.opts.max_in_flight // conns)
+
+    # ------------------------------------------------------------------ fetcher side
+
+    def on_chunk(self, chunk: _Chunk) -> None:
+        with self.cond:
+            self.queue.append(chunk)
+            self.queued += chunk.n
+            self.counters["received"] += chunk.n
+            if self.queued > self.counters["max_queued"]:
+                self.counters["max_queued"] = self.queued
+            self.last_arrival = time.monotonic()
+            self.cond.notify_all()
+
+    def drop_suspects(self, conn: NSQConnection, ids: list[bytes]) -> list[bytes]:
+        """The IDs among ``ids`` that are not suspects; suspects are FIN'd now."""
+        keep, fin = [], []
+        addr = conn.address.encode()
+        with self.cond:
+            for i in ids:
+                if self.suspects.pop((addr, i), 0) is None:
+                    fin.append(i)
+                else:
+                    keep.append(i)
+            self.counters["redelivered_dropped"] += len(fin)
+        if fin:
+            with contextlib.suppress(OSError):
+                conn.send_many(b"FIN", fin)
+        return keep
+
+    def _suspect(self, chunk: _Chunk) -> None:
+        addr = chunk.conn.address.encode()
+        for i in chunk.ids.tolist():
+            self.suspects[(addr, i)] = None
+        while len(self.suspects) > _SUSPECTS_MAX:
+            self.suspects.popitem(last=False)
+
+    # ------------------------------------------------------------------ writer
+
+    def _write_loop(self) -> None:
+        opts = self.opts
+        while True:
+            self.write_stats()
+            with self.cond:
+                while not self.queue and not self._stop.is_set():
+                    self.cond.wait(0.2)
+                    if time.monotonic() - self._stats_at >= 1:
+                        break
+                if not self.queue:
+                    if self._stop.is_set():
+                        return  # stopped, and everything taken was written
+                    continue
+                chunks, self.queue = self.queue, []
+            try:
+                batch = _record_batch(chunks, opts.topic, opts.channel)
+                end = self.spool.append(batch)
+                self.spool.sync(end)
+            except Exception:  # noqa: BLE001 - cannot spool: nothing gets FIN'd; nsqd keeps them
+                log.exception("nsq source: cannot write the spool %s", opts.spool_dir)
+                with self.cond:
+                    self.queued -= sum(c.n for c in chunks)
+                    self.counters["spool_errors"] = self.counters.get("spool_errors", 0) + 1
+                for conn in {id(c.conn): c.conn for c in chunks}.values():
+                    conn.close()  # nsqd requeues what it held
+                self._stop.wait(1)
+                continue
+            with self.cond:
+                self.queued -= batch.num_rows  # durable: the rest is sending FINs
+            failed = []
+            for c in chunks:
+                try:
+                    c.conn.send(c.fin)
+                except OSError:
+                    failed.append(c)
+            with self.cond:
+                for c in failed:
+                    self._suspect(c)
+                    self.counters["fin_failed"] += c.n
+                self.counters["spooled"] += batch.num_rows
+                self.counters["groups"] += 1
+                self._check_room()
+                self.cond.notify_all()
+
+    def _check_room(self) -> None:
+        """Pause (RDY 0) above max_spool_bytes past the committed rows; resume below 3/4."""
+        used = self.spool.disk_bytes_from(self.committed)
+        cap = self.opts.max_spool_bytes
+        if not self.paused and used > cap:
+            self.paused = True
+            self.counters["paused"] += 1
+            log.info("nsq source: spool holds %d bytes (> max_spool_bytes): RDY 0", used)
+        elif self.paused and used <= cap * 3 // 4:
+            self.paused = False
+
+    # ------------------------------------------------------------------ Spark's calls
+
+    def durable_end(self) -> int:
+        return self.spool.durable_end
+
+    def wait_for_rows(self, start: int, seconds: float) -> int:
+        """The durable end, waiting up to ``seconds`` for it to pass ``start``."""
+        deadline = time.monotonic() + seconds
+        with self.cond:
+            while self.spool.durable_end <= start:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            return self.spool.durable_end
+
+    def wait_until_idle(self, target: int, idle_s: float, limit_s: float) -> int:
+        """AvailableNow: wait until the durable end reaches ``target``, or nothing has arrived
+        for ``idle_s`` and nothing is waiting to be written; returns the durable end."""
+        deadline = time.monotonic() + limit_s
+        with self.cond:
+            while self.spool.durable_end < target:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if not self.queue and self.queued == 0 and now - self.last_arrival >= idle_s:
+                    break
+                self.cond.wait(min(0.05, deadline - now))
+            return self.spool.durable_end
+
+    def consumed(self, start: int) -> None:
+        """Spark plans a batch from ``start``: it has committed everything below (it plans
+        batch N+1 only once batch N is in its commit log, and tells the source of that commit
+        only after planning N+1). That frees room in the spool (resumes fetching); the files
+        go at commit()."""
+        with self.cond:
+            if start > self.committed:
+                self.committed = start
+                self._check_room()
+
+    def commit(self, end: int) -> None:
+        self.consumed(end)
+        self.spool.delete_below(end)
+        with contextlib.suppress(OSError):
+            self.spool.set_committed(end)
+
+    def stats(self) -> dict[str, Any]:
+        with self.cond:
+            out: dict[str, Any] = dict(self.counters)
+            out["queued"] = self.queued
+            out["suspects"] = len(self.suspects)
+            out["paused_now"] = self.paused
+            out["connections"] = sum(len(n.conns) for n in self.nodes.values())
+        out["durable_end"] = self.spool.durable_end
+        out["spool_start"] = self.spool.start
+        out["committed"] = self.committed
+        out["spool_disk_bytes"] = self.spool.disk_bytes_from(self.spool.start)
+        out["max_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out["pid"] = os.getpid()
+        return out
+
+    def write_stats(self, force: bool = False) -> None:
+        """``<spool_dir>/stats.json``: the counters, at most once a second (for people and
+        tests: what was received, spooled, dropped as redelivered, the memory high-water)."""
+        now = time.monotonic()
+        if not force and now - self._stats_at < 1:
+            return
+        self._stats_at = now
+        path = os.path.join(self.opts.spool_dir, "stats.json")
+        try:
+            with open(path + ".tmp", "w") as fh:
+                json.dump(self.stats(), fh)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Stop taking messages, write and FIN what was received, close everything."""
+        with self.cond:
+            self.hold = True
+            nodes = list(self.nodes.values())
+        for n in nodes:
+            n.stop()
+        self._stop.set()
+        with self.cond:
+            self.cond.notify_all()
+        self._writer.join(30)
+        for n in nodes:
+            n.close()
+        if self._lookup is not None:
+            self._lookup.join(1)
+        self.write_stats(force=True)
+
+
+class _Node(threading.Thread):
+    """One nsqd: its connections, read by this thread; frames -> chunks -> the writer."""
+
+    def __init__(self, fetcher: Fetcher, address: str) -> None:
+        super().__init__(name=f"nsq-fetch-{address}", daemon=True)
+        self.f = fetcher
+        self.address = address
+        self.conns: list[NSQConnection] = []
+        self._rest: dict[NSQConnection, bytes] = {}
+        self._rdy: dict[NSQConnection, int] = {}
+        self._sel = selectors.DefaultSelector()
+        self._halt = threading.Event()
+        self._retry_at = 0.0
+        self._backoff = 0.5
+
+    def stop(self) -> None:
+        """RDY 0 on every connection and stop reading (what arrived is handed to the writer)."""
+        self._halt.set()
+        self.join(10)
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.conns = []
+        self._sel.close()
+
+    def _connect(self) -> None:
+        opts = self.f.opts
+        while len(self.conns) < opts.connections_per_nsqd:
+            conn = NSQConnection(
+                self.address,
+                timeout=5,
+                msg_timeout_ms=opts.msg_timeout_ms,
+                client_id=f"spark-{opts.channel}",
+            )
+            try:
+                conn.connect()
+                conn.sub(opts.topic, opts.channel)
+                assert conn.sock is not None
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+            except Exception as e:  # noqa: BLE001 - any failure: retry later
+                conn.close()
+                self._backoff = min(self._backoff * 2, 15.0)
+                self._retry_at = time.monotonic() + self._backoff
+                log.warning("nsq source: cannot subscribe on %s: %s", self.address, e)
+                return
+            self._backoff = 0.5
+            self.conns.append(conn)
+            self._rdy[conn] = 0
+            log.info(
+                "nsq source: subscribed to %s/%s on %s", opts.topic, opts.channel, conn.address
+            )
+
+    def _drop(self, conn: NSQConnection, why: str) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            if conn.sock is not None:
+                self._sel.unregister(conn.sock)
+        conn.close()
+        if conn in self.conns:
+            self.conns.remove(conn)
+        self._rest.pop(conn, None)
+        self._rdy.pop(conn, None)
+        self._retry_at = time.monotonic() + 0.5
+        with self.f.cond:
+            self.f.counters["lost_connections"] += 1
+        log.warning("nsq source: lost %s: %s", conn.address, why)
+
+    def _set_rdy(self) -> None:
+        share = self.f.rdy_share()
+        for conn in list(self.conns):
+            want = min(share, conn.max_rdy_count)
+            if self._rdy.get(conn) != want:
+                try:
+                    conn.rdy(want)
+                    self._rdy[conn] = want
+                except OSError as e:
+                    self._drop(conn, str(e))
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            if len(self.conns) < self.f.opts.connections_per_nsqd:
+                if time.monotonic() >= self._retry_at:
+                    self._connect()
+                if not self.conns:
+                    self._halt.wait(0.05)
+                    continue
+            self._set_rdy()
+            try:
+                events = self._sel.select(timeout=0.05)
+            except OSError:
+                events = []
+            for key, _ in events:
+                self._read(key.data)
+        for conn in list(self.conns):  # stop: take nothing more
+            with contextlib.suppress(OSError):
+                conn.rdy(0)
+
+    def _read(self, conn: NSQConnection) -> None:
+        sock = conn.sock
+        if sock is None:
+            return
+        try:
+            data = sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return
+        except OSError as e:
+            self._drop(conn, str(e))
+            return
+        if not data:
+            self._drop(conn, "closed by nsqd")
+            return
+        rest = self._rest.pop(conn, b"")
+        buf = rest + data if rest else data
+        unpack = _FRAME.unpack_from
+        n = len(buf)
+        pos = 0
+        headers: list[bytes] = []
+        bodies: list[bytes] = []
+        nop = False
+        while n - pos >= 8:
+            size, ftype = unpack(buf, pos)
+            end = pos + 4 + size
+            if end > n:
+                break
+            if ftype == 2:
+                headers.append(buf[pos + 8 : pos + 34])
+                bodies.append(buf[pos + 34 : end])
+            elif ftype == 0:
+                if buf[pos + 8 : end] == b"_heartbeat_":
+                    nop = True
+            else:
+                with self.f.cond:
+                    self.f.counters["nsqd_errors"] += 1
+                log.debug("nsq source: %s: %r", conn.address, buf[pos + 8 : end][:200])
+            pos = end
+        if pos < n:
+            self._rest[conn] = buf[pos:]
+        if nop:
+            with contextlib.suppress(OSError):
+                conn.nop()
+        if not bodies:
+            return
+        if self.f.suspects:
+            ids = [h[10:26] for h in headers]
+            keep = set(self.f.drop_suspects(conn, ids))
+            if len(keep) < len(ids):
+                pairs = [(h, b) for h, b in zip(headers, bodies, strict=True) if h[10:26] in keep]
+                headers = [h for h, _ in pairs]
+                bodies = [b for _, b in pairs]
+                if not bodies:
+                    return
+        self.f.on_chunk(_Chunk(conn, b"".join(headers), bodies))

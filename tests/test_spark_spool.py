@@ -1,0 +1,239 @@
+"""The nsq source's write-ahead spool and driver protocol without a JVM: the Arrow IPC segments
+(append, torn tail, slices, deletion), and the reader's calls as Spark makes them against a real
+nsqpy-d (FIN after the durable write, offsets = spool positions, replay after a crash, admission
+control, backpressure, AvailableNow's target). Every wait has a time limit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import Daemon, wait_for
+
+from nsqpy.spark.client import Producer
+from nsqpy.spark.spool import SCHEMA, Spool, read_slice
+
+
+def _batch(first: int, n: int, addr: str = "127.0.0.1:1") -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([f"{i:016x}" for i in range(first, first + n)], pa.string()),
+            pa.array([b"body-%d" % i for i in range(first, first + n)], pa.binary()),
+            pa.array([i * 1000 for i in range(first, first + n)], SCHEMA.field(2).type),
+            pa.array([1] * n, pa.int32()),
+            pa.repeat("t", n),
+            pa.repeat("c", n),
+            pa.repeat(addr, n),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def _read(spool_dir: str, sp: Spool, start: int, end: int, max_rows: int) -> list[bytes]:
+    out: list[bytes] = []
+    for sl in sp.slices(start, end, max_rows):
+        assert sl.rows <= max_rows
+        for rb in read_slice(spool_dir, sl):
+            assert rb.schema.equals(SCHEMA)
+            out += rb.column("body").to_pylist()
+    return out
+
+
+def test_spool_segments_slices_torn_tail_and_delete(tmp_path: Path) -> None:
+    d = str(tmp_path / "sp")
+    sp = Spool(d, segment_bytes=4000)
+    pos = 0
+    for n in (10, 25, 7, 40, 3, 60):
+        end = sp.append(_batch(pos, n))
+        sp.sync(end)
+        pos = end
+    assert sp.durable_end == pos == 145
+    assert len(sp.segments) > 1  # rolled over at segment_bytes
+    want = [b"body-%d" % i for i in range(145)]
+    for start, end, step in ((0, 145, 1000), (3, 140, 11), (12, 13, 5), (40, 100, 7)):
+        assert _read(d, sp, start, end, step) == want[start:end]
+    # through a URI too
+    assert _read("file://" + d, sp, 5, 50, 9) == want[5:50]
+    with pytest.raises(LookupError):
+        sp.slices(0, 146, 10)
+    assert (b"127.0.0.1:1", b"%016x" % 144) in sp.recent_rows(5)
+    sp.close()
+
+    # a torn tail (killed mid-write) is cut off; the positions carry on
+    last = os.path.join(d, sorted(n for n in os.listdir(d) if n.endswith(".arrows"))[-1])
+    with open(last, "ab") as f:
+        f.write(_batch(145, 30).serialize().to_pybytes()[:-50])
+    sp = Spool(d, segment_bytes=4000)
+    assert sp.durable_end == 145 and sp.truncated_bytes > 0
+    sp.sync(sp.append(_batch(145, 5)))
+    assert _read(d, sp, 140, 150, 100) == [b"body-%d" % i for i in range(140, 150)]
+    # whole segments below a committed end go; the newest stays (it keeps the position)
+    first_segments = len(sp.segments)
+    assert sp.delete_below(100) >= 1 and len(sp.segments) < first_segments
+    assert 0 < sp.start <= 100
+    with pytest.raises(LookupError):
+        sp.slices(0, 10, 10)
+    sp.delete_below(150)
+    assert len(sp.segments) == 1 and sp.segments[0].end == 150
+    with pytest.raises(RuntimeError, match="another running"):
+        Spool(d, lock_timeout=0.3)
+    sp.close()
+    sp = Spool(d)
+    assert sp.durable_end == 150
+    sp.close()
+
+
+# ------------------------------------------------------------------------- driver protocol
+
+
+def publish(address: str, topic: str, bodies: list[bytes]) -> None:
+    with Producer(address, topic, batch_size=500) as p:
+        p.publish(bodies)
+
+
+def channel(d: Daemon, topic: str, ch: str) -> dict:
+    for t in d.stats(topic=topic)["topics"]:
+        for c in t["channels"]:
+            if c["channel_name"] == ch:
+                c["finish_count"] = sum(cl.get("finish_count", 0) for cl in c["clients"])
+                return c
+    return {"finish_count": 0, "depth": 0, "in_flight_count": 0}
+
+
+def _crash(reader) -> None:
+    """What a killed driver leaves: connections closed without FIN or REQ, spool as it is."""
+    f = reader._fetcher
+    f._stop.set()
+    for n in f.nodes.values():
+        n._halt.set()
+        n.join(5)
+        n.close()
+    f._writer.join(5)
+    reader._spool.close()
+    reader._fetcher = None
+
+
+def _rows(reader, start: dict, end: dict) -> list[tuple]:
+    out = []
+    for p in reader.partitions(start, end):
+        for rb in reader.read(p):
+            out += list(zip(rb.column("id").to_pylist(), rb.column("body").to_pylist()))
+    return out
+
+
+def test_reader_fins_after_spool_and_replays_after_crash(nsqd: Daemon, tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+
+    from nsqpy.spark.source import NSQStreamReader
+
+    bodies = [f"p{i:04d}".encode() for i in range(3000)]
+    publish(nsqd.tcp_address, "proto", bodies)
+    opts = {
+        "nsqd_tcp_addresses": nsqd.tcp_address,
+        "topic": "proto",
+        "channel": "c",
+        "spool_dir": str(tmp_path / "spool"),
+    }
+    r1 = NSQStreamReader(opts)
+    s0 = r1.initialOffset()
+    assert s0 == {"position": 0}
+    # FIN'd as soon as spooled: before any batch is planned
+    wait_for(lambda: channel(nsqd, "proto", "c")["finish_count"] == 3000, 20, what="all FIN'd")
+    e1 = r1.latestOffset(s0, ReadMaxRows(1000))
+    assert e1 == {"position": 1000}
+    b1 = _rows(r1, s0, e1)
+    e2 = r1.latestOffset(e1, ReadMaxBytes(20_000))  # groups' bytes: at least one group
+    assert 1000 < e2["position"] <= 3000
+    b2 = _rows(r1, e1, e2)
+    _crash(r1)  # batch 2 planned, not committed
+
+    r2 = NSQStreamReader(opts)
+    assert _rows(r2, e1, e2) == b2  # the re-run batch: same rows
+    e3 = r2.latestOffset(e2, ReadAllAvailable())
+    b3 = _rows(r2, e2, e3)
+    r2.commit(e3)
+    got = b1 + b2 + b3
+    assert sorted(b for _, b in got) == bodies and len({i for i, _ in got}) == 3000
+    st = channel(nsqd, "proto", "c")
+    assert (st["depth"], st["in_flight_count"]) == (0, 0)
+    # nothing new: latestOffset waits fetch_wait and answers the same offset
+    t = time.monotonic()
+    assert r2.latestOffset(e3, ReadAllAvailable()) == e3
+    assert time.monotonic() - t >= 0.2
+    r2.stop()
+
+
+def test_backpressure_pauses_at_max_spool_bytes(nsqd: Daemon, tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from nsqpy.spark.source import NSQStreamReader
+
+    publish(nsqd.tcp_address, "full", [b"x" * 1000 for _ in range(5000)])
+    r = NSQStreamReader(
+        {
+            "nsqd_tcp_addresses": nsqd.tcp_address,
+            "topic": "full",
+            "channel": "c",
+            "spool_dir": str(tmp_path / "spool"),
+            "max_spool_bytes": str(1 << 20),
+            "spool_segment_bytes": str(256 << 10),
+            "max_in_flight": "200",
+        }
+    )
+    s = r.initialOffset()
+    f = r._fetcher
+    wait_for(lambda: f.paused, 20, what="paused")
+    wait_for(lambda: f.queued == 0, 10)
+    held = f.durable_end()
+    assert held * 1000 < (1 << 20) + 2 * (256 << 10) + 200 * 1100
+    st = channel(nsqd, "full", "c")
+    assert st["depth"] + st["in_flight_count"] == 5000 - held
+    assert st["in_flight_count"] == 0  # RDY 0: nothing taken, nothing held un-FIN'd
+    # commits free room: it resumes, and every message comes through
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < 5000 and time.monotonic() < deadline:
+        e = r.latestOffset(s, ReadAllAvailable())
+        got += e["position"] - s["position"]
+        r.commit(e)
+        s = e
+    assert got == 5000 and f.counters["paused"] >= 1
+    r.stop()
+
+
+def test_available_now_target_from_stats(nsqd: Daemon, tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from nsqpy.spark.source import NSQStreamReader
+
+    publish(nsqd.tcp_address, "avail", [b"a%d" % i for i in range(4000)])
+    opts = {
+        "nsqd_tcp_addresses": nsqd.tcp_address,
+        "nsqd_http_addresses": nsqd.http_address,
+        "topic": "avail",
+        "channel": "c",
+        "spool_dir": str(tmp_path / "spool"),
+    }
+
+    def run() -> int:
+        r = NSQStreamReader(opts)
+        s = r.initialOffset()
+        r.prepareForTriggerAvailableNow()
+        first = s["position"]
+        publish(nsqd.tcp_address, "avail", [b"later"] * 100)  # after the start: not this run
+        while True:
+            e = r.latestOffset(s, ReadMaxRows(1500))
+            if e == s:
+                break
+            assert e["position"] - s["position"] <= 1500
+            r.commit(e)
+            s = e
+        r.stop()
+        return s["position"] - first
+
+    assert run() == 4000
+    assert run() == 100  # the second run: what was published in between
