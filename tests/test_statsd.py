@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import Daemon
+from conftest import Daemon, wait_for
 
 from nsqpy.statsd import host_key, metric_lines, pack, resolve_prefix
 
@@ -151,7 +151,12 @@ def test_statsd_prefix_packet_size_mem_stats_and_ephemeral(daemon_factory, udp):
 
 def test_statsd_unreachable_address_does_not_stop_the_daemon(daemon_factory):
     d = daemon_factory("--statsd-address=127.0.0.1:9", "--statsd-interval=1s")
-    time.sleep(2.5)
+    # the second push is the one that meets the first datagram's ICMP "port unreachable"
+    wait_for(
+        lambda: sum("STATSD: pushing stats to 127.0.0.1:9" in ln for ln in d.lines) >= 3,
+        timeout=20,
+        what="three statsd pushes",
+    )
     assert d.alive() and d.http("GET", "/ping")[:2] == (200, b"OK")
 
 
