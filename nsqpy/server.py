@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from .http_api import start_http
-from .httpd import HTTPServer
+from .httpd import HTTPServer, listen
 from .netaddr import format_listen_addr, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ClientV2
@@ -34,7 +34,6 @@ class Server:
         "listen (addr) failed - ..." text when a port is taken)."""
         nsqd = self.nsqd
         opts = nsqd.opts
-        loop = asyncio.get_running_loop()
         from .tls import build_server_context
 
         try:
@@ -54,9 +53,7 @@ class Server:
 
         host, port = split_host_port(opts.tcp_address)
         try:
-            self._tcp_server = await loop.create_server(
-                lambda: ClientV2(nsqd), host or None, port, reuse_address=True, backlog=1024
-            )
+            self._tcp_server = await listen(lambda: ClientV2(nsqd), host or None, port)
         except OSError as e:
             raise OSError(f"listen ({opts.tcp_address}) failed - {e}") from e
         sock = self._tcp_server.sockets[0].getsockname()

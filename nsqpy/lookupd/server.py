@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..httpd import HTTPServer, serve
+from ..httpd import HTTPServer, listen, serve
 from ..netaddr import format_listen_addr, split_host_port
 from .http_api import build_router
 from .nsqlookupd import NSQLookupd
@@ -30,16 +30,9 @@ class Server:
         "listen (addr) failed - ..." text, ValueError for an address without a port."""
         lookupd = self.lookupd
         opts = lookupd.opts
-        loop = asyncio.get_running_loop()
         host, port = split_host_port(opts.tcp_address)
         try:
-            self._tcp_server = await loop.create_server(
-                lambda: LookupProtocolV1(lookupd),
-                host or None,
-                port,
-                reuse_address=True,
-                backlog=1024,
-            )
+            self._tcp_server = await listen(lambda: LookupProtocolV1(lookupd), host or None, port)
         except OSError as e:
             raise OSError(f"listen ({opts.tcp_address}) failed - {e}") from None
         lookupd.tcp_address = self._tcp_server.sockets[0].getsockname()
