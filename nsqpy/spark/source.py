@@ -201,6 +201,8 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"[{f.spool.start}, {f.durable_end()}): was spool_dir changed, emptied, or "
                 "shared by two queries? (A lost spool loses what it held: see the README.)"
             )
+        if f.failed:
+            raise RuntimeError(f"nsq source: {f.failed}")
         f.consumed(pos)
         if self._available_now:
             end = self._available_now_end(f, pos)
