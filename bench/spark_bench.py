@@ -1,17 +1,21 @@
-# Messages per second from nsqpy-d into a Spark sink through the `nsq` source (nsqpy.spark).
+# Messages per second from an nsqd into a Spark sink through the `nsq` source (nsqpy.spark),
+# beside the nsqd's own bench reader figure, in the same run.
 #
-#   .venv/bin/python bench/spark_bench.py                      # defaults: 200,000 x 100 B
-#   .venv/bin/python bench/spark_bench.py --count 100000 --config 2500x1 --sink parquet
+#   .venv/bin/python bench/spark_bench.py                   # 1,000,000 x 100 B, local[2], x3
+#   .venv/bin/python bench/spark_bench.py --nsqd-cmd /opt/nsq-go/bin/nsqd   # Go nsqd as broker
+#   .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop
 #
-# Strategy: start nsqpy-d (or use --nsqd-tcp-address), pre-fill one topic per configuration with
-# --count messages of --size bytes by MPUB (untimed), then run a streaming query nsq -> sink
-# (Spark's `noop` sink, or Parquet files) on one local SparkSession until every message has
-# been through a committed batch, or --max-seconds. The figure is rows / (end of the last
-# batch - start of the first batch with rows), from the query's own progress reports, so the
-# JVM and session start-up are left out; the wall rate from query start is printed too. A
-# configuration `MxC` is max_in_flight=M over C connections to the nsqd (nsqd caps RDY at 2500
-# per connection). Each run is bounded by --count and --max-seconds; the daemon is stopped at
-# the end.
+# Strategy: start the broker (nsqpy-d, or --nsqd-cmd; all messages in memory: the connector is
+# measured, not the diskqueue), then for each round, alternating: `python -m bench reader` on
+# --count pre-published messages (nsqd's own figure: SUB+FIN, RDY 2500, 2 connections), and for
+# each sink (`noop`, `parquet`) pre-fill a fresh topic with --count messages of --size bytes by
+# MPUB (untimed) and run a streaming query nsq -> sink with the source's default options on one
+# local SparkSession until every message has been through a committed batch (or --max-seconds).
+# The figure is rows / (end of the last batch - start of the first batch with rows), from the
+# query's own progress reports, so JVM and query start-up are left out; the wall rate from query
+# start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
+# --max-seconds; the broker is stopped at the end, Parquet output deleted after each run.
+
 from __future__ import annotations
 
 import argparse
@@ -45,24 +49,23 @@ def prefill(address: str, topic: str, count: int, size: int) -> float:
     return count / (time.monotonic() - t)
 
 
-def run_one(spark, address: str, args: argparse.Namespace, config: str, idx: int) -> dict:
-    mif, _, conns = config.partition("x")
-    topic = f"spark_bench_{idx}"
+def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str) -> dict:
+    import shutil
+
     pub_rate = prefill(address, topic, args.count, args.size)
     work = tempfile.mkdtemp(prefix="spark-bench-")
-    opts = {
+    opts = {  # the defaults: only what the source requires
         "nsqd_tcp_addresses": address,
         "topic": topic,
         "channel": "bench",
-        "max_in_flight": mif,
-        "connections_per_nsqd": conns or "1",
         "spool_dir": os.path.join(work, "ckpt", "nsq-spool"),
     }
-    if args.max_per_trigger:
-        opts["max_messages_per_trigger"] = str(args.max_per_trigger)
+    for kv in args.option:
+        k, _, v = kv.partition("=")
+        opts[k] = v
     df = spark.readStream.format("nsq").options(**opts).load()
     w = df.writeStream.option("checkpointLocation", os.path.join(work, "ckpt"))
-    if args.sink == "parquet":
+    if sink == "parquet":
         w = w.format("parquet").option("path", os.path.join(work, "out"))
     else:
         w = w.format("noop")
@@ -83,6 +86,9 @@ def run_one(spark, address: str, args: argparse.Namespace, config: str, idx: int
         t_wall = time.time() - t0
     finally:
         q.stop()
+        stats_file = Path(opts["spool_dir"]) / "stats.json"
+        stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+        shutil.rmtree(work, ignore_errors=True)
     batches = sorted(seen.values(), key=lambda p: p["batchId"])
     if not batches:
         raise RuntimeError("no batch with rows")
@@ -94,8 +100,7 @@ def run_one(spark, address: str, args: argparse.Namespace, config: str, idx: int
         for k, v in p["durationMs"].items():
             phases[k] = phases.get(k, 0) + v / len(batches)
     return {
-        "config": config,
-        "sink": args.sink,
+        "mode": f"spark {sink}",
         "count": args.count,
         "size": args.size,
         "rows": total,
@@ -108,39 +113,60 @@ def run_one(spark, address: str, args: argparse.Namespace, config: str, idx: int
         "prefill_msgs_per_s": round(pub_rate),
         "complete": total >= args.count,
         "mean_batch_ms": {k: round(v) for k, v in sorted(phases.items())},
+        "source_max_rss_kib": stats.get("max_rss_kib"),
+    }
+
+
+def run_reader(daemon: Any, args: argparse.Namespace, topic: str) -> dict:
+    """nsqd's own figure: `python -m bench reader` (SUB+FIN, RDY 2500, 2 connections) on
+    --count pre-published messages of the same size, against the same daemon."""
+    import subprocess
+
+    out = tempfile.mktemp(suffix=".json", prefix="spark-bench-reader-")
+    cmd = [
+        sys.executable, "-m", "bench", "reader", "--quiet", "--json", out,
+        "--nsqd-tcp-address", f"127.0.0.1:{daemon.tcp_port}",
+        "--nsqd-http-address", f"127.0.0.1:{daemon.http_port}",
+        "--nsqd-pid", str(daemon.pid), "--topic", topic,
+        "--count", str(args.count), "--size", str(args.size),
+    ]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    r = json.loads(Path(out).read_text())["runs"][0]
+    os.unlink(out)
+    return {
+        "mode": "bench reader",
+        "count": r["count"],
+        "size": args.size,
+        "rows": r["count"],
+        "msgs_per_s": round(r["msgs_per_s"]),
+        "complete": True,
     }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description="nsqpy-d -> Spark (nsq source) throughput")
-    ap.add_argument("--count", type=int, default=200_000, help="messages per run")
+    ap = argparse.ArgumentParser(description="nsqd -> Spark (nsq source) throughput")
+    ap.add_argument("--count", type=int, default=1_000_000, help="messages per run")
     ap.add_argument("--size", type=int, default=100, help="body bytes")
-    ap.add_argument(
-        "--config",
-        action="append",
-        default=[],
-        help="max_in_flight x connections, e.g. 2500x1 (repeatable; default 2500x1, 10000x4)",
-    )
-    ap.add_argument("--sink", choices=("noop", "parquet"), default="noop")
-    ap.add_argument("--max-per-trigger", type=int, default=0)
-    ap.add_argument("--max-seconds", type=float, default=120, help="per run")
-    ap.add_argument("--master", default="local[*]")
-    ap.add_argument("--nsqd-tcp-address", help="use a running nsqd instead of starting nsqpy-d")
+    ap.add_argument("--sink", action="append", choices=("noop", "parquet"), default=[])
+    ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
+    ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
+    ap.add_argument("--option", action="append", default=[], help="source option k=v")
+    ap.add_argument("--max-seconds", type=float, default=180, help="per run")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--nsqd-cmd", help="the broker's command (default nsqpy-d), e.g. Go nsqd")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    if args.count <= 0 or args.size <= 0:
-        ap.error("--count and --size must be positive")
-    configs = args.config or ["2500x1", "10000x4"]
+    if args.count <= 0 or args.size <= 0 or args.repeat <= 0:
+        ap.error("--count, --size and --repeat must be positive")
+    sinks = args.sink or ["noop", "parquet"]
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    daemon = None
-    if args.nsqd_tcp_address:
-        address = args.nsqd_tcp_address
-    else:  # all messages stay in memory: the connector is measured, not the diskqueue
-        daemon = Daemon([f"--mem-queue-size={args.count + 1000}"])
-        address = f"127.0.0.1:{daemon.tcp_port}"
-    results = []
+    # all messages stay in memory: the connector is measured, not the diskqueue
+    daemon = Daemon([f"--mem-queue-size={args.count + 1000}"], cmd=args.nsqd_cmd)
+    address = f"127.0.0.1:{daemon.tcp_port}"
+    broker = "Go nsqd" if args.nsqd_cmd else "nsqpy-d"
+    results: list[dict] = []
     try:
         from pyspark.sql import SparkSession
 
@@ -157,27 +183,34 @@ def main() -> int:
         )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
-        for i, config in enumerate(configs):
-            r = run_one(spark, address, args, config, i)
-            results.append(r)
-            print(
-                f"spark-bench {config} ({args.sink}): {r['rows']} msgs of {args.size} B in "
-                f"{r['batches']} batches (mean {r['mean_batch']}, max {r['max_batch']}): "
-                f"{r['msgs_per_s']} msgs/s (wall from query start {r['wall_msgs_per_s']}/s); "
-                f"mean batch ms {r['mean_batch_ms']}",
-                file=sys.stderr,
-                flush=True,
-            )
+        for rnd in range(args.repeat):
+            runs = [] if args.no_reader else ["reader"]
+            runs += sinks
+            for what in runs if rnd % 2 == 0 else runs[::-1]:  # alternate the order
+                topic = f"spark_bench_{rnd}_{what}"
+                if what == "reader":
+                    r = run_reader(daemon, args, topic)
+                else:
+                    r = run_one(spark, address, args, what, topic)
+                r["round"] = rnd
+                results.append(r)
+                print(f"spark-bench {broker} round {rnd}: {json.dumps(r)}", file=sys.stderr,
+                      flush=True)  # fmt: skip
         spark.stop()
     finally:
-        if daemon is not None:
-            daemon.stop()
-    print("| config | sink | msgs | size | batches | msgs/s | wall msgs/s |")
-    print("|---|---|---|---|---|---|---|")
-    for r in results:
+        daemon.stop()
+    print(f"{broker}, {args.count} x {args.size} B, {args.master}, median of {args.repeat}:\n")
+    print("| mode | msgs/s (median) | runs | wall msgs/s | batches (mean size) |")
+    print("|---|---:|---|---:|---|")
+    for mode in dict.fromkeys(r["mode"] for r in results):
+        rs = [r for r in results if r["mode"] == mode]
+        rates = sorted(r["msgs_per_s"] for r in rs)
+        med = rates[len(rates) // 2]
+        wall = sorted(r.get("wall_msgs_per_s", 0) for r in rs)[len(rs) // 2]
+        batches = ", ".join(f"{r['batches']} ({r['mean_batch']})" for r in rs if "batches" in r)
         print(
-            f"| {r['config']} | {r['sink']} | {r['rows']} | {r['size']} | {r['batches']} | "
-            f"{r['msgs_per_s']} | {r['wall_msgs_per_s']} |"
+            f"| {mode} | {med:,} | {', '.join(f'{x:,}' for x in rates)} | "
+            f"{wall:,} | {batches or '-'} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
