@@ -3,10 +3,10 @@
 
 Every message becomes one row (id, body, timestamp, attempts, topic, channel, nsqd_address). The
 query's checkpoint holds the source's spool (<checkpoint>/nsq-spool), so a restarted job re-runs
-an interrupted batch with the same rows and resumes where it stopped; a message is FIN'd only
-once its batch is committed. Spark's file sink writes each batch once (its _spark_metadata log),
-so the archive holds every published message, and a message nsqd redelivered after a crash at
-most once more (count rows per id, or drop duplicates on id).
+an interrupted batch with the same rows and resumes where it stopped; a message is FIN'd once it
+is durable in the spool. Spark's file sink writes each batch once (its _spark_metadata log), so
+the archive holds every published message, and a message nsqd redelivered after a crash that the
+source did not recognize at most once more (nsq_dedup.py drops those on id).
 
     python spark_jobs/nsq_archive.py --nsqd-tcp-address 127.0.0.1:4150 --topic events \\
         --channel archive --output /tmp/archive --checkpoint /tmp/archive-ckpt
