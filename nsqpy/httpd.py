@@ -16,11 +16,14 @@
 # - Headers as net/http writes them: the handler's sorted by name, then Date, Content-Length
 #   and, when the handler set none, a Content-Type sniffed from the body (text/plain for text).
 #
-# The server is h11 (sans-IO HTTP/1.1) under one asyncio.Protocol per connection: keep-alive,
-# pipelined requests answered in order, a request's body buffered only up to what its route reads
-# (Route.body_limit + 1 bytes; a larger Content-Length is refused before anything is read), HTTPS
-# through asyncio's TLS transport, and at most _EVENTS_PER_PASS parser events per loop pass for
-# one connection (reading pauses while its answers wait in a full socket buffer).
+# The server: one asyncio.Protocol per connection; h11 (sans-IO HTTP/1.1) parses the requests,
+# the answers are written here (h11's writer has its own status line and header order). Keep-
+# alive as net/http and h11 agree (HTTP/1.1 without "Connection: close"), pipelined requests
+# answered in order (later ones wait in the parser, reading paused), a request's body buffered
+# only up to what its route reads (Route.body_limit + 1 bytes; a larger Content-Length is refused
+# before anything is read), net/http's 256 KiB rule for a body left unread, HTTPS through
+# asyncio's TLS transport, and at most _EVENTS_PER_PASS parser events per loop pass for one
+# connection (reading pauses while its answers wait in a full socket buffer).
 # Handlers are plain functions of a Request returning a Response, or coroutines for the few that
 # wait on something (those run as a task; the connection answers in order meanwhile).
 # nsqpy-admin stays on aiohttp: its adapter of these rules is httpd_aio (loaded on first use of
