@@ -3,7 +3,7 @@
 #
 #   .venv/bin/python bench/spark_bench.py                   # 1,000,000 x 100 B, local[2], x3
 #   .venv/bin/python bench/spark_bench.py --nsqd-cmd /opt/nsq-go/bin/nsqd   # Go nsqd as broker
-#   .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop
+#   .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop --sink nsq
 #
 # Strategy: start the broker (nsqpy-d, or --nsqd-cmd; all messages in memory: the connector is
 # measured, not the diskqueue), then for each round, alternating: `python -m bench reader` on
@@ -14,7 +14,8 @@
 # The figure is rows / (end of the last batch - start of the first batch with rows), from the
 # query's own progress reports, so JVM and query start-up are left out; the wall rate from query
 # start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
-# --max-seconds; the broker is stopped at the end, Parquet output deleted after each run.
+# --max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
+# nsq sink is measured the other way round: --count rows made by Spark written to a topic.
 
 from __future__ import annotations
 
@@ -117,6 +118,32 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
     }
 
 
+def run_sink(spark, daemon: Any, args: argparse.Namespace, topic: str) -> dict:
+    """The sink: --count rows of --size-byte bodies made by Spark (2 partitions) written with
+    df.write.format("nsq") (pipelined MPUB from the executors); the topic is deleted after."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, args.count, 1, numPartitions=2).select(
+        F.lpad(F.col("id").cast("string"), args.size, "x").cast("binary").alias("body")
+    )
+    t = time.monotonic()
+    df.write.format("nsq").mode("append").option(
+        "nsqd_tcp_addresses", f"127.0.0.1:{daemon.tcp_port}"
+    ).option("topic", topic).save()
+    dt = time.monotonic() - t
+    depth = daemon.depth(topic)
+    daemon.post("/topic/delete", topic=topic)
+    return {
+        "mode": "spark nsq sink",
+        "count": args.count,
+        "size": args.size,
+        "rows": depth,
+        "seconds": round(dt, 3),
+        "msgs_per_s": round(args.count / dt),
+        "complete": depth == args.count,
+    }
+
+
 def run_reader(daemon: Any, args: argparse.Namespace, topic: str) -> dict:
     """nsqd's own figure: `python -m bench reader` (SUB+FIN, RDY 2500, 2 connections) on
     --count pre-published messages of the same size, against the same daemon."""
@@ -147,7 +174,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="nsqd -> Spark (nsq source) throughput")
     ap.add_argument("--count", type=int, default=1_000_000, help="messages per run")
     ap.add_argument("--size", type=int, default=100, help="body bytes")
-    ap.add_argument("--sink", action="append", choices=("noop", "parquet"), default=[])
+    ap.add_argument(
+        "--sink",
+        action="append",
+        choices=("noop", "parquet", "nsq"),
+        default=[],
+        help="noop, parquet: the source into that sink; nsq: the nsq sink (repeatable)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
     ap.add_argument("--option", action="append", default=[], help="source option k=v")
@@ -158,7 +191,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.count <= 0 or args.size <= 0 or args.repeat <= 0:
         ap.error("--count, --size and --repeat must be positive")
-    sinks = args.sink or ["noop", "parquet"]
+    sinks = args.sink or ["noop", "parquet", "nsq"]
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -190,6 +223,8 @@ def main() -> int:
                 topic = f"spark_bench_{rnd}_{what}"
                 if what == "reader":
                     r = run_reader(daemon, args, topic)
+                elif what == "nsq":
+                    r = run_sink(spark, daemon, args, topic)
                 else:
                     r = run_one(spark, address, args, what, topic)
                 r["round"] = rnd

@@ -489,6 +489,80 @@ def test_sink_round_trip_batch_and_stream(spark, daemon_factory, tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_available_now_reads_500000_queued_then_only_the_new_ones(
+    spark, daemon_factory, tmp_path: Path
+) -> None:
+    """Trigger.AvailableNow on a topic with 500,000 queued messages: the query ends by itself
+    with all of them; a second run reads only what was published in between."""
+    d = daemon_factory("--mem-queue-size=600000")
+    n = 500_000
+    with Producer(d.tcp_address, "backfill", batch_size=1000, window=8) as p:
+        for i in range(n):
+            p.put(b"b%06d" % i)
+    d.post("/channel/create", topic="backfill", channel="c")  # before the new ones arrive
+    out = tmp_path / "out"
+
+    def run() -> None:
+        df = _source(
+            spark, tmp_path, nsqd_tcp_addresses=d.tcp_address, topic="backfill", channel="c",
+            nsqd_http_addresses=d.http_address,
+        )  # fmt: skip
+        q = (
+            df.select("id", "body")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert q.awaitTermination(300), "the AvailableNow query did not end by itself"
+            assert q.exception() is None, q.exception()
+        finally:
+            q.stop()
+
+    def bodies() -> Counter:
+        rows = spark.read.schema("id string, body binary").parquet(str(out)).collect()
+        return Counter(bytes(r.body) for r in rows)
+
+    run()
+    first = bodies()
+    assert len(first) == n and max(first.values()) == 1
+    publish(d.tcp_address, "backfill", [b"new-%d" % i for i in range(1000)])
+    run()
+    second = bodies()
+    assert len(second) == n + 1000 and max(second.values()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_dedup_job_writes_every_message_once(spark, nsqd: Daemon, tmp_path: Path) -> None:
+    """spark_jobs/nsq_dedup.py's query: a topic copied to Parquet, one row per message id."""
+    import nsq_dedup
+
+    publish(nsqd.tcp_address, "once", [b"o%05d" % i for i in range(5000)])
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    args = nsq_dedup.parse_args(
+        ["--nsqd-tcp-address", nsqd.tcp_address, "--topic", "once", "--output", str(out),
+         "--checkpoint", str(ckpt), "--trigger", "200 milliseconds", "--watermark", "1 hour"]
+    )  # fmt: skip
+    q = nsq_dedup.build_query(spark, args)
+    try:
+        wait_for(
+            lambda: q.exception() is not None or len(set(_committed_bodies(out))) >= 5000,
+            150,
+            0.5,
+            "all rows",
+        )
+        assert q.exception() is None, q.exception()
+    finally:
+        q.stop()
+    rows = spark.read.parquet(str(out)).select("id", "body").collect()
+    assert len(rows) == len({r.id for r in rows}) == 5000
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_event_counts_pipeline_to_parquet(spark, nsqd: Daemon, tmp_path: Path) -> None:
     import event_counts

@@ -327,6 +327,16 @@ class Producer:
             self.put(b)
         self.flush()
 
+    def send_encoded(self, count: int, mpub_body: bytes | memoryview) -> None:
+        """Send one MPUB whose body (``[4-byte count]([4-byte size][bytes])*``) is already
+        encoded (see nsqpy.spark.sink.mpub_bodies); up to ``window`` stay unanswered."""
+        while len(self._unanswered) >= self.window:
+            self._answer()
+        self.conn.send(
+            b"MPUB " + self.topic.encode() + b"\n" + _LEN.pack(len(mpub_body)) + bytes(mpub_body)
+        )
+        self._unanswered.append(count)
+
     def _send_batch(self) -> None:
         batch, self._batch, self._batch_size_bytes = self._batch, [], 0
         while len(self._unanswered) >= self.window:
