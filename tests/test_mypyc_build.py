@@ -1,0 +1,96 @@
+"""The optional compiled build (setup.py, NSQPY_MYPYC=1) keeps working as the code changes.
+
+mypyc compiles plain typed Python but is stricter at run time than CPython (annotations are
+checked on every call, fixed-shape tuples are unboxed, a dict subclass's overridden get() is
+bypassed), so code that passes the pure suite can break compiled. This test builds the compiled
+modules from a copy of the package in a temporary directory (never in the checkout: a .so next
+to its .py would shadow it), checks they are the ones imported, and runs the wire, pqueue and
+protocol tests against them, daemons included (they inherit PYTHONPATH). Skips, saying why,
+without a C compiler, the Python headers or mypyc.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+COMPILED = ["wire", "pqueue", "message", "guid", "protocol_v2"]
+
+
+def _missing() -> str | None:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        return f"no C compiler ({cc})"
+    include = sysconfig.get_paths()["include"]
+    if not Path(include, "Python.h").exists():
+        return f"no Python headers ({include}/Python.h)"
+    try:
+        import mypyc.build  # noqa: F401
+    except ImportError:
+        return "mypyc is not installed (pip install mypy)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+    why = _missing()
+    if why:
+        pytest.skip(f"compiled build not possible here: {why}")
+    root = tmp_path_factory.mktemp("mypyc")
+    shutil.copytree(
+        ROOT / "nsqpy", root / "nsqpy", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, root / name)
+    env = dict(os.environ, NSQPY_MYPYC="1")
+    env.pop("NSQPY_MYPYC_MODULES", None)
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root
+
+
+def test_compiled_modules_are_the_ones_imported(compiled):
+    code = "import importlib; print(*(importlib.import_module('nsqpy.' + m).__file__ for m in %r))"
+    out = subprocess.run(
+        [sys.executable, "-c", code % COMPILED],
+        cwd=compiled.parent,
+        env=dict(os.environ, PYTHONPATH=str(compiled)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert len(out) == len(COMPILED)
+    for m, path in zip(COMPILED, out):
+        assert path.startswith(str(compiled / "nsqpy" / m)) and path.endswith(".so"), path
+
+
+def test_wire_pqueue_and_protocol_tests_pass_compiled(compiled):
+    tests = [
+        str(ROOT / "tests" / f) for f in ("test_wire.py", "test_pqueue.py", "test_protocol.py")
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        cwd=compiled.parent,
+        env=dict(os.environ, PYTHONPATH=str(compiled)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
