@@ -20,14 +20,19 @@ import sys
 from setuptools import setup
 
 #: The modules on the per-message path (wire format, in-flight queues, message records, IDs, the
-#: client protocol). Each stays plain typed Python; mypyc also enforces its annotations at run
-#: time (a ``bytes`` parameter refuses a bytearray), and the tests pass both ways.
+#: client protocol, and the broker core that queues and hands out messages). Each stays plain
+#: typed Python; mypyc also enforces its annotations at run time (a ``bytes`` parameter refuses a
+#: bytearray), and the tests pass both ways.
 COMPILED_MODULES = [
     "nsqpy/wire.py",
     "nsqpy/pqueue.py",
     "nsqpy/message.py",
     "nsqpy/guid.py",
     "nsqpy/protocol_v2.py",
+    "nsqpy/msg_index.py",
+    "nsqpy/spill.py",
+    "nsqpy/topic.py",
+    "nsqpy/channel.py",
 ]
 
 

@@ -4,9 +4,9 @@ mypyc compiles plain typed Python but is stricter at run time than CPython (anno
 checked on every call, fixed-shape tuples are unboxed, a dict subclass's overridden get() is
 bypassed), so code that passes the pure suite can break compiled. This test builds the compiled
 modules from a copy of the package in a temporary directory (never in the checkout: a .so next
-to its .py would shadow it), checks they are the ones imported, and runs the wire, pqueue and
-protocol tests against them, daemons included (they inherit PYTHONPATH). Skips, saying why,
-without a C compiler, the Python headers or mypyc.
+to its .py would shadow it), checks they are the ones imported, and runs the wire, pqueue,
+protocol and broker-core tests against them, daemons included (they inherit PYTHONPATH). Skips,
+saying why, without a C compiler, the Python headers or mypyc.
 """
 
 from __future__ import annotations
@@ -23,7 +23,17 @@ from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-COMPILED = ["wire", "pqueue", "message", "guid", "protocol_v2"]
+COMPILED = [
+    "wire",
+    "pqueue",
+    "message",
+    "guid",
+    "protocol_v2",
+    "msg_index",
+    "spill",
+    "topic",
+    "channel",
+]
 
 
 def _missing() -> str | None:
@@ -81,10 +91,17 @@ def test_compiled_modules_are_the_ones_imported(compiled):
         assert path.startswith(str(compiled / "nsqpy" / m)) and path.endswith(".so"), path
 
 
-def test_wire_pqueue_and_protocol_tests_pass_compiled(compiled):
-    tests = [
-        str(ROOT / "tests" / f) for f in ("test_wire.py", "test_pqueue.py", "test_protocol.py")
-    ]
+def test_core_and_protocol_tests_pass_compiled(compiled):
+    files = (
+        "test_wire.py",
+        "test_pqueue.py",
+        "test_protocol.py",
+        "test_core_units.py",
+        "test_msg_index.py",
+        "test_message_lookup.py",
+        "test_dead_letter.py",
+    )
+    tests = [str(ROOT / "tests" / f) for f in files]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
         cwd=compiled.parent,
