@@ -50,10 +50,13 @@ class MemoryIndex:
     taking records from the left, and :meth:`cleared` when the deque is emptied.
     """
 
-    __slots__ = ("_checked", "_last", "_runs", "_strays", "base")
+    __slots__ = ("_checked", "_last", "_runs", "_strays", "base", "in_order")
 
     def __init__(self) -> None:
         self.base = 0  # sequence number of the deque's first record
+        #: True while every record appended since the last clear came in ID order (then a
+        #: copy of the whole deque is itself in order: Topic passes that on to its channels).
+        self.in_order = True
         self._last = _NO_ID  # ID of the newest main-run record
         self._strays: dict[bytes, int] = {}  # ID -> sequence, records out of ID order
         self._runs: list[list[int]] = []  # [start, end) sequence ranges held by strays, sorted
@@ -96,6 +99,7 @@ class MemoryIndex:
         """``records`` were put at the left, in the order they now stand (oldest first)."""
         if not records:
             return
+        self.in_order = False
         self.base -= len(records)
         seq = self.base
         strays = self._strays
@@ -118,8 +122,10 @@ class MemoryIndex:
         self._strays.clear()
         self._runs.clear()
         self._checked = 0
+        self.in_order = True
 
     def _stray(self, rid: bytes, seq: int) -> None:
+        self.in_order = False
         self._strays[rid] = seq
         runs = self._runs
         if runs and runs[-1][1] == seq:
@@ -179,13 +185,14 @@ class MemoryIndex:
 class _Blocks:
     """One ID-sorted run of disk records: block starts and strays (see the module comment)."""
 
-    __slots__ = ("blocks", "last", "since", "strays")
+    __slots__ = ("blocks", "in_order", "last", "since", "strays")
 
     def __init__(self) -> None:
         self.last = _NO_ID  # ID of the newest main-run record
         self.since = BLOCK  # main-run records since the last block start
         self.blocks: deque[tuple[bytes, int, int]] = deque()  # (first ID, file, position)
         self.strays: dict[bytes, tuple[int, int]] = {}  # ID -> (file, position)
+        self.in_order = True  # no stray was ever added
 
     def add(self, rid: bytes, pos: tuple[int, int]) -> None:
         """Index one record written (or found) at ``pos``."""
@@ -196,6 +203,7 @@ class _Blocks:
                 self.since = 0
             self.since += 1
         else:
+            self.in_order = False
             self.strays[rid] = pos
 
     def prune(self, rp: tuple[int, int]) -> None:
@@ -284,6 +292,7 @@ class DiskIndex:
                 else:
                     marks.append(i)
                     kinds.append(False)
+                    run.in_order = False
             run.last = last
             run.since = since
         self._ids = [ids[i] for i in marks]
@@ -302,6 +311,12 @@ class DiskIndex:
         if len(run.strays) > 2 * self._checked + 1024:
             run.prune(self._read_pos())
             self._checked = len(run.strays)
+
+    @property
+    def in_order(self) -> bool:
+        """True when every record this index saw written came in ID order and nothing was on
+        disk before it: reading the backend from its start then yields records in ID order."""
+        return self._unindexed is None and self._old is None and self._new.in_order
 
     def cleared(self) -> None:
         """The backend was emptied."""

@@ -171,9 +171,10 @@ class Topic(SpillQueue):
             return
         if self._queue:
             held = list(self._queue)
+            in_order = self._mem_index.in_order
             self._mem_clear()
             try:
-                self._fan_out(held)
+                self._fan_out(held, in_order)
             except OSError:
                 pass  # logged per channel by _fan_out; nothing more to do off a publish
         if self._deferred_held:
@@ -221,8 +222,9 @@ class Topic(SpillQueue):
         if records:
             if self._hooks is not None:
                 self._hooks.backend_read(backend)
+            index = self._disk_index
             try:
-                self._fan_out(records)
+                self._fan_out(records, index is not None and index.in_order)
             except OSError:
                 pass  # logged per channel
         return backend.depth > 0

@@ -66,6 +66,9 @@ def test_memory_index_finds_what_a_linear_search_finds(ops, rnd) -> None:
             index.cleared(len(queue))
             taken.extend(queue)
             queue.clear()
+        if index.in_order:  # the topic relies on it: the deque as a whole is in ID order
+            ids = [r[10:26] for r in queue]
+            assert ids == sorted(set(ids))
         for r in list(queue) + taken[-5:] + [_rec(next_id + 7)]:
             rid = r[10:26]
             assert index.find(queue, rid) == _linear(queue, rid)
@@ -114,6 +117,9 @@ def test_disk_index_finds_every_unread_record(tmp_path_factory, ops, rnd) -> Non
             dq.close()
             dq = open_dq()
             index = DiskIndex(dq)
+        if index.in_order:
+            ids = [r[10:26] for r in unread]
+            assert ids == sorted(set(ids))
         for r in unread[:: max(1, len(unread) // 30)] + unread[-3:]:
             hit = index.find(r[10:26])
             assert hit is not None and hit[1] == r, r[10:26]
