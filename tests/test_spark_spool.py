@@ -7,6 +7,7 @@ control, backpressure, AvailableNow's target). Every wait has a time limit.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +42,38 @@ def _read(spool_dir: str, sp: Spool, start: int, end: int, max_rows: int) -> lis
             assert rb.schema.equals(SCHEMA)
             out += rb.column("body").to_pylist()
     return out
+
+
+def test_sync_thread_while_the_writer_rolls_segments(tmp_path: Path) -> None:
+    """The source fsyncs from its own thread while the writer appends (and rolls to a new
+    segment when one is full): never an fsync of a closed descriptor, and every group below a
+    sync's end is on disk (the full segment is synced before it is closed)."""
+    d = str(tmp_path / "sp")
+    sp = Spool(d, segment_bytes=2000)
+    errors: list[BaseException] = []
+    ends: list[int] = [0]
+    stop = threading.Event()
+
+    def syncer() -> None:
+        while not stop.is_set() or ends[-1] > sp.durable_end:
+            try:
+                sp.sync(ends[-1])
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=syncer)
+    t.start()
+    pos = 0
+    for _ in range(400):
+        pos = sp.append(_batch(pos, 3))
+        ends.append(pos)
+    stop.set()
+    t.join(60)
+    assert not t.is_alive() and not errors, errors
+    assert sp.durable_end == pos == 1200 and len(sp.segments) > 20
+    assert _read(d, sp, 0, pos, 500) == [b"body-%d" % i for i in range(pos)]
+    sp.close()
 
 
 def test_spool_segments_slices_torn_tail_and_delete(tmp_path: Path) -> None:

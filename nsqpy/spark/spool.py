@@ -95,8 +95,12 @@ class SpoolLockedError(RuntimeError):
 class Spool:
     """The driver's side: append groups, fsync them, index them, plan slices, delete below.
 
-    ``append`` and ``sync`` are called by one writer thread; ``end``/``slices``/``delete_below``
-    by Spark's calls; a lock orders them. A file lock keeps a second source off the directory.
+    ``append`` is called by one writer thread and ``sync`` by one sync thread (the fsync of a
+    group overlaps the build of the next); ``end``/``slices``/``delete_below`` by Spark's calls;
+    ``lock`` orders the index. ``_fd_lock`` guards the write file descriptor between the writer
+    (which replaces it when a segment is full, after an fsync of the full one) and the sync thread
+    (which fsyncs it): no fsync of a closed or reused descriptor, no group marked durable whose
+    segment was closed unsynced. A file lock keeps a second source off the directory.
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class Spool:
         self.path = path
         self.segment_bytes = segment_bytes
         self.lock = threading.Lock()
+        self._fd_lock = threading.Lock()
         os.makedirs(path, exist_ok=True)
         self._lock_fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + lock_timeout
@@ -180,14 +185,16 @@ class Spool:
         return seg
 
     def _new_segment(self, position: int) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
         path = os.path.join(self.path, segment_name(position))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, _SCHEMA_BYTES)
-        self._fd = fd
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)  # its groups may not be synced yet: the sync thread
+                os.close(self._fd)  # only ever fsyncs the current descriptor
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            os.write(fd, _SCHEMA_BYTES)
+            self._fd = fd
+            self._dir_dirty = True
         self.segments.append(Segment(position, path, size=len(_SCHEMA_BYTES)))
-        self._dir_dirty = True
 
     # ------------------------------------------------------------------ writing
 
@@ -213,14 +220,15 @@ class Spool:
     def sync(self, end: int) -> None:
         """fsync what was appended (and the directory when a segment was created); rows below
         ``end`` are durable from then on."""
-        os.fsync(self._fd)
-        if self._dir_dirty:
-            self._dir_dirty = False
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        with self._fd_lock:
+            os.fsync(self._fd)
+            if self._dir_dirty:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._dir_dirty = False
         with self.lock:
             self.durable_end = max(self.durable_end, end)
 
@@ -343,11 +351,12 @@ class Spool:
             return sum(s.size for s in self.segments if s.end > position)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        with self._fd_lock:
+            if self._fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
 
