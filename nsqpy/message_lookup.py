@@ -11,7 +11,7 @@ import base64
 import time
 from typing import TYPE_CHECKING, Any
 
-from .guid import decode_id
+from .guid import DecodedID, decode_id
 from .httpd import NsqHTTPError
 from .message import Message, record_body, record_header
 from .wire import is_valid_name
@@ -38,14 +38,7 @@ def answer(nsqd: NSQD, query: dict[str, str]) -> dict[str, Any]:
     Raises httpd.NsqHTTPError: 400 MISSING_ARG_ID, 400 INVALID_ID (not an nsqd ID),
     400 INVALID_TOPIC, 404 TOPIC_NOT_FOUND.
     """
-    raw = query.get("id", "")
-    if not raw:
-        raise NsqHTTPError(400, "MISSING_ARG_ID")
-    try:
-        decoded = decode_id(raw)
-    except ValueError:
-        raise NsqHTTPError(400, "INVALID_ID") from None
-    msg_id = raw.strip().lower().encode()
+    decoded, msg_id = id_from_query(query)
     topic_name = query.get("topic")
     if topic_name is not None:
         if not is_valid_name(topic_name):
@@ -85,6 +78,19 @@ def answer(nsqd: NSQD, query: dict[str, str]) -> dict[str, Any]:
     if body is not None and query.get("body") in ("1", "true"):
         out["body"] = base64.b64encode(body).decode()
     return out
+
+
+def id_from_query(query: dict[str, str]) -> tuple[DecodedID, bytes]:
+    """The ``id`` parameter of a GET /message: (decoded, its 16 lower-case hex bytes).
+    Raises httpd.NsqHTTPError 400 MISSING_ARG_ID or 400 INVALID_ID (not an nsqd ID)."""
+    raw = query.get("id", "")
+    if not raw:
+        raise NsqHTTPError(400, "MISSING_ARG_ID")
+    try:
+        decoded = decode_id(raw)
+    except ValueError:
+        raise NsqHTTPError(400, "INVALID_ID") from None
+    return decoded, raw.strip().lower().encode()
 
 
 def _record_fields(record: bytes) -> dict[str, Any]:

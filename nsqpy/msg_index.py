@@ -156,8 +156,9 @@ class MemoryIndex:
             i = seq - base
             if 0 <= i < n and queue[i][10:26] == rid:
                 return i
-        self._prune()
         runs = self._runs
+        while runs and runs[0][1] <= base:  # stray ranges already popped
+            del runs[0]
         starts = [r[0] for r in runs]
         lo, hi = 0, n
         while lo < hi:
@@ -206,12 +207,14 @@ class _Blocks:
             self.in_order = False
             self.strays[rid] = pos
 
-    def prune(self, rp: tuple[int, int]) -> None:
-        """Forget what lies before the read position ``rp``."""
+    def prune(self, rp: tuple[int, int], strays: bool = True) -> None:
+        """Forget what lies before the read position ``rp`` (the blocks, from the front; with
+        ``strays``, also the strays, a pass over all of them: amortized by the caller)."""
         blocks = self.blocks
         while len(blocks) > 1 and (blocks[1][1], blocks[1][2]) <= rp:
             blocks.popleft()
-        self.strays = {k: p for k, p in self.strays.items() if p >= rp}
+        if strays:
+            self.strays = {k: p for k, p in self.strays.items() if p >= rp}
 
     def find(
         self, backend: DiskQueue, rid: bytes, rp: tuple[int, int]
@@ -344,11 +347,10 @@ class DiskIndex:
             self._unindexed = None
         for run in (self._new, self._old):
             if run is not None:
-                run.prune(rp)
+                run.prune(rp, strays=False)  # a stale stray is refused by find itself
                 hit = run.find(backend, rid, rp)
                 if hit is not None:
                     return hit
-        self._checked = len(self._new.strays)
         return None
 
 

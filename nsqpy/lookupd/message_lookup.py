@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..guid import decode_id
 from ..httpd import NsqHTTPError
+from ..message_lookup import id_from_query
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
@@ -29,13 +29,7 @@ async def answer(lookupd: NSQLookupd, query: dict[str, str]) -> dict[str, Any]:
     active node sent that node id), 409 CONFLICTING_NODE_ID (two nodes sent it: a configuration
     error), 502 NODE_UNREACHABLE (no answer within NODE_TIMEOUT_S), or the node's own error.
     """
-    raw = query.get("id", "")
-    if not raw:
-        raise NsqHTTPError(400, "MISSING_ARG_ID")
-    try:
-        decoded = decode_id(raw)
-    except ValueError:
-        raise NsqHTTPError(400, "INVALID_ID") from None
+    decoded = id_from_query(query)[0]
     peers = lookupd.db.peers_with_node_id(decoded.node_id, lookupd.inactive_producer_timeout_ns)
     nodes = {(p.broadcast_address, p.http_port): p for p in peers}
     if not nodes:
