@@ -538,12 +538,56 @@ class DiskQueue:
         """Consume the record returned by the last peek(). RuntimeError if there is none."""
         if self._peeked is None:
             raise RuntimeError("advance() without a peeked record")
+        self._consumed(self._next_pos, 1)
+
+    def read_many(self, limit: int, positions: list[int] | None = None) -> tuple[int, list[bytes]]:
+        """Consume up to ``limit`` (>= 1) records in one call: (file number, records), all read
+        from that one data file; ([] when there is none to read now). With ``positions``, the
+        byte position of each record in that file is appended to it (where its 4-byte size
+        starts, as ``read_pos`` would have shown before it was read).
+
+        What peek() + advance() do per record, with one Python call for the records that a
+        chunk already read holds (the first comes from peek(), so it raises what peek()
+        raises; the queue is then unchanged). A record past the chunk, or one whose size is
+        out of bounds, ends the batch; the next call reads it through peek()'s checks."""
+        rec = self.peek()
+        file_num = self._read_num
+        if rec is None:
+            return file_num, []
+        out = [rec]
+        if positions is not None:
+            positions.append(self._read_pos)
+        nxt = self._next_pos
+        buf = self._rbuf
+        off = self._rbuf_off
+        i = nxt - off
+        end = len(buf)
+        if limit > 1 and 0 <= i and i + 4 <= end:
+            lo = self.min_msg_size
+            hi = self.max_msg_size
+            unpack = _unpack_len
+            append = out.append
+            while len(out) < limit and i + 4 <= end:
+                n = unpack(buf, i)[0]
+                j = i + 4 + n
+                if j > end or n < lo or n > hi:
+                    break
+                if positions is not None:
+                    positions.append(off + i)
+                append(buf[i + 4 : j])
+                i = j
+            nxt = off + i
+        self._consumed(nxt, len(out))
+        return file_num, out
+
+    def _consumed(self, rp: int, count: int) -> None:
+        """``count`` records were consumed, the next one starts at ``rp`` in the read file."""
         self._peeked = None
-        rp = self._read_pos = self._next_pos
-        self._depth -= 1
+        self._read_pos = rp
+        self._depth -= count
         if not self._ops:
             self._pending_since = self._clock()
-        self._ops += 1
+        self._ops += count
         if self._read_num != self._write_num:
             size = self._read_size
             if size < 0:  # the file was the write file when it was opened for reading

@@ -163,6 +163,24 @@ class SpillQueue:
             return b"", file_num, pos
         return rec, file_num, pos
 
+    def _next_backend_records(
+        self, kind: str, limit: int, out: list[bytes], positions: list[int] | None = None
+    ) -> int:
+        """Consume up to ``limit`` backend records from one data file, appended to ``out``;
+        returns that file's number. As _next_backend_record: nothing is appended when there
+        is nothing to read now or a read failed (logged). ``positions`` (optional) gets each
+        record's byte position. Records too short to be a message cannot come back (the
+        backend's minimum record size is a message header)."""
+        backend = self.backend
+        assert backend is not None
+        try:
+            file_num, records = backend.read_many(limit, positions)
+        except OSError as e:
+            log.error("%s(%s): failed to read from backend - %s", kind, self.name, e)
+            return 0
+        out += records
+        return file_num
+
     def locate_queued(self, msg_id: bytes) -> tuple[str, bytes, tuple[int, int] | None] | None:
         """Where the message ``msg_id`` (16 hex bytes) waits: ("memory", record, None) or
         ("disk", record, (file number, byte position)), or None when it is in neither. Bounded

@@ -214,11 +214,10 @@ class Topic(SpillQueue):
             return False
         records: list[bytes] = []
         while len(records) < DRAIN_CHUNK:
-            rec = self._next_backend_record("TOPIC")[0]
-            if rec is None:
+            have = len(records)
+            self._next_backend_records("TOPIC", DRAIN_CHUNK - have, records)
+            if len(records) == have:
                 break
-            if rec:
-                records.append(rec)
         if records:
             if self._hooks is not None:
                 self._hooks.backend_read(backend)
@@ -283,11 +282,10 @@ class Topic(SpillQueue):
         self._mem_index.popped(len(out))
         if self.backend is not None:
             while len(out) < limit:
-                rec = self._next_backend_record("TOPIC")[0]
-                if rec is None:
+                have = len(out)
+                self._next_backend_records("TOPIC", limit - have, out)
+                if len(out) == have:
                     break
-                if rec:
-                    out.append(rec)
             if self._hooks is not None:
                 self._hooks.backend_read(self.backend)
         return out

@@ -815,6 +815,7 @@ _op = st.one_of(
     st.tuples(st.just("peek"), st.none()),
     st.tuples(st.just("advance"), st.none()),
     st.tuples(st.just("get"), st.integers(1, 8)),
+    st.tuples(st.just("read_many"), st.integers(1, 8)),
     st.tuples(st.just("flush"), st.none()),
     st.tuples(st.just("sync"), st.none()),
     st.tuples(st.just("job"), st.none()),
@@ -856,6 +857,25 @@ def test_property_against_a_deque(max_bytes: int, ops: list[tuple[str, object]])
                 assert isinstance(arg, int)
                 expect = [model.popleft() for _ in range(min(arg, len(model)))]
                 assert drain(dq, arg) == expect
+                peeked = False
+            elif op == "read_many":
+                assert isinstance(arg, int)
+                before = (dq.read_file_num, dq.read_pos)
+                positions: list[int] = []
+                file_num, got = dq.read_many(arg, positions)
+                assert 0 < len(got) <= arg if model else got == []
+                assert got == [model.popleft() for _ in range(len(got))]
+                assert len(positions) == len(got)
+                if got:
+                    # one file; each record's size field starts where the previous one ended
+                    if file_num == before[0]:
+                        assert positions[0] == before[1]
+                    assert all(
+                        b == a + 4 + len(r) for a, b, r in zip(positions, positions[1:], got)
+                    )
+                    raw = data_path(d, file_num).read_bytes()
+                    stop = positions[-1] + 4 + len(got[-1])
+                    assert parse_records(raw[positions[0] : stop]) == got
                 peeked = False
             elif op == "flush":
                 dq.flush()
