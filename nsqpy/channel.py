@@ -289,6 +289,34 @@ class Channel(SpillQueue):
             self.e2e.insert(msg.timestamp)
         return msg
 
+    def finish_many(self, c: Consumer, msg_ids: list[bytes]) -> list[tuple[bytes, str]]:
+        """FIN for each ID in order, as finish() does one by one; returns the failures as
+        (ID, nsqd's reason: "ID not in flight", "client does not own message"), [] when all
+        were finished."""
+        in_flight = self.in_flight
+        get = in_flight.get
+        remove = self._in_flight_pq.remove
+        e2e = self.e2e
+        refs = self._disk_refs
+        failed: list[tuple[bytes, str]] = []
+        for msg_id in msg_ids:
+            msg = get(msg_id)
+            if msg is None or msg.client is not c:
+                failed.append(
+                    (msg_id, "ID not in flight" if msg is None else "client does not own message")
+                )
+                continue
+            del in_flight[msg_id]
+            msg.client = None
+            remove(msg)
+            if refs:
+                ref = refs.pop(msg_id, None)
+                if ref is not None:
+                    ref[2] = 1
+            if e2e is not None:
+                e2e.insert(msg.timestamp)
+        return failed
+
     def requeue(self, c: Consumer, msg_id: bytes, delay_ms: int) -> None:
         """REQ: back to the queue now (delay 0, at the tail as nsqd) or after ``delay_ms``."""
         msg = self._pop_in_flight(c, msg_id)

@@ -964,16 +964,12 @@ class ClientV2(asyncio.Protocol):
         """FIN for each ID (as FIN() does, errors answered one by one, in order)."""
         ch = self.channel
         assert ch is not None
-        finish = ch.finish
-        done = 0
-        for msg_id in ids:
-            try:
-                finish(self, msg_id)
-                done += 1
-            except ChannelError as e:
-                err = ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}")
-                log.error("[%s] - %s", self.remote_address, err)
-                self._write_now(wire.encode_error(err))
+        failed = ch.finish_many(self, ids)
+        for msg_id, reason in failed:
+            err = ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {reason}")
+            log.error("[%s] - %s", self.remote_address, err)
+            self._write_now(wire.encode_error(err))
+        done = len(ids) - len(failed)
         self.finish_count += done
         self.in_flight_count -= done
         self._room_changed = True

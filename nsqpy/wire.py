@@ -24,6 +24,14 @@ MSG_ID_LENGTH = 16
 #: 8-byte timestamp + 2-byte attempts + 16-byte ID (nsqd's minValidMsgLength).
 MSG_HEADER_LENGTH = 26
 _FIN_LINE_LENGTH = 21  # b"FIN " + 16-byte ID + b"\n"
+# take_fins compares every 21st byte of a run of FIN lines with these (at most this many lines
+# are checked at once; a longer run is taken in several calls).
+_FIN_RUN_MAX = 4096
+_NEWLINES = b"\n" * _FIN_RUN_MAX
+_F_RUN = b"F" * _FIN_RUN_MAX
+_I_RUN = b"I" * _FIN_RUN_MAX
+_N_RUN = b"N" * _FIN_RUN_MAX
+_SPACES = b" " * _FIN_RUN_MAX
 
 HEARTBEAT = b"_heartbeat_"
 OK = b"OK"
@@ -380,10 +388,44 @@ class CommandParser:
             return []
         buf = self._buf
         pos = self._pos
+        k = (len(buf) - pos) // _FIN_LINE_LENGTH
+        if k > limit:
+            k = limit
+        if k > _FIN_RUN_MAX:
+            k = _FIN_RUN_MAX
+        if k <= 0:
+            return []
+        # The usual case: every whole line here is a FIN. Check the k lines at once (each
+        # 21-byte line starts with "FIN ", its only newline is its last byte, its only space
+        # the one after FIN, and no "\r" precedes the newline: nsqd splits on spaces and
+        # strips a "\r", which would make the ID another length), then slice the IDs out;
+        # anything else takes the line-by-line walk below.
+        stop = pos + k * _FIN_LINE_LENGTH
+        chunk = bytes(buf[pos:stop])
+        if (
+            chunk[20::21] == _NEWLINES[:k]
+            and chunk.count(b"\n") == k
+            and chunk.count(b" ") == k
+            and b"\r\n" not in chunk
+            and chunk[0::21] == _F_RUN[:k]
+            and chunk[1::21] == _I_RUN[:k]
+            and chunk[2::21] == _N_RUN[:k]
+            and chunk[3::21] == _SPACES[:k]
+        ):
+            self._pos = stop
+            return [chunk[i : i + 16] for i in range(4, stop - pos, _FIN_LINE_LENGTH)]
         end = len(buf) - _FIN_LINE_LENGTH
         out: list[bytes] = []
         startswith = buf.startswith
-        while pos <= end and startswith(b"FIN ", pos) and buf[pos + 20] == 10:
+        find = buf.find
+        while (
+            pos <= end
+            and startswith(b"FIN ", pos)
+            and buf[pos + 20] == 10
+            and buf[pos + 19] != 13
+            and find(b" ", pos + 4, pos + 20) < 0
+            and find(b"\n", pos + 4, pos + 20) < 0
+        ):
             out.append(bytes(buf[pos + 4 : pos + 20]))
             pos += _FIN_LINE_LENGTH
             if len(out) >= limit:

@@ -164,6 +164,28 @@ def test_fin_by_another_client_is_refused() -> None:
     assert not ch.in_flight
 
 
+def test_finish_many_finishes_in_order_and_reports_each_failure() -> None:
+    clock = Clock()
+    ch = channel(clock)
+    a = subscribe(ch, FakeConsumer(1, rdy=3))
+    b = subscribe(ch, FakeConsumer(2, rdy=3))
+    ch.put_many([record(i) for i in range(6)])
+    assert len(a.sent) == len(b.sent) == 3
+    mine = [m.id for m in a.sent]
+    theirs = b.sent[0].id
+    failed = ch.finish_many(a, [mine[0], theirs, b"f" * 16, mine[2], mine[0]])
+    assert failed == [
+        (theirs, "client does not own message"),
+        (b"f" * 16, "ID not in flight"),
+        (mine[0], "ID not in flight"),  # finished already, earlier in this run
+    ]
+    assert set(ch.in_flight) == {mine[1]} | {m.id for m in b.sent}
+    assert ch.finish_many(b, [m.id for m in b.sent]) == []
+    clock.advance_ms(60_000)  # only what is still in flight times out
+    assert ch.process_in_flight() is True
+    assert (ch.timeout_count, a.timeouts, b.timeouts) == (1, 1, 0)
+
+
 def test_max_channel_consumers() -> None:
     ch = channel(Clock())
     ch.add_client(FakeConsumer(1), max_consumers=2)

@@ -931,6 +931,47 @@ def test_take_fins_then_next_command_sees_the_same_ids(values, split) -> None:
     assert got == [b"%016x" % v for v in values]
 
 
+_fin_stream_line = st.one_of(
+    st.binary(min_size=16, max_size=16).map(lambda i: b"FIN " + i + b"\n"),  # "\n" inside too
+    st.binary(min_size=16, max_size=16)
+    .filter(lambda i: b"\n" not in i)
+    .map(lambda i: b"FIN " + i + b"\n"),
+    st.sampled_from([b"RDY 5\n", b"NOP\n", b"FIN abc\n", b"FIN  0123456789abcde\n", b"FIM "]),
+)
+
+
+@given(st.lists(_fin_stream_line, max_size=60), st.integers(1, 300), st.integers(1, 200))
+def test_take_fins_runs_parse_as_next_command_does(lines, split, limit) -> None:
+    """Whatever the stream holds, taking FIN runs first yields the commands that next_command
+    alone yields, in order (a FIN run is checked at once, so a bad line anywhere in it must
+    send the run down the line-by-line path)."""
+    data = b"".join(lines)
+
+    def parse(fast: bool) -> list[object]:
+        p = wire.CommandParser(1024, 4096)
+        out: list[object] = []
+        for k in range(0, len(data), split):
+            p.feed(data[k : k + split])
+            while True:
+                if fast:
+                    fins = p.take_fins(limit)
+                    if fins:
+                        assert len(fins) <= limit
+                        out += [(b"FIN", [b"FIN", i]) for i in fins]
+                        continue
+                try:
+                    cmd = p.next_command()
+                except wire.ClientError as e:
+                    out.append(("error", str(e)))
+                    return out
+                if cmd is None:
+                    break
+                out.append((cmd[0], cmd[1]))
+        return out
+
+    assert parse(True) == parse(False)
+
+
 @given(
     st.integers(0, 2**63 - 1),
     st.integers(0, 65535),
