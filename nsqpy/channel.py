@@ -56,8 +56,9 @@ class Consumer(Protocol):
         """How many more messages the consumer can take now (RDY - in-flight, 0 if not ready)."""
         ...
 
-    def send_message(self, msg: Message) -> None:
-        """Write a message frame (in-flight bookkeeping already done by the channel)."""
+    def send_messages(self, msgs: list[Message]) -> None:
+        """Write these messages' frames, in order (the channel has done the in-flight
+        bookkeeping; never more than ready_room() allowed)."""
         ...
 
     def timed_out_message(self) -> None:
@@ -561,8 +562,9 @@ class Channel(SpillQueue):
                 if n > room:
                     n = room
                 timeout_ns = c.msg_timeout_ms * 1_000_000
+                pri = now + timeout_ns
                 sample = c.sample_rate
-                send = c.send_message
+                batch: list[Message] = []
                 for _ in range(n):
                     if on_disk and (self._disk_turn or not queue):
                         # Memory and disk take turns (nsqd selects on both at random).
@@ -592,11 +594,12 @@ class Channel(SpillQueue):
                     msg.attempts += 1
                     msg.client = c
                     msg.delivery_ts = now
-                    pri = now + timeout_ns
                     msg.pri = pri
                     in_flight[msg.id] = msg
                     push(msg, pri, timeout_ns)
-                    send(msg)
+                    batch.append(msg)
+                if batch:
+                    c.send_messages(batch)
                 if c.ready_room() > 0:
                     c.in_ready = True
                     ready.append(c)

@@ -722,11 +722,12 @@ class ClientV2(asyncio.Protocol):
             return 0
         return self.rdy - self.in_flight_count
 
-    def send_message(self, msg: Message) -> None:
-        self.in_flight_count += 1
-        self.message_count += 1
+    def send_messages(self, msgs: list[Message]) -> None:
+        n = len(msgs)
+        self.in_flight_count += n
+        self.message_count += n
         out = self.out
-        wire.append_record_frame(out, msg.record, msg.attempts)
+        wire.append_record_frames(out, msgs)
         if len(out) >= self.output_buffer_size:
             self._flush()
         elif not self._flush_scheduled:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 MAGIC_V2 = b"  V2"
 
@@ -211,6 +211,19 @@ def append_record_frame(out: bytearray, record: bytes, attempts: int) -> None:
     out += _SIZE_TYPE.pack(len(record) + 4, FRAME_TYPE_MESSAGE)
     out += record
     _ATTEMPTS.pack_into(out, start + 16, attempts)
+
+
+def append_record_frames(out: bytearray, msgs: Iterable[Any]) -> None:
+    """append_record_frame for each of ``msgs`` in order: anything with ``record`` (bytes) and
+    ``attempts`` (int) attributes, e.g. message.Message."""
+    pack = _SIZE_TYPE.pack
+    patch = _ATTEMPTS.pack_into
+    for m in msgs:
+        record = m.record
+        start = len(out)
+        out += pack(len(record) + 4, FRAME_TYPE_MESSAGE)
+        out += record
+        patch(out, start + 16, m.attempts)
 
 
 def encode_message(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:

@@ -47,9 +47,10 @@ class FakeConsumer:
     def ready_room(self) -> int:
         return max(0, self.rdy - self.in_flight)
 
-    def send_message(self, msg: Message) -> None:
-        self.in_flight += 1
-        self.sent.append(msg)
+    def send_messages(self, msgs: list[Message]) -> None:
+        assert len(msgs) <= self.ready_room()
+        self.in_flight += len(msgs)
+        self.sent += msgs
 
     def timed_out_message(self) -> None:
         self.in_flight -= 1

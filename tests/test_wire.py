@@ -988,3 +988,15 @@ def test_record_frame_is_the_message_frame(ts, stored, attempts, msg_id, body) -
     want = bytearray(b"before")
     wire.append_message_frame(want, ts, attempts, msg_id, body)
     assert out == want
+    # several at once (what a dispatch pass writes): the same frames, in order
+    from nsqpy.message import Message
+
+    msgs = [Message(encode_record(ts, stored, msg_id, body * k)) for k in range(3)]
+    for m in msgs:
+        m.attempts = attempts
+    out = bytearray(b"before")
+    wire.append_record_frames(out, msgs)
+    want = bytearray(b"before")
+    for k in range(3):
+        wire.append_message_frame(want, ts, attempts, msg_id, body * k)
+    assert out == want
