@@ -296,10 +296,10 @@ class Channel(SpillQueue):
         were finished."""
         in_flight = self.in_flight
         get = in_flight.get
-        remove = self._in_flight_pq.remove
         e2e = self.e2e
         refs = self._disk_refs
         failed: list[tuple[bytes, str]] = []
+        done: list[Message] = []
         for msg_id in msg_ids:
             msg = get(msg_id)
             if msg is None or msg.client is not c:
@@ -309,13 +309,14 @@ class Channel(SpillQueue):
                 continue
             del in_flight[msg_id]
             msg.client = None
-            remove(msg)
+            done.append(msg)
             if refs:
                 ref = refs.pop(msg_id, None)
                 if ref is not None:
                     ref[2] = 1
             if e2e is not None:
                 e2e.insert(msg.timestamp)
+        self._in_flight_pq.remove_many(done)
         return failed
 
     def requeue(self, c: Consumer, msg_id: bytes, delay_ms: int) -> None:
@@ -541,7 +542,7 @@ class Channel(SpillQueue):
         try:
             now = self._clock_ns()
             in_flight = self.in_flight
-            push = self._in_flight_pq.push_sent
+            push_many = self._in_flight_pq.push_sent_many
             popleft = queue.popleft
             clients = self.clients
             read_disk = False
@@ -596,9 +597,9 @@ class Channel(SpillQueue):
                     msg.delivery_ts = now
                     msg.pri = pri
                     in_flight[msg.id] = msg
-                    push(msg, pri, timeout_ns)
                     batch.append(msg)
                 if batch:
+                    push_many(batch, pri, timeout_ns)
                     c.send_messages(batch)
                 if c.ready_room() > 0:
                     c.in_ready = True

@@ -144,6 +144,24 @@ class InFlightQueue:
         self._live += 1
         self._stored += 1
 
+    def push_sent_many(self, items: list[Any], pri: int, span: int) -> None:
+        """push_sent for each of ``items``, all sent at once (the same ``pri``), in order."""
+        if not items:
+            return
+        fifo = self._fifos.get(span)
+        if fifo is None:
+            fifo = self._fifos[span] = deque()
+        elif fifo and fifo[-1].pri > pri:
+            for item in items:
+                self._heap.push(item, pri)
+            return
+        fifo.extend(items)
+        for item in items:
+            item.pq_entry = fifo
+        n = len(items)
+        self._live += n
+        self._stored += n
+
     def push(self, item: Any, pri: int) -> None:
         """(Re)schedule ``item`` at ``pri`` (a TOUCH): it leaves its FIFO for the heap."""
         if isinstance(item.pq_entry, deque):
@@ -167,6 +185,32 @@ class InFlightQueue:
         if self._stored > 4096 and self._stored > 2 * self._live:
             self._compact()
         return True
+
+    def remove_many(self, items: list[Any]) -> None:
+        """remove() for each of ``items`` (FIN runs); items in no queue are passed over."""
+        heap_remove = self._heap.remove
+        fifos: list[deque[Any]] = []
+        live = self._live
+        for item in items:
+            entry = item.pq_entry
+            if entry is None:
+                continue
+            if not isinstance(entry, deque):
+                heap_remove(item)
+                continue
+            item.pq_entry = None
+            live -= 1
+            if not fifos or fifos[-1] is not entry:
+                fifos.append(entry)
+        self._live = live
+        stored = self._stored
+        for fifo in fifos:
+            while fifo and fifo[0].pq_entry is not fifo:  # stale heads
+                fifo.popleft()
+                stored -= 1
+        self._stored = stored
+        if stored > 4096 and stored > 2 * live:
+            self._compact()
 
     def pop_due(self, now: int) -> list[Any]:
         """Remove and return every live item with ``pri <= now``, earliest first."""

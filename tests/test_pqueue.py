@@ -388,8 +388,10 @@ class Msg:
 _OPS = st.lists(
     st.one_of(
         st.tuples(st.just("send"), st.integers(0, 3), st.sampled_from([5, 20, 60])),
+        st.tuples(st.just("send_many"), st.integers(0, 4), st.sampled_from([5, 20, 60])),
         st.tuples(st.just("touch"), st.integers(0, 400), st.integers(0, 80)),
         st.tuples(st.just("fin"), st.integers(0, 400), st.just(0)),
+        st.tuples(st.just("fin_run"), st.integers(0, 400), st.integers(1, 6)),
         st.tuples(st.just("scan"), st.integers(0, 30), st.just(0)),
     ),
     max_size=250,
@@ -413,6 +415,13 @@ def test_in_flight_queue_matches_the_model(ops) -> None:
             q.push_sent(m, m.pri, b)
             due_at[m] = m.pri
             sent.append(m)
+        elif op == "send_many":  # a dispatch pass: a few at once, one due time
+            batch = [Msg(len(sent) + k) for k in range(a)]
+            for m in batch:
+                m.pri = now + b
+                due_at[m] = m.pri
+            q.push_sent_many(batch, now + b, b)
+            sent += batch
         elif op == "touch" and sent:
             m = sent[a % len(sent)]
             if m in due_at:
@@ -423,6 +432,11 @@ def test_in_flight_queue_matches_the_model(ops) -> None:
             m = sent[a % len(sent)]
             assert q.remove(m) == (m in due_at)
             due_at.pop(m, None)
+        elif op == "fin_run" and sent:  # a run of FINs, mostly in send order
+            run = [sent[(a + k) % len(sent)] for k in range(b)]
+            q.remove_many(list(dict.fromkeys(run)))
+            for m in run:
+                due_at.pop(m, None)
         elif op == "scan":
             now += a
             got = q.pop_due(now)
