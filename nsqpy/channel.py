@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqpy")
 
+#: Backend records read per batch when a channel's backlog is on disk (one read chunk holds
+#: about 290 records of 200 bytes); they wait in the channel's read ahead until handed out.
+READ_AHEAD = 256
+
 
 class Consumer(Protocol):
     """What a channel needs from a subscribed client."""
@@ -86,6 +90,8 @@ class Channel(SpillQueue):
     """
 
     __slots__ = (
+        "_ahead",
+        "_ahead_refs",
         "_clock_ns",
         "_deferred_pq",
         "_disk_acks",
@@ -158,6 +164,12 @@ class Channel(SpillQueue):
         # and by message ID (see _release).
         self._disk_acks: deque[list[int]] = deque()
         self._disk_refs: dict[bytes, list[int]] = {}
+        # Read ahead: records read from the backend in one batch (DiskQueue.read_many) and not
+        # yet handed out, with their [file, pos, done] entries (already in _disk_acks, so the
+        # read floor stays at them). They still count as the backend's: depth, backend_depth,
+        # locate, empty and a clean exit see them.
+        self._ahead: deque[bytes] = deque()
+        self._ahead_refs: deque[list[int]] = deque()
         if backend is not None:
             backend.read_floor = self._read_floor
 
@@ -165,6 +177,19 @@ class Channel(SpillQueue):
 
     def __repr__(self) -> str:
         return f"Channel({self.topic_name}:{self.name})"
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting for a consumer: memory, read ahead and the backend."""
+        backend = self.backend
+        n = len(self._queue) + len(self._ahead)
+        return n + (backend.depth if backend is not None else 0)
+
+    @property
+    def backend_depth(self) -> int:
+        """Messages waiting on disk (the read ahead included)."""
+        backend = self.backend
+        return len(self._ahead) + (backend.depth if backend is not None else 0)
 
     # ---------------------------------------------------------------- producers side
 
@@ -201,16 +226,14 @@ class Channel(SpillQueue):
                 self._release(record_id(r))
 
     def _read_backend(self) -> bytes | None:
-        """The next backend record (consumed), or None if there is none to read now."""
+        """The next backend record to hand out, or None if there is none to read now."""
+        ahead = self._ahead
+        refs = self._ahead_refs
         while True:
-            rec, file_num, pos = self._next_backend_record("CHANNEL")
-            if rec is None:
+            if not ahead and not self._read_ahead():
                 return None
-            ref = [file_num, pos, 0]
-            self._disk_acks.append(ref)
-            if not rec:
-                ref[2] = 1
-                continue
+            rec = ahead.popleft()
+            ref = refs.popleft()
             msg_id = record_id(rec)
             if msg_id in self._disk_refs or msg_id in self.in_flight:
                 # A second copy of a message this channel still holds (left by a crash): the
@@ -219,6 +242,29 @@ class Channel(SpillQueue):
                 continue
             self._disk_refs[msg_id] = ref
             return rec
+
+    def _read_ahead(self) -> bool:
+        """Read the next batch of backend records into the read ahead; False if none."""
+        positions: list[int] = []
+        records: list[bytes] = []
+        file_num = self._next_backend_records("CHANNEL", READ_AHEAD, records, positions)
+        if not records:
+            return False
+        acks = self._disk_acks
+        refs = self._ahead_refs
+        for pos in positions:
+            ref = [file_num, pos, 0]
+            acks.append(ref)
+            refs.append(ref)
+        self._ahead.extend(records)
+        return True
+
+    def _drop_ahead(self) -> list[bytes]:
+        """Empty the read ahead; returns its records."""
+        records = list(self._ahead)
+        self._ahead.clear()
+        self._ahead_refs.clear()
+        return records
 
     def _read_floor(self) -> tuple[int, int, int] | None:
         acks = self._disk_acks
@@ -277,7 +323,7 @@ class Channel(SpillQueue):
         if not c.in_ready and c.ready_room() > 0 and c.client_id in self.clients:
             c.in_ready = True
             self._ready.append(c)
-            if self._queue or (self.backend is not None and self.backend.depth):
+            if self._queue or self._ahead or (self.backend is not None and self.backend.depth):
                 self._dispatch()
 
     def finish(self, c: Consumer, msg_id: bytes) -> Message:
@@ -402,6 +448,9 @@ class Channel(SpillQueue):
         msg = self.deferred.get(msg_id)
         if msg is not None:
             return "deferred", msg, None
+        for rec, ref in zip(self._ahead, self._ahead_refs):
+            if record_id(rec) == msg_id:
+                return "disk", rec, (ref[0], ref[1])
         return self.locate_queued(msg_id)
 
     # ---------------------------------------------------------------- admin
@@ -419,6 +468,7 @@ class Channel(SpillQueue):
 
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message (nsqd Channel.Empty)."""
+        self._drop_ahead()
         self._disk_acks.clear()
         self._disk_refs.clear()
         self._drop_queued(self.topic_name, self.name)
@@ -438,6 +488,7 @@ class Channel(SpillQueue):
         for c in clients:
             c.close()
         self._mem_clear()
+        self._drop_ahead()
         self.in_flight.clear()
         self._in_flight_pq.clear()
         self.deferred.clear()
@@ -453,7 +504,7 @@ class Channel(SpillQueue):
         and the deferred messages are returned (``pri`` = due time, this clock) for the caller
         to keep with their remaining delay. The channel stops."""
         self.exiting = True
-        queued = list(self._queue)
+        queued = self._drop_ahead() + list(self._queue)
         self._mem_clear()
         in_flight = sorted(self.in_flight.values(), key=_by_delivery)
         self.in_flight.clear()
@@ -536,7 +587,8 @@ class Channel(SpillQueue):
         queue = self._queue
         ready = self._ready
         backend = self.backend
-        if not ready or not (queue or (backend is not None and backend.depth)):
+        ahead = self._ahead
+        if not ready or not (queue or ahead or (backend is not None and backend.depth)):
             return
         self._dispatching = True
         try:
@@ -548,7 +600,7 @@ class Channel(SpillQueue):
             read_disk = False
             popped = 0
             while ready:
-                on_disk = backend.depth if backend is not None else 0
+                on_disk = len(ahead) + backend.depth if backend is not None else 0
                 avail = len(queue) + on_disk
                 if not avail:
                     break

@@ -19,7 +19,6 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
-from .message import HEADER_LENGTH
 from .msg_index import DiskIndex, MemoryIndex
 
 if TYPE_CHECKING:
@@ -140,37 +139,14 @@ class SpillQueue:
     def _spilled(self, records: list[bytes]) -> None:
         """``records`` were just written to the backend (a subclass may need to know)."""
 
-    def _next_backend_record(self, kind: str) -> tuple[bytes | None, int, int]:
-        """Consume the backend's next record: (record, file number, position it was read at).
-
-        The record is None when there is nothing to read now, or when a read failed (logged;
-        tried again later). A record too short to be a message is logged and returned as
-        b"" so the caller can skip it and account for its position.
-        """
-        backend = self.backend
-        assert backend is not None
-        try:
-            rec = backend.peek()
-        except OSError as e:  # it had to flush first and the disk refused: try later
-            log.error("%s(%s): failed to read from backend - %s", kind, self.name, e)
-            return None, 0, 0
-        if rec is None:
-            return None, 0, 0
-        file_num, pos = backend.read_file_num, backend.read_pos
-        backend.advance()
-        if len(rec) < HEADER_LENGTH:  # diskqueue's min size guards this; be safe anyway
-            log.error("%s(%s): failed to decode message - invalid size", kind, self.name)
-            return b"", file_num, pos
-        return rec, file_num, pos
-
     def _next_backend_records(
         self, kind: str, limit: int, out: list[bytes], positions: list[int] | None = None
     ) -> int:
         """Consume up to ``limit`` backend records from one data file, appended to ``out``;
-        returns that file's number. As _next_backend_record: nothing is appended when there
-        is nothing to read now or a read failed (logged). ``positions`` (optional) gets each
-        record's byte position. Records too short to be a message cannot come back (the
-        backend's minimum record size is a message header)."""
+        returns that file's number. Nothing is appended when there is nothing to read now, or
+        when a read failed (logged; the backend is unchanged and a later call tries again).
+        ``positions`` (optional) gets each record's byte position. A record too short to be a
+        message cannot come back (the backend's minimum record size is a message header)."""
         backend = self.backend
         assert backend is not None
         try:
