@@ -809,6 +809,25 @@ NSQD_STEPS: list[tuple[list[str], list[str]]] = [
 ]
 
 
+def _effective(lines: list[str]) -> list[str]:
+    """The lines without a REGISTER of what is registered already (a no-op for any lookupd).
+    Go nsqd sends one when a topic is created while it is still listing its topics for a fresh
+    connection (right after IDENTIFY): the topic then comes in that list and in its own
+    notification, a timing race in Go nsqd, not a difference in what is registered."""
+    active: set[str] = set()
+    out: list[str] = []
+    for line in lines:
+        cmd, _, key = line.partition(" ")
+        if cmd == "REGISTER":
+            if key in active:
+                continue
+            active.add(key)
+        elif cmd == "UNREGISTER":
+            active.discard(key)
+        out.append(line)
+    return out
+
+
 def record_nsqd(kind: str, data_path: Path) -> dict[str, Any]:
     """Drive one nsqd against a Recorder: IDENTIFY, NSQD_STEPS, then the lookupd drops the
     connection and two topics are created (Go loses the command sent on the dead connection;
@@ -831,12 +850,12 @@ def record_nsqd(kind: str, data_path: Path) -> dict[str, Any]:
         body = body.replace(b'"http_port":%d' % nsqd.http_port, b'"http_port":<HTTP>')
         seen["identify body"] = body
         for i, (posts, lines) in enumerate(NSQD_STEPS):
-            before = len(rec.lines(0))
+            before = len(_effective(rec.lines(0)))
             for p in posts:
                 _post(nsqd, p)
             n = before + len(lines)
-            wait(lambda n=n: len(rec.lines(0)) >= n, f"step {i} {posts}")
-            seen[f"step {i} {posts}"] = sorted(rec.lines(0)[before:])
+            wait(lambda n=n: len(_effective(rec.lines(0))) >= n, f"step {i} {posts}")
+            seen[f"step {i} {posts}"] = sorted(_effective(rec.lines(0))[before:])
         rec.drop(0)
         _post(nsqd, "/topic/create?topic=t4")
         _post(nsqd, "/topic/create?topic=t5")
