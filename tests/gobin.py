@@ -5,7 +5,8 @@ Where the binaries come from, first match wins:
   2. /opt/nsq-go/bin;
   3. the PATH.
 A binary counts only when its ``--version`` says v1.3.x. When one is missing, ``require`` skips
-the test and says why and how to provide it (CI has no Go: the Go interop tests skip there).
+the test and says why and how to provide it. CI installs them first (``.ci/install-go-nsq``, from
+the Go module proxy), so there none of these tests skips.
 
 Go processes run on 127.0.0.1 with ports picked by the OS (``--tcp-address=127.0.0.1:0
 --http-address=127.0.0.1:0``); the real ports come from their "TCP: listening on" and
@@ -32,10 +33,8 @@ NAMES = ("nsqd", "nsqlookupd", "nsq_tail")
 _VERSION_RE = re.compile(r"\bv1\.3\.\d+\b")
 
 HOW_TO = (
-    "build NSQ v1.3.x's apps/nsqd, apps/nsqlookupd and apps/nsq_tail with Go "
-    "(go build -o /opt/nsq-go/bin/ ./apps/nsqd ./apps/nsqlookupd ./apps/nsq_tail in a v1.3.0 "
-    "checkout) and put them in /opt/nsq-go/bin, or in a directory named by $NSQ_GO_BIN, or on "
-    "the PATH"
+    "run .ci/install-go-nsq (it builds NSQ v1.3.0's apps with Go from the Go module proxy into "
+    "/opt/nsq-go/bin, or into $NSQ_GO_BIN when set), or put v1.3.x binaries on the PATH"
 )
 
 

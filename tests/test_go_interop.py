@@ -2,7 +2,8 @@
 nsqlookupd 1.3 and nsq_tail (go-nsq's ConnectToNSQLookupd).
 
 Every test needs the Go binaries (see tests/gobin.py: $NSQ_GO_BIN, /opt/nsq-go/bin or the
-PATH, v1.3.x) and skips, saying how to provide them, where they are absent (CI has no Go).
+PATH, v1.3.x) and skips, saying how to provide them, where they are absent (CI installs them
+with .ci/install-go-nsq, so there every test runs).
 
   * Go nsqd registers with nsqpy-lookupd; nsqpy-d registers with Go nsqlookupd.
   * One scripted sequence (create/delete topics and channels on nsqd, stop nsqd) against the
