@@ -1,9 +1,13 @@
 # nsqd's side of nsqlookupd: registration of this node's topics and channels.
 #
 # Strategy: asyncio glue, like protocol_v2. The core only calls the synchronous notifications
-# (`topic_added`, `channel_removed`, ...); each lookupd has one LookupPeer task that turns them
-# into commands on its own connection, one round trip at a time, so a slow or dead lookupd never
-# blocks the broker or the other lookupds. As nsqd 1.3 (nsqd/lookup.go, nsqd/lookup_peer.go):
+# (`topic_added`, `channel_removed`, ...); each lookupd has one LookupPeer task that reads the
+# replies on its own connection, so a slow or dead lookupd never blocks the broker or the other
+# lookupds. A notification is written to the lookupd's socket at once, inside the call that
+# created or deleted the topic or channel (before nsqd.dat is rewritten, before any other work of
+# the loop), when that lookupd is connected and identified and nothing is queued before it;
+# the task then reads its reply (replies come in command order). Otherwise it is queued and the
+# task sends it, one round trip at a time. As nsqd 1.3 (nsqd/lookup.go, nsqd/lookup_peer.go):
 #
 # - A peer connects lazily, with a 1 s dial timeout, and on every (re)connect sends the magic
 #   "  V1", IDENTIFY with this node's JSON (broadcast_address, hostname, http_port, tcp_port,
@@ -24,10 +28,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import socket
 import struct
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -47,6 +53,39 @@ ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 
 _SIZE = struct.Struct(">i")
 _PING = b"PING\n"
+
+
+_warmed = False
+
+
+def warm_import_aiohttp() -> None:
+    """Import aiohttp on a background thread, once. Its first import takes 0.2-2 s of CPU;
+    done lazily on the event loop (at the first lookupd /channels query, i.e. the first topic
+    created) it would stall every client for that long. A daemon thread interleaves it with
+    the loop at the interpreter's switch interval instead; start-up stays aiohttp-free."""
+    global _warmed
+    if _warmed:
+        return
+    _warmed = True
+    threading.Thread(target=_import_aiohttp, name="warm-aiohttp", daemon=True).start()
+
+
+_aiohttp: Any = None
+
+
+def _import_aiohttp() -> Any:
+    global _aiohttp
+    mod = importlib.import_module("aiohttp")  # waits for another thread's import to finish
+    _aiohttp = mod
+    return mod
+
+
+async def load_aiohttp() -> Any:
+    """The aiohttp module, imported off the loop's thread the first time (never half
+    initialized: sys.modules has it from the start of a thread's import)."""
+    if _aiohttp is not None:
+        return _aiohttp
+    return await asyncio.to_thread(_import_aiohttp)
 
 
 class LookupdError(Exception):
@@ -105,6 +144,10 @@ class LookupPeer:
         self._identity = identity
         self._state = state
         self._queue: deque[bytes] = deque()
+        # Commands written at once by send(), whose replies the task has yet to read.
+        self._unanswered: deque[bytes] = deque()
+        # Connected, identified and the state sent: send() may write at once.
+        self._ready = False
         self._wake = asyncio.Event()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -118,8 +161,15 @@ class LookupPeer:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def send(self, cmd: bytes) -> None:
-        """Queue a command (never blocks; the peer's task sends it)."""
-        self._queue.append(cmd)
+        """Send a command: written to the socket now when the lookupd is identified and no
+        command waits before it, else queued for the peer's task (never blocks either way;
+        the task reads the reply)."""
+        w = self._writer
+        if self._ready and not self._queue and w is not None and not w.is_closing():
+            w.write(cmd)
+            self._unanswered.append(cmd)
+        else:
+            self._queue.append(cmd)
         self._wake.set()
 
     async def close(self) -> None:
@@ -143,7 +193,7 @@ class LookupPeer:
             pass
         next_ping = loop.time() + PING_INTERVAL_S
         while not self._closing:
-            if not self._queue:
+            if not self._queue and not self._unanswered:
                 try:
                     await asyncio.wait_for(self._wake.wait(), max(0.0, next_ping - loop.time()))
                 except TimeoutError:
@@ -153,6 +203,16 @@ class LookupPeer:
                 next_ping = loop.time() + PING_INTERVAL_S
                 log.debug("LOOKUPD(%s): sending heartbeat", self.addr)
                 self._queue.append(_PING)
+            while self._unanswered and not self._closing:
+                cmd = self._unanswered[0]
+                try:
+                    await self._read_reply()
+                except LookupdError as e:
+                    log.error("LOOKUPD(%s): %s - %s", self.addr, _cmd_text(cmd), e)
+                    self._unanswered.clear()
+                    break
+                if self._unanswered:
+                    self._unanswered.popleft()
             while self._queue and not self._closing:
                 cmd = self._queue.popleft()
                 try:
@@ -207,15 +267,29 @@ class LookupPeer:
         for cmd in self._state():
             log.info("LOOKUPD(%s): %s", self.addr, _cmd_text(cmd))
             await self._round_trip(cmd)
+        self._ready = True
 
     async def _round_trip(self, cmd: bytes) -> bytes:
-        """Write ``cmd`` and read its reply (4-byte size + data), each within IO_TIMEOUT_S."""
-        reader, writer = self._reader, self._writer
-        if reader is None or writer is None:
+        """Write ``cmd`` and read its reply (4-byte size + data), each within IO_TIMEOUT_S.
+        Only called with no reply outstanding for an earlier command."""
+        writer = self._writer
+        if writer is None:
             raise LookupdError("not connected")
         try:
             writer.write(cmd)
             await asyncio.wait_for(writer.drain(), IO_TIMEOUT_S)
+        except (OSError, TimeoutError) as e:
+            self._disconnect()
+            raise LookupdError(str(e) or type(e).__name__) from None
+        return await self._read_reply()
+
+    async def _read_reply(self) -> bytes:
+        """Read the next reply (4-byte big-endian size + data) within IO_TIMEOUT_S for each
+        part. Raises LookupdError (and disconnects) on EOF, a timeout or an oversized reply."""
+        reader = self._reader
+        if reader is None:
+            raise LookupdError("not connected")
+        try:
             head = await asyncio.wait_for(reader.readexactly(4), IO_TIMEOUT_S)
             (size,) = _SIZE.unpack(head)
             if size > self._max_body_size or size < 0:
@@ -232,6 +306,8 @@ class LookupPeer:
 
     def _disconnect(self) -> None:
         self.connected = False
+        self._ready = False
+        self._unanswered.clear()
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
@@ -265,6 +341,8 @@ class LookupPeers:
         """Keep the peers still listed, close the others, add (and connect) the new ones, as
         nsqd's lookupLoop on an options change."""
         wanted = list(dict.fromkeys(addresses))
+        if wanted:
+            warm_import_aiohttp()
         kept: list[LookupPeer] = []
         for p in self.peers:
             if p.addr in wanted:
@@ -390,8 +468,7 @@ class LookupPeers:
             done(names)
 
     async def _channels_of(self, addr: str, topic: str) -> list[str]:
-        import aiohttp
-
+        aiohttp = await load_aiohttp()
         if self._session is None:
             o = self.nsqd.opts
             self._session = aiohttp.ClientSession(

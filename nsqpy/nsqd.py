@@ -89,6 +89,10 @@ class NSQD:
         self.data_path = opts.data_path or "."
         self._lock_fd: int | None = None
         self._meta_timer: asyncio.TimerHandle | None = None
+        # A background nsqd.dat rewrite in the default executor, and whether another is due
+        # once it ends (a change came meanwhile).
+        self._meta_writing: asyncio.Future[None] | None = None
+        self._meta_again = False
         self._loading = False
         self._dirty: set[DiskQueue] = set()
         self.journal = DeferredJournal(os.path.join(self.data_path, DEFERRED_FILE))
@@ -409,9 +413,11 @@ class NSQD:
         return {"topics": topics or None, "version": NSQ_VERSION}
 
     def metadata_changed(self) -> None:
-        """A topic or channel came or went: rewrite nsqd.dat soon. Bursts (thousands of topics
-        created at once) are coalesced into one write per 100 ms; nsqd rewrites the whole file
-        once per change, which is quadratic in the number of topics."""
+        """A topic or channel came or went: rewrite nsqd.dat soon, off the event loop. Bursts
+        (thousands of topics created at once) are coalesced into one write per 100 ms; nsqd
+        rewrites the whole file once per change, which is quadratic in the number of topics.
+        The caller has already told the lookupds (lookup_peer writes REGISTER/UNREGISTER at
+        once), so registration never waits for this write or its fsync."""
         if self._loading or self._lock_fd is None or self._meta_timer is not None:
             return
         try:
@@ -419,15 +425,45 @@ class NSQD:
         except RuntimeError:
             self.persist_metadata()
             return
-        self._meta_timer = loop.call_later(0.1, self.persist_metadata)
+        self._meta_timer = loop.call_later(0.1, self._persist_in_background)
+
+    def _persist_in_background(self) -> None:
+        """The coalesced rewrite: nsqd.dat's bytes are taken on the loop (a consistent
+        snapshot), the write, fsync and rename run in the default executor. One write at a
+        time: a change during a write rewrites the file again once it ends."""
+        self._meta_timer = None
+        if self._loading or self._lock_fd is None:
+            return
+        if self._meta_writing is not None:
+            self._meta_again = True
+            return
+        path = os.path.join(self.data_path, METADATA_FILE)
+        log.info("NSQ: persisting topic/channel metadata to %s", path)
+        data = json.dumps(self.metadata(), separators=(",", ":")).encode()
+        fut = asyncio.get_running_loop().run_in_executor(None, write_sync_file, path, data)
+        self._meta_writing = fut
+        fut.add_done_callback(self._persisted)
+
+    def _persisted(self, fut: asyncio.Future[None]) -> None:
+        self._meta_writing = None
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("failed to persist metadata - %s", fut.exception())
+        if self._meta_again:
+            self._meta_again = False
+            self._persist_in_background()
 
     def persist_metadata(self) -> None:
-        """Rewrite nsqd.dat now (temp file, fsync, rename), as nsqd does on every change."""
+        """Rewrite nsqd.dat now, on the caller's thread (temp file, fsync, rename), as nsqd
+        does on every change; used where the answer must wait for it (pause, unpause) and at
+        exit. A background rewrite still running is followed by another, so the last file
+        written is never older than this one."""
         if self._meta_timer is not None:
             self._meta_timer.cancel()
             self._meta_timer = None
         if self._loading or self._lock_fd is None:
             return
+        if self._meta_writing is not None:
+            self._meta_again = True
         path = os.path.join(self.data_path, METADATA_FILE)
         log.info("NSQ: persisting topic/channel metadata to %s", path)
         try:
@@ -594,6 +630,10 @@ class NSQD:
         if self.lookup is not None:
             await self.lookup.close()
             self.lookup = None
+        while self._meta_writing is not None:
+            await asyncio.wait([self._meta_writing])
+            await asyncio.sleep(0)  # let _persisted run (it may start the next write)
+        self._meta_again = False
         if self._lock_fd is not None:
             self.persist_metadata()
             log.info("NSQ: closing topics")

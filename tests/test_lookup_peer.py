@@ -360,3 +360,78 @@ def test_tombstoned_topic_reappears_when_the_node_registers_it_after_the_lifetim
     time.sleep(1.1)  # the tombstone's lifetime (1 s) has to pass: there is no event for it
     _post(a, "/topic/create?topic=gone")
     wait_for(lambda: len(_lookup(lk, "gone").get("producers") or []) == 1, what="back")
+
+
+# ------------------------------------------------------------ in process: REGISTER leaves at once
+
+
+@pytest.mark.asyncio
+async def test_register_and_unregister_leave_before_the_metadata_write(
+    recorder, tmp_path, monkeypatch
+):
+    """A topic or channel created or deleted is on the lookupd's socket when the call that
+    made it returns, before nsqd.dat is written (which then runs off the loop). In process,
+    with the NSQD core on this test's loop and the recording lookupd on its own thread: the
+    loop does not run between the core call and the first check, so nothing scheduled on it
+    (the coalesced metadata write) can have happened yet."""
+    import asyncio
+
+    from nsqpy import nsqd as nsqd_mod
+    from nsqpy.options import Options
+
+    events: list[str] = []
+    real_write = nsqd_mod.write_sync_file
+
+    def recording_write(path: str, data: bytes, fsync: bool = True) -> None:
+        real_write(path, data, fsync)
+        events.append("nsqd.dat written: " + data.decode())
+
+    monkeypatch.setattr(nsqd_mod, "write_sync_file", recording_write)
+    n = nsqd_mod.NSQD(Options(data_path=str(tmp_path), nsqlookupd_tcp_addresses=[recorder.address]))
+    n.open()
+    n.start_loops()
+    try:
+        assert n.lookup is not None
+        peer = n.lookup.peers[0]
+        deadline = asyncio.get_running_loop().time() + 10
+        while not peer._ready:  # connected, IDENTIFY answered, the (empty) state sent
+            assert asyncio.get_running_loop().time() < deadline, "lookupd never identified"
+            await asyncio.sleep(0.01)
+
+        def sent(cmd: str) -> bool:  # seen by the recorder thread (bounded thread wait)
+            end = time.monotonic() + 5
+            while cmd not in recorder.commands():
+                if time.monotonic() > end:
+                    return False
+                time.sleep(0.002)
+            return True
+
+        async def written(name: str) -> None:
+            end = asyncio.get_running_loop().time() + 10
+            while not any(name in e for e in events):
+                assert asyncio.get_running_loop().time() < end, f"nsqd.dat never had {name}"
+                await asyncio.sleep(0.01)
+
+        t = n.get_topic("reg_t")
+        assert sent("REGISTER reg_t"), recorder.commands()
+        assert not events, "nsqd.dat was written before the REGISTER left"
+        await written("reg_t")
+
+        events.clear()
+        t.get_channel("reg_c")
+        assert sent("REGISTER reg_t reg_c"), recorder.commands()
+        assert not events
+        await written("reg_c")
+
+        events.clear()
+        t.delete_existing_channel("reg_c")
+        assert sent("UNREGISTER reg_t reg_c"), recorder.commands()
+        assert not events
+        await written('"channels":null')
+
+        events.clear()
+        n.delete_existing_topic("reg_t")
+        assert sent("UNREGISTER reg_t"), recorder.commands()
+        assert not events
+    finally:
+        await n.close()
