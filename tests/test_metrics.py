@@ -248,7 +248,7 @@ def test_metrics_exclude_ephemeral_flag_go_syntax(daemon_factory):
 
 @pytest.mark.skipif(
     shutil.which("promtool") is None,
-    reason="promtool is not installed (Debian package 'prometheus')",
+    reason="promtool is not installed (Debian package 'prometheus' provides it)",
 )
 def test_promtool_accepts_the_exposition(daemon_factory):
     d = daemon_factory("--e2e-processing-latency-percentile=1.0,0.99,0.5")
