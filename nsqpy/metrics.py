@@ -17,16 +17,18 @@ Names (labels topic, channel):
 - ``nsq_{topic,channel}_e2e_processing_latency_seconds``: a Summary, only with
   --e2e-processing-latency-percentile. As client_golang's Summary: the ``quantile`` samples are
   over the sliding window (--e2e-processing-latency-window-time, NaN when the window has no FIN),
-  ``_count`` and ``_sum`` are FINs and their summed latency since the channel was made
-  (counters). A topic's summary merges its channels' (nsqd's AggregateChannelE2eProcessingLatency).
+  ``_count`` and ``_sum`` are FINs and their summed latency since the channel was created or
+  the daemon started (counters). A topic's summary merges its channels' (nsqd's
+  AggregateChannelE2eProcessingLatency).
 - ``nsq_topics``, ``nsq_channels``, ``nsq_clients`` (connected TCP clients), ``nsq_healthy``:
   gauges over the whole daemon
 - ``nsq_build_info{version, nsqpy_version, python_version, python_implementation}``: 1 (the
   ``<app>_build_info`` convention: the labels carry the facts)
 
---metrics-exclude-ephemeral (nsqpy's, after nsqd's --statsd-exclude-ephemeral) leaves ``#ephemeral``
-topics (with all their channels) and ``#ephemeral`` channels out of the per-topic and per-channel
-families; the daemon-wide gauges and a topic's merged latency still count them, as /stats does.
+--metrics-exclude-ephemeral (nsqpy's, after nsqd's --statsd-exclude-ephemeral) leaves
+``#ephemeral`` topics (with all their channels) and ``#ephemeral`` channels out of the per-topic
+and per-channel families; the daemon-wide gauges (``nsq_topics``, ``nsq_channels``,
+``nsq_clients``) and a kept topic's merged latency still count them, as /stats does.
 """
 
 from __future__ import annotations
