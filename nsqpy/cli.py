@@ -33,6 +33,7 @@ BOOL_FLAGS = frozenset(
         "worker-id",
         "statsd-mem-stats",
         "statsd-exclude-ephemeral",
+        "metrics-exclude-ephemeral",
     )
 )
 
@@ -181,6 +182,11 @@ _opt = goflag.option
     help="Skip ephemeral topics and channels when sending stats to statsd",
 )
 @click.option(
+    "--metrics-exclude-ephemeral/--no-metrics-exclude-ephemeral",
+    default=False,
+    help="[nsqpy] leave ephemeral topics and channels out of GET /metrics",
+)
+@click.option(
     "--e2e-processing-latency-percentile",
     multiple=True,
     help="message processing time percentiles (as float (0, 1.0]) to track (can be specified "
@@ -297,6 +303,7 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
     o.statsd_mem_stats = kw["statsd_mem_stats"]
     o.statsd_udp_packet_size = kw["statsd_udp_packet_size"]
     o.statsd_exclude_ephemeral = kw["statsd_exclude_ephemeral"]
+    o.metrics_exclude_ephemeral = kw["metrics_exclude_ephemeral"]
     o.e2e_processing_latency_window_time_ms = kw["e2e_processing_latency_window_time"]
     o.e2e_processing_latency_percentiles = config.parse_percentiles(
         kw["e2e_processing_latency_percentile"]

@@ -103,7 +103,7 @@ def load(path: str) -> dict[str, Any]:
 
 
 #: nsqpy-d's own options beyond nsqd's (also in the config file and /config/<opt>).
-NSQPY_CFG_NAMES = ("max_attempts", "dead_letter_suffix")
+NSQPY_CFG_NAMES = ("max_attempts", "dead_letter_suffix", "metrics_exclude_ephemeral")
 
 
 def option_value(opts: Any, cfg_name: str) -> tuple[Any, bool]:

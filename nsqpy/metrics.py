@@ -1,24 +1,42 @@
-# Prometheus: GET /metrics on the HTTP port (nsqd has no such endpoint; this goes beyond it).
-#
-# Strategy: nothing is counted for Prometheus on the message path. One custom Collector reads
-# the live topics and channels when a scrape arrives (the same counters /stats reads) and yields
-# metric families; the registry is per daemon and also holds prometheus_client's process
-# collector (CPU, RSS, open fds, start time) and its Python GC and platform collectors.
-#
-# Names (labels topic, channel):
-#   nsq_topic_depth, nsq_topic_backend_depth, nsq_topic_paused        gauges
-#   nsq_topic_messages_total, nsq_topic_message_bytes_total           counters
-#   nsq_channel_depth, _backend_depth, _in_flight, _deferred,
-#   _clients, _paused                                                  gauges
-#   nsq_channel_messages_total, _requeued_total, _timed_out_total,
-#   _dead_lettered_total (nsqpy's dead letters)                        counters
-#   nsq_{topic,channel}_e2e_processing_latency_seconds{quantile=..}   gauge per percentile
-#   nsq_{topic,channel}_e2e_processing_latency_count                  FINs in the window (gauge)
-#   nsq_clients (connected TCP clients), nsq_topics, nsq_channels, nsq_healthy  gauges
+"""Prometheus: GET /metrics on the HTTP port (nsqd has no such endpoint; this goes beyond it).
+
+Strategy: nothing is counted for Prometheus on the message path. One custom Collector reads the
+live topics and channels when a scrape arrives (the same counters /stats reads) and yields metric
+families; the registry is per daemon and also holds prometheus_client's process collector (CPU,
+RSS, open fds, start time) and its Python GC and platform collectors. The text is the classic
+exposition format 0.0.4, which ``promtool check metrics`` accepts.
+
+Names (labels topic, channel):
+
+- ``nsq_topic_depth``, ``nsq_topic_backend_depth``, ``nsq_topic_paused``: gauges
+- ``nsq_topic_messages_total``, ``nsq_topic_message_bytes_total``: counters
+- ``nsq_channel_depth``, ``_backend_depth``, ``_in_flight``, ``_deferred``, ``_clients``,
+  ``_paused``: gauges
+- ``nsq_channel_messages_total``, ``_requeued_total``, ``_timed_out_total``,
+  ``_dead_lettered_total`` (nsqpy's dead letters): counters
+- ``nsq_{topic,channel}_e2e_processing_latency_seconds``: a Summary, only with
+  --e2e-processing-latency-percentile. As client_golang's Summary: the ``quantile`` samples are
+  over the sliding window (--e2e-processing-latency-window-time, NaN when the window has no FIN),
+  ``_count`` and ``_sum`` are FINs and their summed latency since the channel was created or
+  the daemon started (counters). A topic's summary merges its channels' (nsqd's
+  AggregateChannelE2eProcessingLatency).
+- ``nsq_topics``, ``nsq_channels``, ``nsq_clients`` (connected TCP clients), ``nsq_healthy``:
+  gauges over the whole daemon
+- ``nsq_build_info{version, nsqpy_version, python_version, python_implementation}``: 1 (the
+  ``<app>_build_info`` convention: the labels carry the facts)
+
+--metrics-exclude-ephemeral (nsqpy's, after nsqd's --statsd-exclude-ephemeral) leaves
+``#ephemeral`` topics (with all their channels) and ``#ephemeral`` channels out of the per-topic
+and per-channel families; the daemon-wide gauges (``nsq_topics``, ``nsq_channels``,
+``nsq_clients``) and a kept topic's merged latency still count them, as /stats does.
+"""
+
 from __future__ import annotations
 
+import math
+import platform
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -28,15 +46,22 @@ from prometheus_client import (
     exposition,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
-from . import stats
+from . import quantile
+from .options import NSQ_VERSION, NSQPY_VERSION
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
 
-__all__ = ["CONTENT_TYPE", "NsqCollector", "build_registry", "scrape"]
+__all__ = ["CONTENT_TYPE", "NsqCollector", "build_info_labels", "build_registry", "scrape"]
 
 #: The classic text format generate_latest writes (prometheus_client >= 0.22 calls 1.0.0 "latest").
 CONTENT_TYPE: str = getattr(
@@ -45,16 +70,34 @@ CONTENT_TYPE: str = getattr(
 
 _TOPIC = ["topic"]
 _CHANNEL = ["topic", "channel"]
+_EPHEMERAL = "#ephemeral"
+
+
+def build_info_labels() -> dict[str, str]:
+    """nsq_build_info's labels: ``version`` is the NSQ version nsqpy-d speaks (as /info's),
+    ``nsqpy_version`` nsqpy's own, then the Python that runs it (``3.12.3``, ``CPython``)."""
+    return {
+        "version": NSQ_VERSION,
+        "nsqpy_version": NSQPY_VERSION,
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+    }
 
 
 class NsqCollector(Collector):
-    """Reads the daemon's topics and channels on each scrape."""
+    """Reads the daemon's topics and channels on each scrape (see the module docstring)."""
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
+        info = build_info_labels()
+        self._build_info = GaugeMetricFamily(
+            "nsq_build_info", "Versions nsqpy-d was built with (value 1)", labels=list(info)
+        )
+        self._build_info.add_metric(list(info.values()), 1)
 
     def collect(self) -> Iterator[Metric]:
         nsqd = self.nsqd
+        skip_ephemeral = nsqd.opts.metrics_exclude_ephemeral
         g = GaugeMetricFamily
         c = CounterMetricFamily
         t_depth = g("nsq_topic_depth", "Messages queued in the topic", labels=_TOPIC)
@@ -62,14 +105,10 @@ class NsqCollector(Collector):
         t_paused = g("nsq_topic_paused", "1 when the topic is paused", labels=_TOPIC)
         t_msgs = c("nsq_topic_messages", "Messages published to the topic", labels=_TOPIC)
         t_bytes = c("nsq_topic_message_bytes", "Bytes published to the topic", labels=_TOPIC)
-        t_e2e = g(
+        t_e2e = SummaryMetricFamily(
             "nsq_topic_e2e_processing_latency_seconds",
-            "Publish-to-FIN latency percentiles over all channels (window)",
-            labels=["topic", "quantile"],
-        )
-        t_e2e_n = g(
-            "nsq_topic_e2e_processing_latency_count",
-            "FINs in the e2e latency window, all channels",
+            "Publish-to-FIN latency over all channels: quantiles over the window, "
+            "count and sum since start",
             labels=_TOPIC,
         )
         ch_depth = g("nsq_channel_depth", "Messages waiting in the channel", labels=_CHANNEL)
@@ -86,27 +125,30 @@ class NsqCollector(Collector):
             "Messages moved to the dead-letter topic after --max-attempts",
             labels=_CHANNEL,
         )
-        ch_e2e = g(
+        ch_e2e = SummaryMetricFamily(
             "nsq_channel_e2e_processing_latency_seconds",
-            "Publish-to-FIN latency percentiles (window)",
-            labels=["topic", "channel", "quantile"],
-        )
-        ch_e2e_n = g(
-            "nsq_channel_e2e_processing_latency_count",
-            "FINs in the e2e latency window",
+            "Publish-to-FIN latency: quantiles over the window, count and sum since start",
             labels=_CHANNEL,
         )
+        percentiles = nsqd.opts.e2e_processing_latency_percentiles
         n_channels = 0
         for t in list(nsqd.topics.values()):
+            chans = list(t.channels.values())
+            n_channels += len(chans)
+            if skip_ephemeral and t.name.endswith(_EPHEMERAL):
+                continue
             tl = [t.name]
             t_depth.add_metric(tl, t.depth)
             t_bdepth.add_metric(tl, t.backend_depth)
             t_paused.add_metric(tl, 1 if t.paused else 0)
             t_msgs.add_metric(tl, t.message_count)
             t_bytes.add_metric(tl, t.message_bytes)
-            _add_e2e(t_e2e, t_e2e_n, tl, stats.topic_e2e(t))
-            for ch in list(t.channels.values()):
-                n_channels += 1
+            t_streams = [ch.e2e for ch in chans if ch.e2e is not None]
+            if t_streams:
+                _add_summary(t_e2e, _TOPIC, tl, t_streams, percentiles)
+            for ch in chans:
+                if skip_ephemeral and ch.name.endswith(_EPHEMERAL):
+                    continue
                 cl = [t.name, ch.name]
                 ch_depth.add_metric(cl, ch.depth)
                 ch_bdepth.add_metric(cl, ch.backend_depth)
@@ -119,24 +161,39 @@ class NsqCollector(Collector):
                 ch_to.add_metric(cl, ch.timeout_count)
                 ch_dead.add_metric(cl, ch.dead_letter_count)
                 if ch.e2e is not None:
-                    _add_e2e(ch_e2e, ch_e2e_n, cl, ch.e2e.result())
-        yield from (t_depth, t_bdepth, t_paused, t_msgs, t_bytes, t_e2e, t_e2e_n)
+                    _add_summary(ch_e2e, _CHANNEL, cl, [ch.e2e], percentiles)
+        yield from (t_depth, t_bdepth, t_paused, t_msgs, t_bytes)
+        if percentiles:
+            yield t_e2e
         yield from (ch_depth, ch_bdepth, ch_inflt, ch_def, ch_clients, ch_paused)
-        yield from (ch_msgs, ch_req, ch_to, ch_dead, ch_e2e, ch_e2e_n)
+        yield from (ch_msgs, ch_req, ch_to, ch_dead)
+        if percentiles:
+            yield ch_e2e
         yield g("nsq_topics", "Topics", value=len(nsqd.topics))
         yield g("nsq_channels", "Channels", value=n_channels)
         yield g("nsq_clients", "Connected TCP clients", value=len(nsqd.clients))
         yield g("nsq_healthy", "1 when /ping answers OK", value=1 if nsqd.is_healthy() else 0)
+        yield self._build_info
 
 
-def _add_e2e(
-    values: GaugeMetricFamily, count: GaugeMetricFamily, labels: list[str], r: dict[str, Any]
+def _add_summary(
+    family: SummaryMetricFamily,
+    label_names: list[str],
+    labels: list[str],
+    streams: list[quantile.E2ELatency],
+    percentiles: list[float],
 ) -> None:
-    if r["percentiles"] is None:
-        return
-    count.add_metric(labels, r["count"])
-    for p in r["percentiles"]:
-        values.add_metric([*labels, repr(float(p["quantile"]))], p["value"] / 1e9)
+    """One labelled summary of ``streams`` (merged): a ``quantile`` sample per percentile over
+    the window in seconds (NaN while the window holds no FIN, as client_golang writes an empty
+    Summary), then ``_count`` and ``_sum`` since the streams were made."""
+    r = quantile.aggregate(streams, percentiles)
+    names = [*label_names, "quantile"]
+    for p in r["percentiles"] or ():
+        value = p["value"] / 1e9 if r["count"] else math.nan
+        q = repr(float(p["quantile"]))
+        family.samples.append(Sample(family.name, dict(zip(names, [*labels, q])), value))
+    total_ns = sum(s.total_ns for s in streams)
+    family.add_metric(labels, sum(s.total_count for s in streams), total_ns / 1e9)
 
 
 def build_registry(nsqd: NSQD) -> CollectorRegistry:

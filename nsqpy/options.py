@@ -162,6 +162,9 @@ class Options:
     statsd_udp_packet_size: int = 508
     statsd_exclude_ephemeral: bool = False
 
+    # GET /metrics (metrics.py, beyond nsqd): leave #ephemeral topics and channels out.
+    metrics_exclude_ephemeral: bool = False
+
     # end-to-end processing latency (quantile.py); no percentiles = not tracked.
     e2e_processing_latency_window_time_ms: int = 10 * 60_000
     e2e_processing_latency_percentiles: list[float] = field(default_factory=list)

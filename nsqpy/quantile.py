@@ -8,7 +8,8 @@
 # now and then so the buffer stays a uniform sample. Percentiles are computed only when /stats,
 # statsd or /metrics asks (sort, nearest rank). Counts are exact; percentile values are exact up
 # to ``capacity`` FINs per half window and a uniform-sample estimate beyond it (nsqd's perks
-# stream is an estimate too).
+# stream is an estimate too). Beside the window, two running totals since the recorder was made
+# (FINs and their summed latency) give /metrics a Prometheus Summary's _count and _sum.
 # A channel without configured percentiles has no recorder at all (Channel.e2e is None).
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class E2ELatency:
         "half_window_ns",
         "last_move_ns",
         "percentiles",
+        "total_count",
+        "total_ns",
     )
 
     def __init__(
@@ -69,6 +72,9 @@ class E2ELatency:
         self._w = 1.0
         self._next = 0  # FIN number (1-based) of the next reservoir replacement
         self.last_move_ns = clock_ns()
+        #: FINs and their summed latency (ns) since the recorder was made (never reset)
+        self.total_count = 0
+        self.total_ns = 0
         self._deadline_ns = self.last_move_ns + self.half_window_ns
 
     def _move(self, now: int) -> None:
@@ -89,14 +95,17 @@ class E2ELatency:
         now = self._clock_ns()
         if now > self._deadline_ns:
             self._move(now)
+        latency = now - timestamp_ns
+        self.total_count += 1
+        self.total_ns += latency
         n = self._n = self._n + 1
         if n <= self.capacity:
-            self._buf.append(now - timestamp_ns)
+            self._buf.append(latency)
             if n == self.capacity:
                 self._w = self._shrink(1.0)
                 self._next = n + self._skip() + 1
         elif n == self._next:  # the buffer is full: most FINs only count
-            self._buf[int(self._rand() * self.capacity)] = now - timestamp_ns
+            self._buf[int(self._rand() * self.capacity)] = latency
             self._w = self._shrink(self._w)
             self._next = n + self._skip() + 1
 

@@ -1,29 +1,49 @@
 """GET /metrics: Prometheus text exposition read from the live topics and channels.
 
-nsqd has no Prometheus endpoint; nsqpy-d serves one on its HTTP port. Each test scrapes the
-real daemon over loopback and parses the answer with prometheus_client's own parser.
+nsqd has no Prometheus endpoint; nsqpy-d serves one on its HTTP port. Each daemon test scrapes
+the real daemon over loopback and parses the answer with prometheus_client's own parser; one
+also hands a scrape to ``promtool check metrics`` (Debian's ``prometheus`` package) where
+promtool is installed.
 """
 
 from __future__ import annotations
 
+import math
+import platform
+import shutil
+import subprocess
+
 import pytest
 from conftest import Daemon, wait_for
+from prometheus_client.core import SummaryMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+
+from nsqpy.metrics import _add_summary
+from nsqpy.options import NSQ_VERSION, NSQPY_VERSION
+from nsqpy.quantile import E2ELatency
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def scrape(d: Daemon) -> dict[str, dict[tuple, float]]:
-    """{family name: {sorted label items: value}} of one scrape (sample names as exposed)."""
+def scrape_text(d: Daemon) -> str:
     code, body, headers = d.http("GET", "/metrics")
     assert code == 200, body
     ctype = {k.lower(): v for k, v in headers.items()}["content-type"]
     assert ctype.startswith("text/plain") and "version=0.0.4" in ctype
+    return body.decode()
+
+
+def scrape(d: Daemon) -> dict[str, dict[tuple, float]]:
+    """{sample name: {sorted label items: value}} of one scrape (sample names as exposed)."""
     out: dict[str, dict[tuple, float]] = {}
-    for fam in text_string_to_metric_families(body.decode()):
+    for fam in text_string_to_metric_families(scrape_text(d)):
         for s in fam.samples:
             out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
     return out
+
+
+def family_types(text: str) -> dict[str, str]:
+    return {fam.name: fam.type for fam in text_string_to_metric_families(text)}
 
 
 def test_metrics_show_topic_depth_of_queued_messages(nsqd):
@@ -76,7 +96,7 @@ def test_metrics_channels_in_flight_deferred_clients(nsqd):
         p.close()
 
 
-def test_metrics_e2e_latency_when_configured(daemon_factory):
+def test_metrics_e2e_latency_is_a_summary(daemon_factory):
     d = daemon_factory("--e2e-processing-latency-percentile=0.99,0.5")
     c = d.raw()
     p = d.raw()
@@ -91,7 +111,7 @@ def test_metrics_e2e_latency_when_configured(daemon_factory):
 
         def settled() -> dict | None:
             m = scrape(d)
-            n = m.get("nsq_channel_e2e_processing_latency_count", {}).get(lbl)
+            n = m.get("nsq_channel_e2e_processing_latency_seconds_count", {}).get(lbl)
             return m if n == 3 else None
 
         m = wait_for(settled, timeout=5, what="FINs in metrics")
@@ -99,21 +119,148 @@ def test_metrics_e2e_latency_when_configured(daemon_factory):
         q99 = lat[(("channel", "ch"), ("quantile", "0.99"), ("topic", "lat"))]
         q50 = lat[(("channel", "ch"), ("quantile", "0.5"), ("topic", "lat"))]
         assert 0 < q50 <= q99 < 5
-        assert m["nsq_topic_e2e_processing_latency_count"][(("topic", "lat"),)] == 3
+        total = m["nsq_channel_e2e_processing_latency_seconds_sum"][lbl]
+        assert 3 * q50 / 2 < total <= 3 * q99  # seconds, the three FINs' latencies summed
+        tl = (("topic", "lat"),)
+        assert m["nsq_topic_e2e_processing_latency_seconds_count"][tl] == 3
+        assert m["nsq_topic_e2e_processing_latency_seconds_sum"][tl] == pytest.approx(total)
+        assert "nsq_channel_e2e_processing_latency_count" not in m  # the gauge it replaces
+        types = family_types(scrape_text(d))
+        assert types["nsq_channel_e2e_processing_latency_seconds"] == "summary"
+        assert types["nsq_topic_e2e_processing_latency_seconds"] == "summary"
     finally:
         c.close()
         p.close()
+
+
+def test_summary_count_and_sum_outlive_the_window():
+    # the quantiles cover the window; _count and _sum are counters since start (client_golang's
+    # Summary): once the window has moved past every FIN the quantiles are NaN, the totals stay
+    now = [10_000_000_000]
+    e2e = E2ELatency(1000, [0.5], clock_ns=lambda: now[0])  # a 1 s window
+    for lat_ms in (10, 20, 30):
+        e2e.insert(now[0] - lat_ms * 1_000_000)
+    fam = SummaryMetricFamily("x_seconds", "test", labels=["topic"])
+    _add_summary(fam, ["topic"], ["t"], [e2e], [0.5])
+    got = {(s.name, s.labels.get("quantile")): s.value for s in fam.samples}
+    assert got == {
+        ("x_seconds", "0.5"): 0.02,
+        ("x_seconds_count", None): 3,
+        ("x_seconds_sum", None): pytest.approx(0.06),
+    }
+    now[0] += 5_000_000_000  # five windows later
+    e2e.insert(now[0] - 40_000_000)
+    now[0] += 5_000_000_000
+    fam = SummaryMetricFamily("x_seconds", "test", labels=["topic"])
+    _add_summary(fam, ["topic"], ["t"], [e2e], [0.5])
+    got = {(s.name, s.labels.get("quantile")): s.value for s in fam.samples}
+    assert math.isnan(got.pop(("x_seconds", "0.5")))
+    assert got == {("x_seconds_count", None): 4, ("x_seconds_sum", None): pytest.approx(0.1)}
 
 
 def test_metrics_without_e2e_has_no_latency_samples(nsqd):
     assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 404  # no topic yet
     assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
     assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+    text = scrape_text(nsqd)
+    assert "e2e_processing_latency" not in text  # not even the HELP and TYPE lines
     m = scrape(nsqd)
-    assert "nsq_channel_e2e_processing_latency_seconds" not in m
     assert m["nsq_channel_depth"][(("channel", "c"), ("topic", "t"))] == 0
 
 
 def test_metrics_method_not_allowed(nsqd):
     code, body, _ = nsqd.http("POST", "/metrics", b"")
     assert code == 405
+
+
+def test_metrics_build_info(nsqd):
+    m = scrape(nsqd)
+    ((labels, value),) = m["nsq_build_info"].items()
+    assert value == 1
+    assert dict(labels) == {
+        "version": NSQ_VERSION,
+        "nsqpy_version": NSQPY_VERSION,
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+    }
+
+
+def _ephemeral_traffic(d: Daemon) -> tuple[list, dict[str, dict[tuple, float]]]:
+    """Consumers on "keep"/"eph#ephemeral" and "gone#ephemeral"/"c" and a channel
+    "keep"/"durable", one message per topic FINed by the consumer; the clients (close them)
+    and a scrape once every channel and client is there."""
+    clients = []
+    for topic, channel in (("keep", "eph#ephemeral"), ("gone#ephemeral", "c")):
+        c = d.raw()
+        clients.append(c)
+        c.identify()
+        c.sub(topic, channel, 1)
+        if topic == "keep":
+            assert d.http("POST", "/channel/create?topic=keep&channel=durable")[0] == 200
+        assert d.http("POST", f"/pub?topic={topic.replace('#', '%23')}", b"x")[0] == 200
+        c.cmd(b"FIN", c.read_message()[2])
+
+    def settled() -> dict | None:
+        m = scrape(d)
+        return m if m["nsq_channels"][()] == 3 and m["nsq_clients"][()] == 2 else None
+
+    return clients, wait_for(settled, timeout=5, what="three channels")
+
+
+def test_metrics_exclude_ephemeral(daemon_factory, tmp_path):
+    # default: #ephemeral topics and channels are shown like any other
+    d = daemon_factory("--e2e-processing-latency-percentile=0.5")
+    clients, m = _ephemeral_traffic(d)
+    for c in clients:
+        c.close()
+    assert set(m["nsq_channel_depth"]) == {
+        (("channel", "eph#ephemeral"), ("topic", "keep")),
+        (("channel", "durable"), ("topic", "keep")),
+        (("channel", "c"), ("topic", "gone#ephemeral")),
+    }
+    assert d.http("GET", "/config/metrics_exclude_ephemeral")[:2] == (200, b"false")
+    # with the option set in the config file: left out, the daemon-wide gauges still count them
+    cfg = tmp_path / "nsqd.cfg"
+    cfg.write_text("metrics_exclude_ephemeral = true\n")
+    d = daemon_factory("--e2e-processing-latency-percentile=0.5", f"--config={cfg}")
+    assert d.http("GET", "/config/metrics_exclude_ephemeral")[:2] == (200, b"true")
+    clients, m = _ephemeral_traffic(d)
+    try:
+        text = scrape_text(d)
+        assert "ephemeral" not in text
+        assert set(m["nsq_channel_depth"]) == {(("channel", "durable"), ("topic", "keep"))}
+        assert set(m["nsq_topic_depth"]) == {(("topic", "keep"),)}
+        assert m["nsq_channel_e2e_processing_latency_seconds_count"] == {
+            (("channel", "durable"), ("topic", "keep")): 0
+        }
+        # the topic's merged latency still has the ephemeral channel's FIN, as /stats does
+        assert m["nsq_topic_e2e_processing_latency_seconds_count"][(("topic", "keep"),)] == 1
+        assert m["nsq_topics"][()] == 2 and m["nsq_channels"][()] == 3
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_metrics_exclude_ephemeral_flag_go_syntax(daemon_factory):
+    d = daemon_factory("-metrics-exclude-ephemeral=true")
+    assert d.http("GET", "/config/metrics_exclude_ephemeral")[:2] == (200, b"true")
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool is not installed (Debian package 'prometheus' provides it)",
+)
+def test_promtool_accepts_the_exposition(daemon_factory):
+    d = daemon_factory("--e2e-processing-latency-percentile=1.0,0.99,0.5")
+    clients, _ = _ephemeral_traffic(d)
+    try:
+        assert d.http("POST", "/topic/pause?topic=keep")[0] == 200
+        text = scrape_text(d)
+    finally:
+        for c in clients:
+            c.close()
+    assert "_seconds_count" in text and "nsq_build_info" in text
+    r = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
