@@ -901,6 +901,8 @@ async def listen(
     """loop.create_server for a daemon's listener (TCP or HTTP): SO_REUSEADDR, ``backlog``,
     TLS with ``ssl_context``; an IP-literal host is bound without a resolver call. Raises
     OSError when the address cannot be bound."""
+    if not 0 <= port <= 65535:
+        raise OSError(f"listen tcp: address {port}: invalid port")  # Go's net.Listen text
     loop = asyncio.get_running_loop()
     sock = _bound_socket(host, port)
     if sock is None:

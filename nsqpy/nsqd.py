@@ -472,6 +472,17 @@ class NSQD:
         except OSError as e:
             log.error("failed to persist metadata - %s", e)
 
+    def abandon(self) -> None:
+        """Start-up failed after open() (a listener could not be bound): release the data
+        path and write nothing, as nsqd, whose New() fails before it loads or persists
+        anything. close() is then a no-op for the data path."""
+        if self._meta_timer is not None:
+            self._meta_timer.cancel()
+            self._meta_timer = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def _lock_data_path(self) -> None:
         os.makedirs(self.data_path, exist_ok=True)
         fd = os.open(self.data_path, os.O_RDONLY)

@@ -28,6 +28,7 @@ class Server:
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http: HTTPServer | None = None
         self._https: HTTPServer | None = None
+        self._abandoned = False
 
     async def start(self) -> None:
         """Raises DataDirLocked, ValueError (bad nsqd.dat, bad TLS files) or OSError (nsqd's
@@ -49,8 +50,27 @@ class Server:
                 opts.http_client_connect_timeout_ms,
                 opts.http_client_request_timeout_ms,
             )
-        nsqd.open()
+        try:
+            nsqd.open()
+            await self._listen()
+        except BaseException:
+            # nsqd fails in New() or LoadMetadata before anything is written: close what was
+            # bound, release the data path, and leave nsqd.dat as it was (a bad one too);
+            # stop() is then a no-op.
+            self._abandoned = True
+            for server in (self._http, self._https):
+                if server is not None:
+                    await server.close()
+            if self._tcp_server is not None:
+                self._tcp_server.close()
+            nsqd.abandon()
+            raise
+        self._start_services()
 
+    async def _listen(self) -> None:
+        """Bind TCP, HTTPS (with a certificate) and HTTP, logging each address."""
+        nsqd = self.nsqd
+        opts = nsqd.opts
         host, port = split_host_port(opts.tcp_address)
         try:
             self._tcp_server = await listen(lambda: ClientV2(nsqd), host or None, port)
@@ -81,6 +101,9 @@ class Server:
         nsqd.http_address = (sock[0], sock[1])
         log.info("HTTP: listening on %s", format_listen_addr(sock))
 
+    def _start_services(self) -> None:
+        nsqd = self.nsqd
+        opts = nsqd.opts
         nsqd.start_loops()
         from .statsd import StatsdPusher, resolve_prefix
 
@@ -93,7 +116,10 @@ class Server:
 
     async def stop(self) -> None:
         """Clean exit (SIGTERM/SIGINT): stop accepting, close every client and the HTTP
-        listeners, then the core's close() keeps every message on disk."""
+        listeners, then the core's close() keeps every message on disk. Nothing to do after
+        a failed start()."""
+        if self._abandoned:
+            return
         nsqd = self.nsqd
         if self._tcp_server is not None:
             self._tcp_server.close()

@@ -54,6 +54,43 @@ def test_node_id_out_of_range_fails_at_start():
     assert r.returncode == 1 and "--node-id must be [0,1024)" in r.stderr
 
 
+@pytest.mark.parametrize(
+    "flags, text",
+    [
+        (["--tcp-address=127.0.0.1:99999"], "listen tcp: address 99999: invalid port"),
+        (["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:99999"], "invalid port"),
+        (["--tcp-address=no-such-host.invalid:0"], "listen (no-such-host.invalid:0) failed"),
+    ],
+)
+def test_failed_listen_is_fatal_and_writes_nothing(tmp_path, flags, text):
+    """As nsqd (New() fails before metadata is loaded or persisted): FATAL, exit 1, and the
+    data path untouched: no nsqd.dat, and an existing one (even a bad one) left as it was."""
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    r = run_cli(*flags, f"--data-path={fresh}")
+    assert r.returncode == 1, r.stderr
+    assert f"FATAL: failed to instantiate nsqd - {text}" in r.stderr or text in r.stderr
+    assert "Traceback" not in r.stderr and "persisting" not in r.stderr
+    assert list(fresh.iterdir()) == []
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    meta = b'{"topics":[{"name":"t","paused":false,"channels":null}],"version":"1.3.0"}'
+    (kept / "nsqd.dat").write_bytes(meta)
+    r = run_cli(*flags, f"--data-path={kept}")
+    assert r.returncode == 1 and text in r.stderr
+    assert sorted(p.name for p in kept.iterdir()) == ["nsqd.dat"]
+    assert (kept / "nsqd.dat").read_bytes() == meta
+
+
+def test_bad_metadata_is_fatal_and_left_as_it_was(tmp_path):
+    (tmp_path / "nsqd.dat").write_bytes(b"{bad")
+    r = run_cli(
+        "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"
+    )
+    assert r.returncode == 1 and "failed to parse metadata" in r.stderr
+    assert (tmp_path / "nsqd.dat").read_bytes() == b"{bad"
+
+
 def test_go_flag_spellings_are_normalised():
     assert normalize_go_flags(
         ["-msg-timeout", "5s", "-snappy=false", "--deflate=true", "-tcp-address=1.2.3.4:5"]
