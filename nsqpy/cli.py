@@ -60,8 +60,18 @@ _opt = goflag.option
     default=None,
     help="unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
 )
-@_opt("tcp-address", str, _D.tcp_address, "<addr>:<port> to listen on for TCP clients")
-@_opt("http-address", str, _D.http_address, "<addr>:<port> to listen on for HTTP clients")
+@_opt(
+    "tcp-address",
+    str,
+    _D.tcp_address,
+    "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)",
+)
+@_opt(
+    "http-address",
+    str,
+    _D.http_address,
+    "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix socket)",
+)
 @_opt(
     "https-address",
     str,

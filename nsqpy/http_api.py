@@ -424,8 +424,11 @@ def build_router(nsqd: NSQD) -> Router:
 
 
 async def start_http(
-    nsqd: NSQD, host: str | None, port: int, ssl_context: Any = None
+    nsqd: NSQD, host: str | None, port: int, ssl_context: Any = None, unix_path: str | None = None
 ) -> HTTPServer:
-    """Serve the API on host:port (port 0 = pick one), over TLS with ``ssl_context`` (HTTPS);
-    the server's ``address`` is the bound one. Raises OSError when it cannot bind."""
-    return await serve(build_router(nsqd), host, port, ssl_context, before=_tls_required(nsqd))
+    """Serve the API on host:port (port 0 = pick one), over TLS with ``ssl_context`` (HTTPS),
+    or on the unix socket ``unix_path``; the server's ``address`` is the bound one. Raises
+    OSError when it cannot bind."""
+    return await serve(
+        build_router(nsqd), host, port, ssl_context, _tls_required(nsqd), unix_path=unix_path
+    )

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import posixpath
 import re
 import socket
@@ -916,16 +917,43 @@ async def listen(
         raise
 
 
+async def listen_unix(
+    factory: Callable[[], asyncio.Protocol], path: str, backlog: int = 1024
+) -> asyncio.Server:
+    """A listener on the unix socket ``path`` (nsqd's <path> form of --tcp-address and
+    --http-address). Like Go's net.Listen("unix"), an existing file at ``path`` is refused
+    (OSError "bind: address already in use"); close_unix() removes the socket file, as Go's
+    UnixListener.Close does."""
+    if os.path.lexists(path):
+        raise OSError(f"listen unix {path}: bind: address already in use")
+    loop = asyncio.get_running_loop()
+    return await loop.create_unix_server(factory, path, backlog=backlog)
+
+
+def close_unix(path: str) -> None:
+    """Remove a unix listener's socket file (after closing the listener); never raises."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 async def serve(
     router: Router,
     host: str | None,
     port: int,
     ssl_context: Any = None,
     before: Callable[[Request], Response | None] | None = None,
+    unix_path: str | None = None,
 ) -> HTTPServer:
-    """Serve ``router`` on host:port (port 0: the OS picks one), over TLS with ``ssl_context``.
-    ``server.address`` is the bound socket address. Raises OSError when it cannot bind."""
+    """Serve ``router`` on host:port (port 0: the OS picks one), over TLS with ``ssl_context``,
+    or on the unix socket ``unix_path`` when given (no TLS there). ``server.address`` is the
+    bound socket address ((path,) for a unix socket). Raises OSError when it cannot bind."""
     server = HTTPServer(router, ssl_context is not None, before)
+    if unix_path is not None:
+        server.server = await listen_unix(lambda: _Conn(server), unix_path)
+        server.address = (unix_path,)
+        return server
     server.server = await listen(lambda: _Conn(server), host, port, ssl_context)
     server.address = tuple(server.server.sockets[0].getsockname())
     return server

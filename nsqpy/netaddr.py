@@ -25,6 +25,18 @@ def split_host_port(addr: str) -> tuple[str, int]:
         raise ValueError(f"address {addr}: invalid port") from None
 
 
+def is_unix_address(addr: str) -> bool:
+    """nsqd's util.TypeOfAddr: a listen address that Go's net.SplitHostPort refuses (no
+    colon, a colon inside an unbracketed host, an unmatched bracket) is a unix socket path;
+    any other is TCP (even with a bad port, which listening then refuses)."""
+    host, sep, _ = addr.rpartition(":")
+    if not sep:
+        return True
+    if host.startswith("["):
+        return not host.endswith("]") or "[" in host[1:] or "]" in host[:-1]
+    return ":" in host or "[" in host or "]" in host
+
+
 def join_host_port(host: str, port: int) -> str:
     """Go's net.JoinHostPort: ``host:port``, an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

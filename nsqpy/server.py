@@ -12,8 +12,8 @@ import asyncio
 import logging
 
 from .http_api import start_http
-from .httpd import HTTPServer, listen
-from .netaddr import format_listen_addr, split_host_port
+from .httpd import HTTPServer, close_unix, listen, listen_unix
+from .netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ClientV2
 
@@ -29,6 +29,9 @@ class Server:
         self._http: HTTPServer | None = None
         self._https: HTTPServer | None = None
         self._abandoned = False
+        # Unix socket files this server bound (removed when it closes, as Go's listeners do).
+        self._unix_paths: list[str] = []
+        self._tcp_name = self._http_name = self._https_name = ""
 
     async def start(self) -> None:
         """Raises DataDirLocked, ValueError (bad nsqd.dat, bad TLS files) or OSError (nsqd's
@@ -63,6 +66,8 @@ class Server:
                     await server.close()
             if self._tcp_server is not None:
                 self._tcp_server.close()
+            for path in self._unix_paths:
+                close_unix(path)
             nsqd.abandon()
             raise
         self._start_services()
@@ -71,14 +76,24 @@ class Server:
         """Bind TCP, HTTPS (with a certificate) and HTTP, logging each address."""
         nsqd = self.nsqd
         opts = nsqd.opts
-        host, port = split_host_port(opts.tcp_address)
+        # nsqd's util.TypeOfAddr: an address that is not host:port is a unix socket path
+        # (then the address has no port: /info says -1, broadcast ports stay as given).
         try:
-            self._tcp_server = await listen(lambda: ClientV2(nsqd), host or None, port)
-        except OSError as e:
+            if is_unix_address(opts.tcp_address):
+                self._tcp_server = await listen_unix(lambda: ClientV2(nsqd), opts.tcp_address)
+                self._unix_paths.append(opts.tcp_address)
+            else:
+                host, port = split_host_port(opts.tcp_address)
+                self._tcp_server = await listen(lambda: ClientV2(nsqd), host or None, port)
+        except (OSError, ValueError) as e:
             raise OSError(f"listen ({opts.tcp_address}) failed - {e}") from e
-        sock = self._tcp_server.sockets[0].getsockname()
-        nsqd.tcp_address = (sock[0], sock[1])
-        log.info("TCP: listening on %s", format_listen_addr(sock))
+        if self._unix_paths:
+            self._tcp_name = opts.tcp_address
+        else:
+            sock = self._tcp_server.sockets[0].getsockname()
+            nsqd.tcp_address = (sock[0], sock[1])
+            self._tcp_name = format_listen_addr(sock)
+        log.info("TCP: listening on %s", self._tcp_name)
 
         if nsqd.tls_context is not None and opts.https_address:
             host, port = split_host_port(opts.https_address)
@@ -90,16 +105,24 @@ class Server:
                 raise OSError(f"listen ({opts.https_address}) failed - {e}") from e
             sock = self._https.address
             nsqd.https_address = (sock[0], sock[1])
-            log.info("HTTPS: listening on %s", format_listen_addr(sock))
+            self._https_name = format_listen_addr(sock)
+            log.info("HTTPS: listening on %s", self._https_name)
 
-        host, port = split_host_port(opts.http_address)
         try:
+            if is_unix_address(opts.http_address):
+                self._http = await start_http(nsqd, None, 0, unix_path=opts.http_address)
+                self._unix_paths.append(opts.http_address)
+                self._http_name = opts.http_address
+                log.info("HTTP: listening on %s", self._http_name)
+                return
+            host, port = split_host_port(opts.http_address)
             self._http = await start_http(nsqd, host or None, port)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from e
         sock = self._http.address
         nsqd.http_address = (sock[0], sock[1])
-        log.info("HTTP: listening on %s", format_listen_addr(sock))
+        self._http_name = format_listen_addr(sock)
+        log.info("HTTP: listening on %s", self._http_name)
 
     def _start_services(self) -> None:
         nsqd = self.nsqd
@@ -123,14 +146,17 @@ class Server:
         nsqd = self.nsqd
         if self._tcp_server is not None:
             self._tcp_server.close()
-            if nsqd.tcp_address is not None:
-                log.info("TCP: closing %s", format_listen_addr(nsqd.tcp_address))
+            log.info("TCP: closing %s", self._tcp_name)
         for c in list(nsqd.clients.values()):
             c.close()
         if self._http is not None:
+            log.info("HTTP: closing %s", self._http_name)
             await self._http.close()
         if self._https is not None:
+            log.info("HTTPS: closing %s", self._https_name)
             await self._https.close()
         if nsqd.auth is not None:
             await nsqd.auth.close()
+        for path in self._unix_paths:
+            close_unix(path)
         await nsqd.close()
