@@ -108,7 +108,9 @@ _IDENTIFY_FIELDS: dict[str, type] = {
 
 
 def _text(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+    """Client bytes for an error text: invalid UTF-8 kept as surrogate escapes, which
+    ClientError.text turns back into the same bytes (nsqd echoes them as sent)."""
+    return b.decode("utf-8", "surrogateescape")
 
 
 def _no_json_constant(name: str) -> NoReturn:
@@ -139,6 +141,8 @@ def decode_identify(body: bytes) -> dict[str, Any]:
                 raise ValueError(f"{key}: not an integer")
             if name == "sample_rate" and not -(2**31) <= value < 2**31:
                 raise ValueError(f"{key}: out of int32 range")
+            if not -(2**63) <= value < 2**63:  # Go's int (int64): Unmarshal fails
+                raise ValueError(f"{key}: out of int64 range")
         elif not isinstance(value, typ):
             raise ValueError(f"{key}: wrong type")
         out[name] = value
