@@ -9,7 +9,8 @@ timeout so that message frames come quickly). hypothesis generates:
     junk lines, valid and not (lying and over-limit sizes, bad names, bad JSON, bad numbers),
     each stream's bytes split at generated offsets and sent in pieces. A FIN/REQ/TOUCH may name
     "the k-th message this connection received": the runner waits (bounded) for it and puts in
-    that daemon's own ID. The stream ends deterministically: the client half-closes (SHUT_WR)
+    that daemon's own ID. Some streams are cut short inside their last command (an EOF inside a
+    line, a size or a body). The stream ends deterministically: the client half-closes (SHUT_WR)
     and reads until the daemon closes (EOF, bounded by EOF_TIMEOUT): nsqd answers an EOF
     between commands by closing, and inside a body with its "failed to read" error first.
   * HTTP request lists: /pub, /mpub, /topic/*, /channel/*, /stats with generated methods,
@@ -257,7 +258,9 @@ def tcp_stream(draw: st.DrawFn) -> dict[str, Any]:
         ops.append(("RDY", draw(st.sampled_from(["1", "2", "5"])), "lf"))
     ops += draw(st.lists(tcp_op(), min_size=1, max_size=10))
     splits = draw(st.lists(st.integers(0, 4096), max_size=5))
-    return {"magic": magic, "ops": ops, "splits": splits}
+    # sometimes the stream ends inside its last command (a line, a size, a body)
+    cut = draw(st.sampled_from([0] * 8 + [1, 2, 3, 5, 9]))
+    return {"magic": magic, "ops": ops, "splits": splits, "cut": cut}
 
 
 # ---------------------------------------------------------------------------- TCP: rendering
@@ -458,6 +461,8 @@ def run_stream(
             subscribed = subscribed or op[0] == "SUB"
             if upgrades(op):
                 break
+        if stream["cut"]:
+            del pending[-stream["cut"] :]
         c.send(bytes(pending), stream["splits"])
         if subscribed:
             c.settle(target())
@@ -592,7 +597,7 @@ def test_tcp_streams_match_go_nsqd(pair, stream: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- HTTP
 
 HTTP_PATHS = [
-    "/pub", "/pub", "/pub", "/mpub", "/mpub", "/topic/create", "/topic/delete", "/topic/empty",
+    "/pub", "/pub", "/pub", "/mpub", "/mpub", "/mpub", "/mpub", "/topic/create", "/topic/delete", "/topic/empty",
     "/topic/pause", "/topic/unpause", "/channel/create", "/channel/create", "/channel/delete",
     "/channel/empty", "/channel/pause", "/channel/unpause", "/stats", "/stats", "/pub/",
     "/PUB", "/topic/", "/channel/nope", "/stats/",
@@ -617,7 +622,7 @@ http_param = st.one_of(
 @st.composite
 def mpub_binary(draw: st.DrawFn) -> bytes:
     bodies = draw(st.lists(st.tuples(msg_body, size_mode), max_size=4))
-    out = struct.pack(">i", len(bodies) + draw(st.sampled_from([0, 0, 0, 1, -1])))
+    out = struct.pack(">i", len(bodies) + draw(st.sampled_from([0, 0, 1, -1])))
     for body, mode in bodies:
         out += struct.pack(">i", _declared(len(body), mode, MAX_MSG)) + body
     return out
@@ -633,6 +638,9 @@ def http_request(draw: st.DrawFn) -> tuple[str, str, list[tuple[str, str]], byte
         params.append(("topic", draw(topic_sym)))
         if path.startswith("/channel") and draw(st.integers(0, 9)):
             params.append(("channel", draw(channel_sym)))
+    binary = path == "/mpub" and draw(st.integers(0, 2)) > 0
+    if binary:
+        params.append(("binary", draw(st.sampled_from(["true", "true", "1", "false", "x"]))))
     params += draw(st.lists(http_param, max_size=2))
     if path.startswith("/stats"):
         # /stats lists every topic of the daemon (and "topic=" filters nothing): keep it to this
@@ -641,7 +649,9 @@ def http_request(draw: st.DrawFn) -> tuple[str, str, list[tuple[str, str]], byte
         params = [p for p in params if p[0] != "topic"] + [("topic", topic)]
         params.append(("format", draw(st.sampled_from(["json", "json", "text", "x"]))))
     body: bytes | None = None
-    if method in ("POST", "PUT", "PATCH"):
+    if binary and method == "POST" and draw(st.integers(0, 4)):
+        body = draw(mpub_binary())
+    elif method in ("POST", "PUT", "PATCH"):
         body = draw(
             st.one_of(
                 st.none(),
@@ -710,6 +720,38 @@ def http_once(daemon: Any, req: tuple[Any, ...], url: str) -> tuple[Any, ...]:
     return r.status, heads, norm
 
 
+def _trailing_bytes(body: bytes) -> bool:
+    """A binary /mpub body holding its ``count`` messages and then more bytes."""
+    if len(body) < 4:
+        return False
+    (count,) = struct.unpack_from(">i", body)
+    pos = 4
+    for _ in range(count):
+        if len(body) - pos < 4:
+            return False
+        (size,) = struct.unpack_from(">i", body, pos)
+        if not 0 < size <= MAX_MSG or len(body) - pos - 4 < size:
+            return False
+        pos += 4 + size
+    return count > 0 and pos < len(body)
+
+
+def _http_allowed(req: tuple[Any, ...], want: tuple[Any, ...], got: tuple[Any, ...]) -> Any:
+    """A deliberate difference (README, "Where nsqpy-d differs from nsqd on purpose"): the
+    reason, or None. The daemons' states differ after it, so the example stops there."""
+    method, path, params, body = req
+    binary = any(k == "binary" and v not in ("false", "0") for k, v in params)
+    if (
+        (method, path) == ("POST", "/mpub")
+        and binary
+        and _trailing_bytes(body or b"")
+        and (want[0], want[2]) == (200, b"OK")
+        and (got[0], got[2]) == (413, b'{"message":"BAD_BODY"}')
+    ):
+        return "a binary /mpub body with bytes after its counted messages"
+    return None
+
+
 @pytest.mark.timeout(120 + HTTP_EXAMPLES)
 @settings(_SETTINGS, max_examples=HTTP_EXAMPLES)
 @seed(int(SEED or 0))
@@ -726,6 +768,8 @@ def test_http_requests_match_go_nsqd(pair, reqs: list[tuple[Any, ...]]) -> None:
         done.append(f"{req[0]} {url} body={req[3]!r}")
         event(f"{req[1]} {want[0]}")
         if got != want:
+            if _http_allowed(req, want, got) is not None:
+                return
             pytest.fail(
                 "HTTP answers differ at the last of:\n  "
                 + "\n  ".join(done)
