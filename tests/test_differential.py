@@ -597,7 +597,8 @@ def test_tcp_streams_match_go_nsqd(pair, stream: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- HTTP
 
 HTTP_PATHS = [
-    "/pub", "/pub", "/pub", "/mpub", "/mpub", "/mpub", "/mpub", "/topic/create", "/topic/delete", "/topic/empty",
+    "/pub", "/pub", "/pub", "/mpub", "/mpub", "/mpub", "/mpub", "/topic/create",
+    "/topic/delete", "/topic/empty",
     "/topic/pause", "/topic/unpause", "/channel/create", "/channel/create", "/channel/delete",
     "/channel/empty", "/channel/pause", "/channel/unpause", "/stats", "/stats", "/pub/",
     "/PUB", "/topic/", "/channel/nope", "/stats/",
