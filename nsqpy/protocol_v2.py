@@ -125,7 +125,13 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     """
     # UTF-8 only, as Go's decoder: json.loads(bytes) would also take a BOM or UTF-16/32 text.
     # Invalid UTF-8 inside a string becomes U+FFFD (as in Go), outside one a syntax error.
-    data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_json_constant)
+    try:
+        data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_json_constant)
+    except RecursionError:
+        # nested deeper than Python's recursion limit (about 1000): Go decodes up to 10000
+        # levels, but no IDENTIFY field takes a nested value, so nsqd fails too unless the
+        # nesting sits under a key it ignores
+        raise ValueError("IDENTIFY body nested too deep") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -169,7 +169,19 @@ def _some_of(fields: dict[str, st.SearchStrategy[Any]], n: int) -> st.SearchStra
 
 identify_json = _some_of(_ID_FIELDS, 6)
 identify_raw = st.sampled_from(
-    [b"{bad", b"[1,2]", b"null", b"", b"{}", b'"s"', b'{"a":1}x', b"\xff\xfe", b"{} {}", b"NaN"]
+    [
+        b"{bad",
+        b"[1,2]",
+        b"null",
+        b"",
+        b"{}",
+        b'"s"',
+        b'{"a":1}x',
+        b"\xff\xfe",
+        b"{} {}",
+        b"NaN",
+        b"[" * 1000 + b"]" * 1000,
+    ]
 )
 
 
@@ -291,7 +303,7 @@ def upgrades(op: tuple[Any, ...]) -> bool:
         return False
     try:
         d = json.loads(op[1])
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return (
         isinstance(d, dict)
