@@ -212,11 +212,13 @@ def tcp_op(draw: st.DrawFn) -> tuple[Any, ...]:
     kind = draw(
         st.sampled_from(
             ["IDENTIFY", "PUB", "PUB", "MPUB", "DPUB", "SUB", "SUB", "RDY", "RDY", "FIN", "FIN"]
-            + ["REQ", "TOUCH", "NOP", "CLS", "RAW"]
+            + ["REQ", "TOUCH", "NOP", "CLS", "RAW", "AUTH"]
         )
     )
     if kind == "IDENTIFY":
         return draw(identify_op)
+    if kind == "AUTH":  # auth is off in both: E_AUTH_DISABLED once the body is read
+        return ("AUTH", draw(small_body), draw(size_mode), draw(line_style))
     if kind == "PUB":
         return ("PUB", draw(topic_sym), draw(msg_body), draw(size_mode), draw(line_style))
     if kind == "DPUB":
@@ -318,6 +320,10 @@ def render(op: tuple[Any, ...], names: dict[str, str], ids: list[bytes]) -> byte
     if kind == "IDENTIFY":
         body, mode = op[1], op[2]
         return b"IDENTIFY\n" + struct.pack(">i", _declared(len(body), mode, MAX_BODY)) + body
+    if kind == "AUTH":
+        _, body, mode, style = op
+        line = _line(b"AUTH", [], style)
+        return line + struct.pack(">i", _declared(len(body), mode, MAX_BODY)) + body
     if kind == "PUB":
         _, t, body, mode, style = op
         line = _line(b"PUB", [_name(t, names)], style)
