@@ -794,3 +794,44 @@ def test_http_requests_match_go_nsqd(pair, reqs: list[tuple[Any, ...]]) -> None:
                 + "\n  ".join(done)
                 + f"\n--- Go nsqd: {want!r}\n--- nsqpy-d: {got!r}"
             )
+
+
+# ------------------------------------------------- what the differential runs found (no Go)
+
+_DECODE_FAILED = (wire.FRAME_TYPE_ERROR, b"E_BAD_BODY IDENTIFY failed to decode JSON body")
+
+
+def _identify(body: bytes) -> bytes:
+    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
+
+
+# (bytes after the magic, Go nsqd 1.3's replies as recorded side by side; each then closes)
+FOUND_TCP = {
+    "invalid UTF-8 echoed": (b"\x80\xfe\n", [(1, b"E_INVALID invalid command \x80\xfe")]),
+    "RDY count echoed": (b"SUB t c\nRDY \xff\n", [(0, b"OK"), (1, b"E_INVALID RDY could not "
+                                                             b"parse count \xff")]),
+    "IDENTIFY int over int64": (_identify(b'{"msg_timeout":18446744073709551616}'),
+                                [_DECODE_FAILED]),
+    "IDENTIFY nested 1000 deep": (_identify(b"[" * 1000 + b"]" * 1000), [_DECODE_FAILED]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(FOUND_TCP))
+def test_found_tcp_differences_stay_fixed(daemon_factory, name: str) -> None:
+    """The TCP differences the differential runs found, fixed in nsqpy-d, checked against Go's
+    recorded replies (these run without Go, in CI)."""
+    data, want = FOUND_TCP[name]
+    d = daemon_factory(*FLAGS)
+    c = Conn(d.tcp_port)
+    c.send(wire.MAGIC_V2 + data, [])
+    assert c.finish() == CLOSED
+    assert c.frames == want
+
+
+def test_found_http_differences_stay_fixed(daemon_factory) -> None:
+    """PUT /config/nsqlookupd_tcp_addresses with a UTF-8 BOM or nested 5000 deep: Go nsqd's
+    400 INVALID_VALUE (nsqpy-d took the BOM, and answered 500 to the nesting)."""
+    d = daemon_factory()
+    for body in (b"\xef\xbb\xbf[]", b"[" * 5000 + b"]" * 5000):
+        status, answer, _ = d.http("PUT", "/config/nsqlookupd_tcp_addresses", body)
+        assert (status, answer) == (400, b'{"message":"INVALID_VALUE"}'), body[:8]
