@@ -336,8 +336,9 @@ class HTTPAPI:
                 raise NsqHTTPError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_tcp_addresses":
                 try:
-                    value = json.loads(body)
-                except ValueError:
+                    # as text, as Go's decoder: a BOM or UTF-16 is not JSON there
+                    value = json.loads(body.decode("utf-8", "replace"))
+                except (ValueError, RecursionError):  # RecursionError: nested too deep
                     raise NsqHTTPError(400, "INVALID_VALUE") from None
                 if value is not None and not (
                     isinstance(value, list) and all(isinstance(v, str) for v in value)

@@ -108,7 +108,9 @@ _IDENTIFY_FIELDS: dict[str, type] = {
 
 
 def _text(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+    """Client bytes for an error text: invalid UTF-8 kept as surrogate escapes, which
+    ClientError.text turns back into the same bytes (nsqd echoes them as sent)."""
+    return b.decode("utf-8", "surrogateescape")
 
 
 def _no_json_constant(name: str) -> NoReturn:
@@ -123,7 +125,13 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     """
     # UTF-8 only, as Go's decoder: json.loads(bytes) would also take a BOM or UTF-16/32 text.
     # Invalid UTF-8 inside a string becomes U+FFFD (as in Go), outside one a syntax error.
-    data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_json_constant)
+    try:
+        data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_json_constant)
+    except RecursionError:
+        # nested deeper than Python's recursion limit (about 1000): Go decodes up to 10000
+        # levels, but no IDENTIFY field takes a nested value, so nsqd fails too unless the
+        # nesting sits under a key it ignores
+        raise ValueError("IDENTIFY body nested too deep") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -139,6 +147,8 @@ def decode_identify(body: bytes) -> dict[str, Any]:
                 raise ValueError(f"{key}: not an integer")
             if name == "sample_rate" and not -(2**31) <= value < 2**31:
                 raise ValueError(f"{key}: out of int32 range")
+            if not -(2**63) <= value < 2**63:  # Go's int (int64): Unmarshal fails
+                raise ValueError(f"{key}: out of int64 range")
         elif not isinstance(value, typ):
             raise ValueError(f"{key}: wrong type")
         out[name] = value

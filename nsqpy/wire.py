@@ -70,8 +70,10 @@ class ClientError(Exception):
 
     @property
     def text(self) -> bytes:
-        """The error frame's data, e.g. ``b"E_INVALID invalid command FOO"``."""
-        return f"{self.code} {self.desc}".encode()
+        """The error frame's data, e.g. ``b"E_INVALID invalid command FOO"``. Client bytes
+        quoted in ``desc`` as surrogate escapes come out as the raw bytes they were (nsqd
+        formats them with %s: invalid UTF-8 is echoed as is)."""
+        return f"{self.code} {self.desc}".encode("utf-8", "surrogateescape")
 
 
 class FatalClientError(ClientError):
