@@ -22,7 +22,11 @@
 # Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
 # plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
 # _flush. On that path bytes read go through the connection's stream_upgrade.StreamLayers
-# (decrypt, decompress) before the parser, and each output flush through them the other way. The
+# (decrypt, decompress) before the parser, and each output flush through them the other way.
+# Compressed input is inflated in steps (compression.INFLATE_STEP), one when the parser needs
+# more bytes, each charged to the pass's byte budget; while some input waits compressed the
+# transport stays paused, so a stream that inflates 1000x holds a step of memory, not 1000x its
+# size, and an oversized frame is refused before the rest of it is inflated. The
 # bytes that follow IDENTIFY in the same read are the first TLS/compressed bytes: they are taken
 # from the parser and fed through the new layers, never lost. An auth-server query
 # (auth_session.AuthSession: AUTH, or a PUB/SUB after the TTL expired) suspends the connection:
@@ -47,6 +51,7 @@ from . import wire
 from .auth import AuthState
 from .auth_session import AuthSession, Suspend
 from .channel import Channel, ChannelError
+from .compression import INFLATE_STEP
 from .message import Message
 from .options import NSQ_VERSION
 from .stream_upgrade import StreamLayers, Upgrade, negotiated_codec
@@ -301,6 +306,7 @@ class ClientV2(asyncio.Protocol):
         self.closed = True
         self._stop_timers()
         self._stop_layers()
+        self._release()
         if exc is not None:
             log.error("client(%s) - %s", self.remote_address, exc)
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
@@ -308,6 +314,17 @@ class ClientV2(asyncio.Protocol):
         if ch is not None:
             ch.remove_client(self)
         self.nsqd.remove_client(self)
+
+    def _release(self) -> None:
+        """Drop what a closed connection holds: its parser's buffer (up to a whole body), unsent
+        output, compressed input, and the command table's bound methods. A connection sits in
+        reference cycles (those bound methods, its layers and auth session point back at it),
+        which only the cyclic collector frees, rarely once the daemon's collector thresholds
+        are raised: the megabytes must not wait for it."""
+        self.parser = wire.CommandParser(self.opts.max_msg_size, self.opts.max_body_size)
+        self.out = bytearray()
+        self._handlers = {}
+        self._layers = None
 
     def eof_received(self) -> None:
         """The client closed its side. As nsqd's read loop: between commands that is a silent
@@ -368,7 +385,9 @@ class ClientV2(asyncio.Protocol):
                 cast(asyncio.Transport, self.transport).resume_reading()
             except (RuntimeError, AttributeError):
                 pass
-            if reason != _PAUSE_BUDGET and self.parser.buffered():
+            if reason != _PAUSE_BUDGET and (
+                self.parser.buffered() or (self._layers is not None and self._layers.pending)
+            ):
                 self.loop.call_soon(self._continue_commands)
         elif now == _PAUSE_BUDGET and reason != _PAUSE_BUDGET:
             self.loop.call_soon(self._continue_commands)  # its continuation was skipped
@@ -421,14 +440,16 @@ class ClientV2(asyncio.Protocol):
         at once and let the channel dispatch once for all the FIN/REQ/RDY."""
         parser = self.parser
         handlers = self._handlers
+        layers = self._layers
         budget_left = READ_BUDGET_COMMANDS
         fins_left = READ_BUDGET_FINS
         start = parser.buffered()
+        inflated = 0  # bytes inflated into the parser during this pass
         over_budget = False
         self._in_read = True
         try:
             while not self.closed:
-                if budget_left == 0 or start - parser.buffered() >= READ_BUDGET_BYTES:
+                if budget_left == 0 or start + inflated - parser.buffered() >= READ_BUDGET_BYTES:
                     over_budget = True
                     break
                 try:
@@ -443,7 +464,20 @@ class ClientV2(asyncio.Protocol):
                     budget_left -= 1
                     cmd = parser.next_command()
                     if cmd is None:
-                        break
+                        # compressed input: inflate the next step only now that the parser
+                        # needs it, and charge it to this pass's byte budget
+                        if layers is None or not layers.pending:
+                            break
+                        if inflated >= READ_BUDGET_BYTES:
+                            over_budget = True
+                            break
+                        more = layers.inflate(INFLATE_STEP)
+                        if not more:
+                            break
+                        budget_left += 1
+                        inflated += len(more)
+                        parser.feed(more)
+                        continue
                     handler = handlers.get(cmd[0])
                     if handler is None:
                         raise self._no_handler(cmd[0])
@@ -480,6 +514,8 @@ class ClientV2(asyncio.Protocol):
                     self._room_changed = False
                     if self.channel is not None:
                         self.channel.notify_ready(self)
+        if not over_budget and layers is not None and not self.closed and layers.pending:
+            over_budget = True  # a step was left compressed (the inflate broke off): go on
         if over_budget and not self.closed:
             self._pause_read(_PAUSE_BUDGET)
             self.loop.call_soon(self._continue_commands)
