@@ -313,6 +313,8 @@ class CommandParser:
     __slots__ = (
         "_body_len",
         "_buf",
+        "_mpub_at",
+        "_mpub_i",
         "_pending",
         "_pos",
         "max_body_size",
@@ -330,6 +332,8 @@ class CommandParser:
         self._pos = 0
         self._pending: tuple[bytes, list[bytes]] | None = None
         self._body_len = -1
+        self._mpub_at = 0  # MPUB body being received: offset of its next unchecked size
+        self._mpub_i = 0  # ... and that message's index
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         self.precheck = precheck
@@ -383,7 +387,10 @@ class CommandParser:
             self._check_body_len(name, n)
             self._body_len = n
             self._pos = pos = pos + 4
+            self._mpub_at = 0
         if len(buf) - pos < n:
+            if name == b"MPUB":
+                self._scan_mpub(pos, n)
             return None
         self._pending = None
         self._body_len = -1
@@ -472,6 +479,40 @@ class CommandParser:
                 except FatalClientError as e:
                     return e
         return FatalClientError(code, f"{cmd} failed to read {what}")
+
+    def _scan_mpub(self, start: int, n: int) -> None:
+        """Check the part of an MPUB body received so far (``start``: its offset in the buffer,
+        ``n``: its declared size): its count, then each message's size as it arrives, with
+        _split_mpub's errors. nsqd reads and checks each before reading on, so a bad count or
+        size is refused before the rest of the body is buffered (or, on a compressed stream,
+        inflated)."""
+        buf = self._buf
+        end = len(buf)
+        at = self._mpub_at
+        if at == 0:
+            if end - start < 4:
+                return
+            count = _LEN.unpack_from(buf, start)[0]
+            if count <= 0 or count > (self.max_body_size - 4) // 5:
+                raise FatalClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+            at = 4
+            self._mpub_i = 0
+        count = _LEN.unpack_from(buf, start)[0]
+        i = self._mpub_i
+        max_msg = self.max_msg_size
+        unpack = _LEN.unpack_from
+        while i < count and start + at + 4 <= end and at + 4 <= n:
+            size = unpack(buf, start + at)[0]
+            if size <= 0:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}"
+                )
+            if size > max_msg:
+                raise FatalClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg}")
+            at += 4 + size
+            i += 1
+        self._mpub_at = at
+        self._mpub_i = i
 
     def _check_body_len(self, name: bytes, n: int) -> None:
         cmd = name.decode()

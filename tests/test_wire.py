@@ -538,10 +538,35 @@ def test_identify_auth_sizes(cmd: str) -> None:
 
 def test_waiting_for_body_is_bounded() -> None:
     p = CommandParser(MAX_MSG, MAX_BODY)
-    p.feed(b"MPUB t\n" + pack_len(MAX_BODY) + b"\x00" * (MAX_BODY - 1))
+    p.feed(b"IDENTIFY\n" + pack_len(MAX_BODY) + b"\x00" * (MAX_BODY - 1))
     assert p.next_command() is None
     p.compact()
     assert p.buffered() == MAX_BODY - 1
+
+
+def test_mpub_body_checked_as_it_arrives() -> None:
+    """nsqd reads an MPUB's count, then each message's size, checking each before it reads
+    on: a bad one is refused with the first bytes of the body, not once all of it is in."""
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    p.feed(b"MPUB t\n" + pack_len(MAX_BODY) + b"\x00" * 3)
+    assert p.next_command() is None
+    p.feed(b"\x00")
+    raises_fatal(p, "E_BAD_BODY", "MPUB invalid message count 0")
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    body = pack_len(3) + pack_len(2) + b"ab" + pack_len(MAX_MSG + 1)
+    p.feed(b"MPUB t\n" + pack_len(MAX_BODY) + body[:9])
+    assert p.next_command() is None
+    for b in body[9:]:  # byte by byte
+        p.feed(bytes([b]))
+        if p.buffered() < len(body):
+            assert p.next_command() is None
+    raises_fatal(p, "E_BAD_MESSAGE", f"MPUB message too big {MAX_MSG + 1} > {MAX_MSG}")
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    good = pack_len(2) + pack_len(2) + b"ab" + pack_len(1) + b"c"
+    for b in b"MPUB t\n" + pack_len(len(good)) + good:
+        assert p.next_command() is None
+        p.feed(bytes([b]))
+    assert p.next_command() == (b"MPUB", [b"MPUB", b"t"], [b"ab", b"c"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,9 +845,14 @@ def test_go_int64_and_ms_duration() -> None:
 
 
 def eof_error_after(data: bytes) -> FatalClientError | None:
+    """The error answered when the stream ends after ``data``: at the EOF, or before it when
+    the part received is refused already (an MPUB's count or sizes, checked as they arrive)."""
     p = CommandParser(MAX_MSG, MAX_BODY)
     p.feed(data)
-    drain(p)
+    try:
+        drain(p)
+    except FatalClientError as e:
+        return e
     return p.eof_error()
 
 
