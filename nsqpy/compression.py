@@ -46,7 +46,7 @@ class _Inflater(Protocol):
 
 def _drain(codec: _Inflater, data: bytes | bytearray) -> bytes:
     codec.feed(data)
-    parts = []
+    parts: list[bytes] = []
     while True:
         part = codec.take(INFLATE_STEP)
         if not part:
