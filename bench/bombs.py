@@ -118,7 +118,8 @@ def make_malformed(rng: random.Random, max_body_size: int) -> dict[str, bytes]:
     n_ints = big // 2
     nested = 5000
     one = _SIZE.pack(1) + b"x"
-    mpub_many = _SIZE.pack(big // 5 + 10) + one * (big // 5)
+    many = 100_000  # tiny messages, the count 10 more than there are
+    mpub_many = _SIZE.pack(many + 10) + one * many
     return {
         "pub-negative-length": pub(0xFFFFFFFF),
         "pub-zero-length": pub(0),

@@ -38,9 +38,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fcntl
 import json
 import logging
+import multiprocessing
 import struct
 import termios
 import time
@@ -148,6 +150,31 @@ def decode_identify(body: bytes) -> dict[str, Any]:
             raise ValueError(f"{key}: wrong type")
         out[name] = value
     return out
+
+
+#: IDENTIFY bodies over this many bytes are decoded in a helper process (ClientV2._decode_aside).
+LARGE_IDENTIFY = 64 * 1024
+_identify_pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+
+def identify_pool() -> concurrent.futures.ProcessPoolExecutor:
+    """The one helper process that decodes large IDENTIFY bodies, started at first need (a
+    legitimate IDENTIFY is a few hundred bytes and never starts it); it exits with the daemon."""
+    global _identify_pool
+    if _identify_pool is None:
+        _identify_pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn")
+        )
+    return _identify_pool
+
+
+def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
+    """decode_identify in the helper process: None for a body it refuses (any error, deep
+    nesting included: Go's decoder refuses those too)."""
+    try:
+        return decode_identify(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 class ClientV2(asyncio.Protocol):
@@ -464,6 +491,9 @@ class ClientV2(asyncio.Protocol):
                     budget_left -= 1
                     cmd = parser.next_command()
                     if cmd is None:
+                        if parser.more_work:  # a long MPUB split goes on at the next pass
+                            over_budget = True
+                            break
                         # compressed input: inflate the next step only now that the parser
                         # needs it, and charge it to this pass's byte budget
                         if layers is None or not layers.pending:
@@ -681,6 +711,16 @@ class ClientV2(asyncio.Protocol):
             then()
         except Suspend:
             return
+        except Upgrade as up:  # IDENTIFY decoded aside negotiated TLS or compression
+            self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
+            if not self._read_paused:
+                try:
+                    cast(asyncio.Transport, self.transport).resume_reading()
+                except (RuntimeError, AttributeError):
+                    pass
+            self._flush()
+            self._upgrade(up)
+            return
         except ClientError as e:
             log.error("[%s] - %s", self.remote_address, e)
             self._write_now(wire.encode_error(e))
@@ -845,10 +885,42 @@ class ClientV2(asyncio.Protocol):
     # ------------------------------------------------------------ commands
 
     def IDENTIFY(self, params: list[bytes], body: Any) -> None:
+        if len(body) > LARGE_IDENTIFY:
+            self._decode_aside(body)  # suspends; _identified runs once the JSON is decoded
         try:
             data = decode_identify(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: Go's decoder refuses it too
             raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+        self._identified(data)
+
+    def _decode_aside(self, body: bytes) -> NoReturn:
+        """Decode a large IDENTIFY body in the helper process (see identify_pool) while this
+        connection is suspended (as for an auth-server query), then resume it with the rest of
+        IDENTIFY. Decoding megabytes of JSON builds millions of objects: seconds of the event
+        loop that nsqd spends in the client's own goroutine."""
+        fut = self.loop.run_in_executor(identify_pool(), decode_identify_aside, body)
+        self.suspend_commands()
+
+        def done(f: asyncio.Future[dict[str, Any] | None]) -> None:
+            if self.closed:
+                return
+            try:
+                data = f.result()
+            except Exception:  # the helper died: decode here after all
+                data = decode_identify_aside(body)
+
+            def then() -> None:
+                if data is None:
+                    raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+                self._identified(data)
+
+            self.resume_commands(then)
+
+        fut.add_done_callback(done)
+        raise Suspend
+
+    def _identified(self, data: dict[str, Any]) -> None:
+        """IDENTIFY with its body decoded (nsqd's identifyDataV2)."""
         log.info("[%s] IDENTIFY: %s", self.remote_address, data)
         opts = self.opts
         self.client_name = data.get("client_id", "")

@@ -212,3 +212,33 @@ def test_oversized_frames_refused_as_nsqd(daemon_factory, tmp_path: Path, daemon
         (b"E_BAD_BODY MPUB invalid message count 0", True),
         (b"E_BAD_MESSAGE MPUB message too big 67108864 > 1048576", True),
     ]
+
+
+def test_large_identify_decoded_aside(nsqd):
+    """An IDENTIFY body over LARGE_IDENTIFY is decoded off the event loop; the connection waits
+    for it, then goes on in order: its reply, the upgrade it negotiated, the commands behind it.
+    A broken or too deeply nested one gets nsqd's E_BAD_BODY and the close."""
+    big = {"feature_negotiation": True, "deflate": True, "client_id": "c" * 200_000}
+    body = json.dumps(big).encode()
+    with socket.create_connection(("127.0.0.1", nsqd.tcp_port), timeout=10) as s:
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        pub = c.compress(wire.encode_command(b"PUB", b"aside", body=b"hi"))
+        s.sendall(wire.MAGIC_V2 + wire.encode_command(b"IDENTIFY", body=body) + pub)
+        reply, rest = read_frame(s)
+        assert json.loads(reply[4:])["deflate"] is True
+        s.sendall(c.flush(zlib.Z_SYNC_FLUSH))
+        d = zlib.decompressobj(-15)
+        text = d.decompress(rest)
+        frames: list = []
+        reader = wire.FrameReader()
+        frames += reader.feed(text)
+        while len(frames) < 2:
+            frames += reader.feed(d.decompress(s.recv(65536)))
+        assert frames[:2] == [(wire.FRAME_TYPE_RESPONSE, b"OK")] * 2  # upgrade, then PUB
+    assert nsqd.get_json("/stats?format=json&topic=aside")["topics"][0]["message_count"] == 1
+    for bad in (b'{"client_id": "' + b"x" * 100_000, b"[" * 40_000 + b"]" * 40_000, b"[" * 9000):
+        with socket.create_connection(("127.0.0.1", nsqd.tcp_port), timeout=10) as s:
+            s.sendall(wire.MAGIC_V2 + wire.encode_command(b"IDENTIFY", body=bad))
+            frame, _ = read_frame(s)
+            assert frame == b"\0\0\0\1E_BAD_BODY IDENTIFY failed to decode JSON body"
+            assert s.recv(10) == b""
