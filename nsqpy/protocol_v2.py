@@ -154,6 +154,8 @@ def decode_identify(body: bytes) -> dict[str, Any]:
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (ClientV2._decode_aside).
 LARGE_IDENTIFY = 64 * 1024
+#: IDENTIFY's log line shows at most this many characters of a string field.
+_LOG_VALUE_MAX = 1024
 _identify_pool: concurrent.futures.ProcessPoolExecutor | None = None
 
 
@@ -886,19 +888,25 @@ class ClientV2(asyncio.Protocol):
 
     def IDENTIFY(self, params: list[bytes], body: Any) -> None:
         if len(body) > LARGE_IDENTIFY:
-            self._decode_aside(body)  # suspends; _identified runs once the JSON is decoded
+            self._decode_aside(body)  # raises Suspend: _identified runs once it is decoded
         try:
             data = decode_identify(body)
         except (ValueError, RecursionError):  # deep nesting: Go's decoder refuses it too
             raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
         self._identified(data)
 
-    def _decode_aside(self, body: bytes) -> NoReturn:
+    def _decode_aside(self, body: bytes) -> None:
         """Decode a large IDENTIFY body in the helper process (see identify_pool) while this
         connection is suspended (as for an auth-server query), then resume it with the rest of
         IDENTIFY. Decoding megabytes of JSON builds millions of objects: seconds of the event
         loop that nsqd spends in the client's own goroutine."""
-        fut = self.loop.run_in_executor(identify_pool(), decode_identify_aside, body)
+        global _identify_pool
+        try:
+            fut = self.loop.run_in_executor(identify_pool(), decode_identify_aside, body)
+        except Exception as e:  # the helper cannot start or died: decode here this time
+            log.error("IDENTIFY helper process failed (%s): decoding in the event loop", e)
+            _identify_pool = None
+            return
         self.suspend_commands()
 
         def done(f: asyncio.Future[dict[str, Any] | None]) -> None:
@@ -906,7 +914,9 @@ class ClientV2(asyncio.Protocol):
                 return
             try:
                 data = f.result()
-            except Exception:  # the helper died: decode here after all
+            except Exception:  # the helper died: decode here after all (a new one next time)
+                global _identify_pool
+                _identify_pool = None
                 data = decode_identify_aside(body)
 
             def then() -> None:
@@ -921,7 +931,16 @@ class ClientV2(asyncio.Protocol):
 
     def _identified(self, data: dict[str, Any]) -> None:
         """IDENTIFY with its body decoded (nsqd's identifyDataV2)."""
-        log.info("[%s] IDENTIFY: %s", self.remote_address, data)
+        shown = data
+        if any(isinstance(v, str) and len(v) > _LOG_VALUE_MAX for v in data.values()):
+            # a megabyte client_id would be a megabyte log line, written while the loop waits
+            shown = {
+                k: f"{v[:_LOG_VALUE_MAX]}... ({len(v)} chars)"
+                if isinstance(v, str) and len(v) > _LOG_VALUE_MAX
+                else v
+                for k, v in data.items()
+            }
+        log.info("[%s] IDENTIFY: %s", self.remote_address, shown)
         opts = self.opts
         self.client_name = data.get("client_id", "")
         self.hostname = data.get("hostname", "")

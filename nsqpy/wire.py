@@ -42,7 +42,7 @@ CLOSE_WAIT = b"CLOSE_WAIT"
 #: body of a million tiny messages (valid or lying about its count) never holds the caller for
 #: the whole split.
 MPUB_SPLIT_AT_ONCE = 64 * 1024
-MPUB_SCAN_STEP = 4096
+MPUB_SCAN_STEP = 1024
 
 #: Longest command line we buffer while waiting for its "\n". nsqd reads lines through a 16 KiB
 #: bufio.Reader and drops the connection when a line does not fit; we do the same, but say why.
