@@ -495,6 +495,25 @@ class CommandParser:
         if n < 0:
             return FatalClientError(code, f"{cmd} failed to read {what} size")
         if name == b"MPUB":
+            at = self._mpub_at
+            if at and not self.more_work:
+                # what arrived is taken in already (_scan_mpub): answer from where it stopped,
+                # without splitting a body of a million messages again
+                avail = len(self._buf) - self._pos
+                i = self._mpub_i
+                count = _LEN.unpack_from(self._buf, self._pos)[0]
+                if i < count:
+                    if avail - at < 4:
+                        text = f"MPUB failed to read message({i}) body size"
+                    else:
+                        text = "MPUB failed to read message body"
+                    return FatalClientError("E_BAD_MESSAGE", text)
+                size = max(avail, n)
+                return FatalClientError(
+                    "E_BAD_BODY",
+                    f"MPUB body size {size} does not match its {count} messages "
+                    f"({size - at} bytes left over)",
+                )
             with memoryview(self._buf) as mv:
                 try:
                     self._split_mpub(mv[self._pos :], n)
