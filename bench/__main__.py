@@ -5,7 +5,9 @@
 # ports and a temporary data dir, stopped with SIGTERM at the end. Progress goes to stderr, the
 # summary lines too; the Markdown table to stdout; --json writes every run and the medians.
 # `startup` times fresh daemons from exec to GET /ping (startup.py); `http-pub` times HTTP
-# /pub round trips on one keep-alive connection (http_pub.py).
+# /pub round trips on one keep-alive connection (http_pub.py). `bombs` (and `malformed`, the
+# same with --mixed) measures what compression bombs and malformed input cost a polite client
+# and the daemon's memory (bombs.py), alternating the daemons it is given.
 from __future__ import annotations
 
 import argparse
@@ -13,12 +15,15 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from . import report
+from .bombs import BombsConfig, run_bombs
+from .bombs import table as bombs_table
 from .e2e import E2EConfig, run_e2e
 from .harness import BenchError
 from .http_pub import run_http_pub
@@ -177,6 +182,30 @@ def build_parser() -> argparse.ArgumentParser:
         "means compiling every module at every exec)",
     )
 
+    for name in ("bombs", "malformed"):
+        b = sub.add_parser(
+            name,
+            help="compression bombs (bombs) or mixed malformed input (malformed: bombs --mixed) "
+            "against a polite client: its round trips, the daemon's VmRSS",
+        )
+        b.add_argument("--mixed", action="store_true", help="mixed malformed input, not bombs")
+        b.add_argument("--conns", type=_positive, default=20, help="attacking connections")
+        b.add_argument("--runfor", type=_seconds, default=15.0 if name == "bombs" else 40.0)
+        b.add_argument("--kinds", default="", help="comma-separated attacks to play (default all)")
+        b.add_argument("--settle", type=_seconds, default=3.0, help="after the attack (s)")
+        b.add_argument("--repeat", type=_positive, default=1, help="rounds (medians shown)")
+        b.add_argument(
+            "--daemon",
+            action="append",
+            default=[],
+            metavar="LABEL=CMD",
+            help="a daemon command (as --nsqd-cmd; 'nsqpy' alone: this Python's -m nsqpy); "
+            "repeat to alternate several within each round",
+        )
+        b.add_argument("--nsqd-cmd", help="shorthand for one --daemon")
+        b.add_argument("--daemon-arg", action="append", default=[])
+        b.add_argument("--json", metavar="PATH")
+
     h = sub.add_parser("http-pub", help="HTTP /pub round trips per second, one connection")
     h.add_argument("--runs", type=_positive, default=3, help="runs per variant (default 3)")
     h.add_argument("--count", type=_positive, default=5000, help="PUBs per run (default 5000)")
@@ -206,6 +235,71 @@ def run_http_pub_mode(args: argparse.Namespace) -> int:
         return 1
     print(f"\n{args.count} PUBs of {args.size} bytes per run, {os.cpu_count()} CPUs\n")
     print(http_pub_table(rows))
+    return 0
+
+
+def run_bombs_mode(args: argparse.Namespace) -> int:
+    daemons: list[tuple[str, str | None]] = []
+    for d in args.daemon:
+        label, sep, cmd = d.partition("=")
+        daemons.append((label, cmd if sep else (None if label == "nsqpy" else label)))
+    if args.nsqd_cmd:
+        daemons.append((args.nsqd_cmd, args.nsqd_cmd))
+    if not daemons:
+        daemons = [("nsqpy", None)]
+    cfg = BombsConfig(
+        kinds=args.kinds,
+        conns=args.conns,
+        runfor=args.runfor,
+        settle=args.settle,
+        mixed=args.mixed or (args.mode == "malformed"),
+    )
+    started = datetime.datetime.now().astimezone()
+    runs: list[dict[str, Any]] = []
+    for rnd in range(1, args.repeat + 1):
+        for label, cmd in daemons:
+            _log(f"bench: round {rnd}/{args.repeat}: {label}")
+            d = Daemon(list(args.daemon_arg), cmd)
+            try:
+                r = run_bombs(d.target(), cfg)
+                if not d.alive():
+                    raise BenchError(f"{label} died (exit {d.proc.returncode})")
+            except (BenchError, RuntimeError, OSError) as e:
+                _log(f"bench: FAILED: {e}")
+                return 1
+            finally:
+                d.stop()
+            r["daemon"] = label
+            r["round"] = rnd
+            runs.append(r)
+    rows = []
+    for label, _ in daemons:
+        mine = [r for r in runs if r["daemon"] == label]
+        row = dict(mine[0])
+        for k in (
+            "rss_start_mib",
+            "rss_peak_mib",
+            "rss_end_mib",
+            "polite_median_ms",
+            "polite_max_ms",
+            "polite_count",
+        ):
+            vals = [r[k] for r in mine if r[k] is not None]
+            row[k] = statistics.median(vals) if vals else None
+        rows.append(row)
+    load = os.getloadavg()
+    print(
+        f"\n{started:%Y-%m-%d %H:%M %Z}, {'mixed malformed input' if cfg.mixed else 'bombs'}, "
+        f"{cfg.conns} connections for {cfg.runfor:.0f} s, {os.cpu_count()} CPUs (shared), "
+        f"load now {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, medians of {args.repeat}\n"
+    )
+    print(bombs_table(rows))
+    if len(runs) > len(rows):
+        print("\nEvery run:\n")
+        print(bombs_table(runs))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": started.isoformat(), "argv": sys.argv, "runs": runs}, f, indent=2)
     return 0
 
 
@@ -430,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_startup_mode(args)
     if args.mode == "http-pub":
         return run_http_pub_mode(args)
+    if args.mode in ("bombs", "malformed"):
+        return run_bombs_mode(args)
     started = datetime.datetime.now().astimezone()
     try:
         if args.mode == "all":

@@ -5,7 +5,8 @@
 # this module owns the process around it: the descriptor limit raised to the hard limit (as the Go
 # runtime does), signal handlers on the loop, exit status 0 after a clean stop and 1 when start()
 # fails ("failed to instantiate <name> - <error>", as the Go daemons log it), and the collector
-# tuned once the long-lived start-up objects exist.
+# tuned once the long-lived start-up objects exist, and glibc's malloc told to give big buffers
+# back to the OS (bound_malloc_retention).
 # Start-up time matters (a test suite may start a daemon per test): the daemons import this
 # module first when they start, so the cyclic collector is off from here until the daemon
 # listens (start-up creates no garbage worth collecting, and the import of the daemon's modules
@@ -55,6 +56,32 @@ def freeze_startup_objects() -> None:
     gc.enable()
 
 
+#: glibc's M_MMAP_THRESHOLD option number, and the size fixed for it (bytes).
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 1024 * 1024
+
+
+def bound_malloc_retention() -> None:
+    """Give big buffers back to the OS when they are freed (glibc only; elsewhere nothing).
+
+    glibc serves an allocation of 128 KiB or more from its own mapping, returned at free, but
+    raises that threshold to the size of each such block freed (up to 32 MiB): after one
+    client's 5 MiB body has come and gone, the next ones come from the heap and stay in the
+    process once freed (hundreds of MB held after hostile clients left). Fixing the threshold
+    at MMAP_THRESHOLD keeps that from happening; socket reads (at most 256 KiB) stay below it.
+    Runs after start-up (importing ctypes costs milliseconds)."""
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(
     name: str,
     make: Callable[[], Startable],
@@ -86,12 +113,14 @@ def serve(
 
         def settle() -> None:
             try:
+                bound_malloc_retention()
                 if after_start is not None:
                     after_start()
             finally:
                 gc.enable()
 
         if after_start is None:
+            bound_malloc_retention()
             gc.enable()
         else:
             loop.call_later(SETTLE_S, settle)

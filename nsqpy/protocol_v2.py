@@ -22,7 +22,11 @@
 # Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
 # plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
 # _flush. On that path bytes read go through the connection's stream_upgrade.StreamLayers
-# (decrypt, decompress) before the parser, and each output flush through them the other way. The
+# (decrypt, decompress) before the parser, and each output flush through them the other way.
+# Compressed input is inflated in steps (compression.INFLATE_STEP), one when the parser needs
+# more bytes, each charged to the pass's byte budget; while some input waits compressed the
+# transport stays paused, so a stream that inflates 1000x holds a step of memory, not 1000x its
+# size, and an oversized frame is refused before the rest of it is inflated. The
 # bytes that follow IDENTIFY in the same read are the first TLS/compressed bytes: they are taken
 # from the parser and fed through the new layers, never lost. An auth-server query
 # (auth_session.AuthSession: AUTH, or a PUB/SUB after the TTL expired) suspends the connection:
@@ -34,9 +38,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fcntl
 import json
 import logging
+import multiprocessing
 import struct
 import termios
 import time
@@ -47,6 +53,7 @@ from . import wire
 from .auth import AuthState
 from .auth_session import AuthSession, Suspend
 from .channel import Channel, ChannelError
+from .compression import INFLATE_STEP
 from .message import Message
 from .options import NSQ_VERSION
 from .stream_upgrade import StreamLayers, Upgrade, negotiated_codec
@@ -153,6 +160,33 @@ def decode_identify(body: bytes) -> dict[str, Any]:
             raise ValueError(f"{key}: wrong type")
         out[name] = value
     return out
+
+
+#: IDENTIFY bodies over this many bytes are decoded in a helper process (ClientV2._decode_aside).
+LARGE_IDENTIFY = 64 * 1024
+#: IDENTIFY's log line shows at most this many characters of a string field.
+_LOG_VALUE_MAX = 1024
+_identify_pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+
+def identify_pool() -> concurrent.futures.ProcessPoolExecutor:
+    """The one helper process that decodes large IDENTIFY bodies, started at first need (a
+    legitimate IDENTIFY is a few hundred bytes and never starts it); it exits with the daemon."""
+    global _identify_pool
+    if _identify_pool is None:
+        _identify_pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn")
+        )
+    return _identify_pool
+
+
+def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
+    """decode_identify in the helper process: None for a body it refuses (any error, deep
+    nesting included: Go's decoder refuses those too)."""
+    try:
+        return decode_identify(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 class ClientV2(asyncio.Protocol):
@@ -311,6 +345,7 @@ class ClientV2(asyncio.Protocol):
         self.closed = True
         self._stop_timers()
         self._stop_layers()
+        self._release()
         if exc is not None:
             log.error("client(%s) - %s", self.remote_address, exc)
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
@@ -318,6 +353,17 @@ class ClientV2(asyncio.Protocol):
         if ch is not None:
             ch.remove_client(self)
         self.nsqd.remove_client(self)
+
+    def _release(self) -> None:
+        """Drop what a closed connection holds: its parser's buffer (up to a whole body), unsent
+        output, compressed input, and the command table's bound methods. A connection sits in
+        reference cycles (those bound methods, its layers and auth session point back at it),
+        which only the cyclic collector frees, rarely once the daemon's collector thresholds
+        are raised: the megabytes must not wait for it."""
+        self.parser = wire.CommandParser(self.opts.max_msg_size, self.opts.max_body_size)
+        self.out = bytearray()
+        self._handlers = {}
+        self._layers = None
 
     def eof_received(self) -> None:
         """The client closed its side. As nsqd's read loop: between commands that is a silent
@@ -378,7 +424,9 @@ class ClientV2(asyncio.Protocol):
                 cast(asyncio.Transport, self.transport).resume_reading()
             except (RuntimeError, AttributeError):
                 pass
-            if reason != _PAUSE_BUDGET and self.parser.buffered():
+            if reason != _PAUSE_BUDGET and (
+                self.parser.buffered() or (self._layers is not None and self._layers.pending)
+            ):
                 self.loop.call_soon(self._continue_commands)
         elif now == _PAUSE_BUDGET and reason != _PAUSE_BUDGET:
             self.loop.call_soon(self._continue_commands)  # its continuation was skipped
@@ -431,14 +479,16 @@ class ClientV2(asyncio.Protocol):
         at once and let the channel dispatch once for all the FIN/REQ/RDY."""
         parser = self.parser
         handlers = self._handlers
+        layers = self._layers
         budget_left = READ_BUDGET_COMMANDS
         fins_left = READ_BUDGET_FINS
         start = parser.buffered()
+        inflated = 0  # bytes inflated into the parser during this pass
         over_budget = False
         self._in_read = True
         try:
             while not self.closed:
-                if budget_left == 0 or start - parser.buffered() >= READ_BUDGET_BYTES:
+                if budget_left == 0 or start + inflated - parser.buffered() >= READ_BUDGET_BYTES:
                     over_budget = True
                     break
                 try:
@@ -453,7 +503,23 @@ class ClientV2(asyncio.Protocol):
                     budget_left -= 1
                     cmd = parser.next_command()
                     if cmd is None:
-                        break
+                        if parser.more_work:  # a long MPUB split goes on at the next pass
+                            over_budget = True
+                            break
+                        # compressed input: inflate the next step only now that the parser
+                        # needs it, and charge it to this pass's byte budget
+                        if layers is None or not layers.pending:
+                            break
+                        if inflated >= READ_BUDGET_BYTES:
+                            over_budget = True
+                            break
+                        more = layers.inflate(INFLATE_STEP)
+                        if not more:
+                            break
+                        budget_left += 1
+                        inflated += len(more)
+                        parser.feed(more)
+                        continue
                     handler = handlers.get(cmd[0])
                     if handler is None:
                         raise self._no_handler(cmd[0])
@@ -490,6 +556,8 @@ class ClientV2(asyncio.Protocol):
                     self._room_changed = False
                     if self.channel is not None:
                         self.channel.notify_ready(self)
+        if not over_budget and layers is not None and not self.closed and layers.pending:
+            over_budget = True  # a step was left compressed (the inflate broke off): go on
         if over_budget and not self.closed:
             self._pause_read(_PAUSE_BUDGET)
             self.loop.call_soon(self._continue_commands)
@@ -655,6 +723,16 @@ class ClientV2(asyncio.Protocol):
             then()
         except Suspend:
             return
+        except Upgrade as up:  # IDENTIFY decoded aside negotiated TLS or compression
+            self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
+            if not self._read_paused:
+                try:
+                    cast(asyncio.Transport, self.transport).resume_reading()
+                except (RuntimeError, AttributeError):
+                    pass
+            self._flush()
+            self._upgrade(up)
+            return
         except ClientError as e:
             log.error("[%s] - %s", self.remote_address, e)
             self._write_now(wire.encode_error(e))
@@ -819,11 +897,60 @@ class ClientV2(asyncio.Protocol):
     # ------------------------------------------------------------ commands
 
     def IDENTIFY(self, params: list[bytes], body: Any) -> None:
+        if len(body) > LARGE_IDENTIFY:
+            self._decode_aside(body)  # raises Suspend: _identified runs once it is decoded
         try:
             data = decode_identify(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: Go's decoder refuses it too
             raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
-        log.info("[%s] IDENTIFY: %s", self.remote_address, data)
+        self._identified(data)
+
+    def _decode_aside(self, body: bytes) -> None:
+        """Decode a large IDENTIFY body in the helper process (see identify_pool) while this
+        connection is suspended (as for an auth-server query), then resume it with the rest of
+        IDENTIFY. Decoding megabytes of JSON builds millions of objects: seconds of the event
+        loop that nsqd spends in the client's own goroutine."""
+        global _identify_pool
+        try:
+            fut = self.loop.run_in_executor(identify_pool(), decode_identify_aside, body)
+        except Exception as e:  # the helper cannot start or died: decode here this time
+            log.error("IDENTIFY helper process failed (%s): decoding in the event loop", e)
+            _identify_pool = None
+            return
+        self.suspend_commands()
+
+        def done(f: asyncio.Future[dict[str, Any] | None]) -> None:
+            if self.closed:
+                return
+            try:
+                data = f.result()
+            except Exception:  # the helper died: decode here after all (a new one next time)
+                global _identify_pool
+                _identify_pool = None
+                data = decode_identify_aside(body)
+
+            def then() -> None:
+                if data is None:
+                    raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+                self._identified(data)
+
+            self.resume_commands(then)
+
+        fut.add_done_callback(done)
+        raise Suspend
+
+    def _identified(self, data: dict[str, Any]) -> None:
+        """IDENTIFY with its body decoded (nsqd's identifyDataV2)."""
+        shown = data
+        if any(isinstance(v, str) and len(v) > _LOG_VALUE_MAX for v in data.values()):
+            # a megabyte client_id would be a megabyte log line, written while the loop waits
+            shown = {
+                k: f"{v[:_LOG_VALUE_MAX]}... ({len(v)} chars)"
+                if isinstance(v, str) and len(v) > _LOG_VALUE_MAX
+                else v
+                for k, v in data.items()
+            }
+        log.info("[%s] IDENTIFY: %s", self.remote_address, shown)
         opts = self.opts
         self.client_name = data.get("client_id", "")
         self.hostname = data.get("hostname", "")

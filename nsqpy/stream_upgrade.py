@@ -9,6 +9,10 @@
 # goes out encrypted, and only then is the codec installed, its own OK going out through it. The
 # connection (``UpgradeHost``) keeps its parser and command loop; this module only owns bytes,
 # the handshake timer and the upgrade's log lines and errors.
+# Decompression is bounded: ``decode`` inflates at most one step (compression.INFLATE_STEP) of
+# what was read and keeps the rest compressed; the connection asks for the next step with
+# ``inflate`` when its parser needs more bytes and its read budget has room (``pending`` says
+# whether any is left), and keeps its transport paused meanwhile.
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +21,7 @@ import ssl
 from typing import Protocol
 
 from . import wire
-from .compression import Codec, CompressionError, DeflateCodec, SnappyCodec
+from .compression import INFLATE_STEP, Codec, CompressionError, DeflateCodec, SnappyCodec
 from .tls import TLSSession
 from .wire import FatalClientError
 
@@ -110,7 +114,8 @@ class StreamLayers:
     # ------------------------------------------------------------ bytes in, bytes out
 
     def decode(self, data: bytes) -> bytes:
-        """Bytes read -> plaintext for the parser (b"" when there is none yet)."""
+        """Bytes read -> plaintext for the parser (b"" when there is none yet): at most about
+        INFLATE_STEP bytes inflated; the rest waits for ``inflate`` (see ``pending``)."""
         host = self._host
         tls = self._tls
         try:
@@ -130,7 +135,8 @@ class StreamLayers:
                     host.raw_write(pending)
             codec = self._codec
             if codec is not None and data:
-                data = codec.decompress(data)
+                codec.feed(data)
+                data = codec.take(INFLATE_STEP)
         except ssl.SSLZeroReturnError:
             host.close()
             return b""
@@ -151,6 +157,27 @@ class StreamLayers:
             host.close()
             return b""
         return data
+
+    @property
+    def pending(self) -> bool:
+        """Whether compressed input waits to be inflated (``inflate`` has more)."""
+        codec = self._codec
+        return codec is not None and codec.pending
+
+    def inflate(self, limit: int) -> bytes:
+        """The next plaintext from compressed input already read: at most ``limit`` bytes
+        (snappy: whole chunks, up to 64 KiB past it); b"" when none waits, or after a corrupt
+        stream (logged; the connection is then closed)."""
+        codec = self._codec
+        if codec is None:
+            return b""
+        try:
+            return codec.take(limit)
+        except CompressionError as e:
+            host = self._host
+            log.error("client(%s) - failed to read command - %s", host.remote_address, e)
+            host.close()
+            return b""
 
     def encode(self, data: bytes | bytearray) -> bytes | None:
         """An output flush -> bytes for the socket; None while the TLS handshake runs (the

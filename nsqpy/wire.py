@@ -37,6 +37,13 @@ HEARTBEAT = b"_heartbeat_"
 OK = b"OK"
 CLOSE_WAIT = b"CLOSE_WAIT"
 
+#: An MPUB body up to this size that arrives whole is split at once; a larger one, or one that
+#: arrives in parts, is taken in as it arrives, at most MPUB_SCAN_STEP messages per call, so a
+#: body of a million tiny messages (valid or lying about its count) never holds the caller for
+#: the whole split.
+MPUB_SPLIT_AT_ONCE = 64 * 1024
+MPUB_SCAN_STEP = 1024
+
 #: Longest command line we buffer while waiting for its "\n". nsqd reads lines through a 16 KiB
 #: bufio.Reader and drops the connection when a line does not fit; we do the same, but say why.
 MAX_LINE_LENGTH = 16 * 1024
@@ -315,6 +322,10 @@ class CommandParser:
     __slots__ = (
         "_body_len",
         "_buf",
+        "_mpub_at",
+        "_mpub_bodies",
+        "_mpub_i",
+        "more_work",
         "_pending",
         "_pos",
         "max_body_size",
@@ -332,6 +343,12 @@ class CommandParser:
         self._pos = 0
         self._pending: tuple[bytes, list[bytes]] | None = None
         self._body_len = -1
+        self._mpub_at = 0  # MPUB body being received: offset of its next unchecked size
+        self._mpub_i = 0  # ... and that message's index
+        self._mpub_bodies: list[bytes] = []  # ... and the messages taken so far
+        #: An MPUB body is in but not all taken yet (MPUB_SCAN_STEP messages per call): call
+        #: next_command again on a later pass even if no byte arrives.
+        self.more_work = False
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         self.precheck = precheck
@@ -385,11 +402,23 @@ class CommandParser:
             self._check_body_len(name, n)
             self._body_len = n
             self._pos = pos = pos + 4
+            self._mpub_at = 0
         if len(buf) - pos < n:
+            if name == b"MPUB":
+                self._scan_mpub(pos, n, False)
             return None
+        if name == b"MPUB" and (self._mpub_at or n > MPUB_SPLIT_AT_ONCE):
+            bodies = self._scan_mpub(pos, n, True)
+            if bodies is None:
+                return None  # more_work: the split goes on at the next call
+        else:
+            bodies = None
         self._pending = None
         self._body_len = -1
         self._pos = pos + n
+        if bodies is not None:
+            self._mpub_bodies = []
+            return name, pending[1], bodies
         with memoryview(buf) as mv:
             if name == b"MPUB":
                 return name, pending[1], self._split_mpub(mv[pos : pos + n])
@@ -468,12 +497,93 @@ class CommandParser:
         if n < 0:
             return FatalClientError(code, f"{cmd} failed to read {what} size")
         if name == b"MPUB":
+            at = self._mpub_at
+            if at and not self.more_work:
+                # what arrived is taken in already (_scan_mpub): answer from where it stopped,
+                # without splitting a body of a million messages again
+                avail = len(self._buf) - self._pos
+                i = self._mpub_i
+                count = _LEN.unpack_from(self._buf, self._pos)[0]
+                if i < count:
+                    if avail - at < 4:
+                        text = f"MPUB failed to read message({i}) body size"
+                    else:
+                        text = "MPUB failed to read message body"
+                    return FatalClientError("E_BAD_MESSAGE", text)
+                size = max(avail, n)
+                return FatalClientError(
+                    "E_BAD_BODY",
+                    f"MPUB body size {size} does not match its {count} messages "
+                    f"({size - at} bytes left over)",
+                )
             with memoryview(self._buf) as mv:
                 try:
                     self._split_mpub(mv[self._pos :], n)
                 except FatalClientError as e:
                     return e
         return FatalClientError(code, f"{cmd} failed to read {what}")
+
+    def _scan_mpub(self, start: int, n: int, whole: bool) -> list[bytes] | None:
+        """Take in the part of an MPUB body received so far (``start``: its offset in the
+        buffer, ``n``: its declared size; ``whole``: all of it is in): its count, then each
+        message as it arrives, with _split_mpub's checks and errors. nsqd reads and checks each
+        part before reading on, so a bad count or size is refused before the rest of the body
+        is buffered (or, on a compressed stream, inflated). At most MPUB_SCAN_STEP messages
+        are taken per call (``more_work`` is then set: call next_command again, on a later
+        pass); returns the bodies once the whole body is taken, else None."""
+        buf = self._buf
+        end = len(buf)
+        at = self._mpub_at
+        if at == 0:
+            if end - start < 4:
+                return None
+            count = _LEN.unpack_from(buf, start)[0]
+            if count <= 0 or count > (self.max_body_size - 4) // 5:
+                raise FatalClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+            at = 4
+            self._mpub_i = 0
+            self._mpub_bodies = []
+        count = _LEN.unpack_from(buf, start)[0]
+        i = self._mpub_i
+        bodies = self._mpub_bodies
+        max_msg = self.max_msg_size
+        unpack = _LEN.unpack_from
+        stop = min(count, i + MPUB_SCAN_STEP)
+        avail = end - start
+        if avail > n:
+            avail = n
+        while i < stop and at + 4 <= avail:
+            size = unpack(buf, start + at)[0]
+            if size <= 0:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}"
+                )
+            if size > max_msg:
+                raise FatalClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg}")
+            if at + 4 + size > avail:
+                break
+            at += 4
+            bodies.append(bytes(buf[start + at : start + at + size]))
+            at += size
+            i += 1
+        self._mpub_at = at
+        self._mpub_i = i
+        self.more_work = i == stop and i < count and at + 4 <= avail
+        if not whole or self.more_work:
+            return None
+        if i < count:
+            if n - at < 4:
+                raise FatalClientError(
+                    "E_BAD_MESSAGE", f"MPUB failed to read message({i}) body size"
+                )
+            raise FatalClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
+        if at != n:
+            raise FatalClientError(
+                "E_BAD_BODY",
+                f"MPUB body size {n} does not match its {count} messages "
+                f"({n - at} bytes left over)",
+            )
+        return bodies
 
     def _check_body_len(self, name: bytes, n: int) -> None:
         cmd = name.decode()

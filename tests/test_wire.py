@@ -538,10 +538,35 @@ def test_identify_auth_sizes(cmd: str) -> None:
 
 def test_waiting_for_body_is_bounded() -> None:
     p = CommandParser(MAX_MSG, MAX_BODY)
-    p.feed(b"MPUB t\n" + pack_len(MAX_BODY) + b"\x00" * (MAX_BODY - 1))
+    p.feed(b"IDENTIFY\n" + pack_len(MAX_BODY) + b"\x00" * (MAX_BODY - 1))
     assert p.next_command() is None
     p.compact()
     assert p.buffered() == MAX_BODY - 1
+
+
+def test_mpub_body_checked_as_it_arrives() -> None:
+    """nsqd reads an MPUB's count, then each message's size, checking each before it reads
+    on: a bad one is refused with the first bytes of the body, not once all of it is in."""
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    p.feed(b"MPUB t\n" + pack_len(MAX_BODY) + b"\x00" * 3)
+    assert p.next_command() is None
+    p.feed(b"\x00")
+    raises_fatal(p, "E_BAD_BODY", "MPUB invalid message count 0")
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    body = pack_len(3) + pack_len(2) + b"ab" + pack_len(MAX_MSG + 1)
+    p.feed(b"MPUB t\n" + pack_len(MAX_BODY) + body[:9])
+    assert p.next_command() is None
+    for b in body[9:]:  # byte by byte
+        p.feed(bytes([b]))
+        if p.buffered() < len(body):
+            assert p.next_command() is None
+    raises_fatal(p, "E_BAD_MESSAGE", f"MPUB message too big {MAX_MSG + 1} > {MAX_MSG}")
+    p = CommandParser(MAX_MSG, MAX_BODY)
+    good = pack_len(2) + pack_len(2) + b"ab" + pack_len(1) + b"c"
+    for b in b"MPUB t\n" + pack_len(len(good)) + good:
+        assert p.next_command() is None
+        p.feed(bytes([b]))
+    assert p.next_command() == (b"MPUB", [b"MPUB", b"t"], [b"ab", b"c"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,9 +845,14 @@ def test_go_int64_and_ms_duration() -> None:
 
 
 def eof_error_after(data: bytes) -> FatalClientError | None:
+    """The error answered when the stream ends after ``data``: at the EOF, or before it when
+    the part received is refused already (an MPUB's count or sizes, checked as they arrive)."""
     p = CommandParser(MAX_MSG, MAX_BODY)
     p.feed(data)
-    drain(p)
+    try:
+        drain(p)
+    except FatalClientError as e:
+        return e
     return p.eof_error()
 
 
@@ -1000,3 +1030,25 @@ def test_record_frame_is_the_message_frame(ts, stored, attempts, msg_id, body) -
     for k in range(3):
         wire.append_message_frame(want, ts, attempts, msg_id, body * k)
     assert out == want
+
+
+def test_long_mpub_taken_in_steps() -> None:
+    """A whole MPUB body of many messages is split MPUB_SCAN_STEP messages per call
+    (more_work says to call again), valid or not, with the same result and errors."""
+    n = max(wire.MPUB_SCAN_STEP * 2 + 5, 6000)
+    body = pack_len(n) + (pack_len(10) + b"x" * 10) * n  # over MPUB_SPLIT_AT_ONCE
+    p = CommandParser(1 << 20, 1 << 22)
+    p.feed(b"MPUB t\n" + pack_len(len(body)) + body)
+    calls = 0
+    while (cmd := p.next_command()) is None:
+        assert p.more_work
+        calls += 1
+    assert calls == -(-n // wire.MPUB_SCAN_STEP) - 1 and not p.more_work
+    assert cmd == (b"MPUB", [b"MPUB", b"t"], [b"x" * 10] * n)
+    lying = pack_len(n + 1) + (pack_len(10) + b"x" * 10) * n
+    p = CommandParser(1 << 20, 1 << 22)
+    p.feed(b"MPUB t\n" + pack_len(len(lying)) + lying)
+    with pytest.raises(FatalClientError) as ei:
+        while p.next_command() is None:
+            assert p.more_work
+    assert ei.value.desc == f"MPUB failed to read message({n}) body size"
