@@ -59,7 +59,7 @@ def compiled(tmp_path_factory) -> Path:
     shutil.copytree(
         ROOT / "nsqpy", root / "nsqpy", ignore=shutil.ignore_patterns("*.so", "__pycache__")
     )
-    for name in ("setup.py", "pyproject.toml", "README.md"):
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, root / name)
     env = dict(os.environ, NSQPY_MYPYC="1")
     env.pop("NSQPY_MYPYC_MODULES", None)
