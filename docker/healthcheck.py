@@ -9,7 +9,8 @@ and podman's HEALTHCHECK read it. Each HTTP request has a 2 s timeout.
     nsqpy-healthcheck ping http://127.0.0.1:4161/ping
     nsqpy-healthcheck spark-master            # this master answers /json/ with status ALIVE
     nsqpy-healthcheck spark-worker            # the master lists this worker (its hostname) ALIVE
-    nsqpy-healthcheck spark-app NAME          # the master runs an application NAME
+    nsqpy-healthcheck spark-app NAME [PATH]   # the master runs an application NAME (and
+                                              # PATH exists: a query's checkpoint metadata)
 
 The Spark checks read the master's JSON status page ($SPARK_MASTER_WEBUI, default
 http://spark-master:8080; a Spark standalone master's web UI serves /json/).
@@ -57,9 +58,12 @@ def check(argv: list[str]) -> str | None:
     if what == "spark-app":
         name = argv[1]
         apps = master_state().get("activeapps", [])
-        if any(a.get("name") == name and a.get("state") == "RUNNING" for a in apps):
-            return None
-        return f"no RUNNING application {name!r} on the master: {[a.get('name') for a in apps]}"
+        if not any(a.get("name") == name and a.get("state") == "RUNNING" for a in apps):
+            return f"no RUNNING application {name!r} on the master: {[a.get('name') for a in apps]}"
+        for path in argv[2:]:
+            if not os.path.exists(path):
+                return f"{path} does not exist (yet)"
+        return None
     return f"unknown check {what!r}"
 
 
