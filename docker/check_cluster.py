@@ -12,10 +12,13 @@ spark image's pyarrow), so no host port matters. Steps, each bounded in time:
    script runs `podman healthcheck run` on each of them every few seconds for the whole run.
    podman-compose before podman 4.6 also ignores `condition: service_healthy` (it starts in
    dependency order only), so the job's retries and this wait stand in for it.
-3. The publishers start (`up -d --no-deps`); once the job is subscribed on every node (the
-   channel exists with a client on each nsqd), lookupd1 is killed (`podman kill`, SIGKILL), then
-   nsqd2, both restarted (`podman start`, unless the restart policy already did), nsqd2 first
-   and lookupd1 once nsqd2 is healthy again; the publishers dial nsqd2 again meanwhile.
+3. As soon as the nodes are healthy the topic and the job's channel are created on each (so the
+   lookupds list the nodes when the job's source first asks, and no event is published before
+   the channel exists); once the job is subscribed on every node, the publishers start (`up -d
+   --no-deps`), and 15 s later lookupd1 is killed (`podman kill`, SIGKILL), then nsqd2; nsqd2
+   is restarted while lookupd1 is still down (the job finds it again through lookupd2 alone),
+   then lookupd1 (`podman start`, unless the restart policy already did); the publishers dial
+   nsqd2 again meanwhile.
 4. The publishers' own totals (what nsqd answered OK), from their logs; once every node's
    channel is empty and nothing is in flight (all of it in the source's spool), one `_flush`
    event dated an hour ahead moves the job's watermark past every window, so the file sink
@@ -74,12 +77,23 @@ class Cluster:
         self._pump: threading.Thread | None = None
 
     # ------------------------------------------------------------------ commands
-    def run(self, cmd: list[str], timeout: float, check: bool = True, **kw) -> str:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env, **kw)
+    def run(
+        self, cmd: list[str], timeout: float, check: bool = True, merge: bool = False, **kw
+    ) -> str:
+        """``cmd``'s stdout (with its stderr when ``merge``); raises RuntimeError on a non-zero
+        exit when ``check``, subprocess.TimeoutExpired after ``timeout`` s."""
+        r = subprocess.run(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            **kw,
+        )
         if check and r.returncode != 0:
-            raise RuntimeError(
-                f"{shlex.join(cmd)} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-            )
+            err = (r.stderr or "")[-3000:]
+            raise RuntimeError(f"{shlex.join(cmd)} -> {r.returncode}\n{r.stdout[-3000:]}\n{err}")
         return r.stdout
 
     def pm(self, *args: str, timeout: float = 60, check: bool = True) -> str:
@@ -127,7 +141,8 @@ class Cluster:
     def with_healthcheck(self) -> list[str]:
         out = []
         for svc, name in self.containers().items():
-            if self.inspect(name)["Config"].get("Healthcheck"):
+            test = (self.inspect(name)["Config"].get("Healthcheck") or {}).get("Test") or []
+            if test and test[0] != "NONE":  # NONE: disabled (the publishers)
                 out.append(svc)
         return sorted(out)
 
@@ -308,6 +323,13 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
     c.pc("up", "-d", "--no-build", *svcs, timeout=600)
     log(f"up: {', '.join(svcs)}")
     c.pump_health()
+    # The topic and the job's channel on every node as soon as the nodes are up (as for any NSQ
+    # consumer that must see every message), so the lookupds list the nodes by the time the
+    # job's source first asks them, and it subscribes before any event is published.
+    c.wait_healthy(NODES, args.health_timeout)
+    for n in NODES:
+        c.exec_py(n, CREATE)
+    log("topic and channel created on the 3 nodes")
     hc = c.with_healthcheck()
     figure("containers with a health check", f"{len(hc)} ({', '.join(hc)})")
     took = c.wait_healthy(hc, args.health_timeout)
@@ -322,11 +344,6 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
     if len(alive) != 2 or not apps or apps[0]["cores"] != 2:
         failures.append(f"spark cluster: workers {alive}, apps {master['activeapps']}")
 
-    # The topic and the job's channel on every node first (as for any NSQ consumer that must
-    # see everything), so the lookupds list the nodes and the job subscribes before any event.
-    for n in NODES:
-        c.exec_py(n, CREATE)
-
     def subscribed() -> bool:
         return all((channel_stats(c, n) or {}).get("clients") for n in NODES)
 
@@ -334,7 +351,7 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
     wait_for("the job subscribed on every node", subscribed, args.health_timeout, 2)
     figure(
         "job subscribed on all 3 nodes (through the lookupds)",
-        f"{time.monotonic() - t:.1f}s after the topic was created",
+        f"{time.monotonic() - t:.1f}s after the job was healthy",
     )
 
     # Publish, and kill a lookupd and a node while the job consumes.
@@ -365,7 +382,7 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
     published = 0
     reconnects = 0
     for p in PUBLISHERS:
-        out = c.run([*c.podman, "logs", names[p]], 30, stderr=subprocess.STDOUT)
+        out = c.run([*c.podman, "logs", names[p]], 30, merge=True)
         m = re.search(r"published (\d+) events to \S+ in [\d.]+s \((\d+) reconnects\)", out)
         if not m:
             failures.append(f"{p}: no total in its log: {out[-1000:]}")
@@ -475,15 +492,17 @@ def main() -> int:
         failures = check(c, args)
     except BaseException as e:  # noqa: BLE001 - report, show the logs, clean up
         failures = [f"{type(e).__name__}: {e}"]
-    if failures:
-        for svc, name in sorted(c.containers().items()):
-            out = c.run(
-                [*c.podman, "logs", "--tail", "25", name], 30, check=False, stderr=subprocess.STDOUT
-            )
-            print(f"----- {svc} (last lines)\n{out}", flush=True)
-    c._pump_stop.set()
-    if not args.keep:
-        c.down()
+    try:
+        if failures:
+            for svc, name in sorted(c.containers().items()):
+                out = c.run([*c.podman, "logs", "--tail", "25", name], 30, check=False, merge=True)
+                print(f"----- {svc} (last lines)\n{out}", flush=True)
+    except BaseException as e:  # noqa: BLE001 - the logs are a courtesy; clean up anyway
+        print(f"(could not show the logs: {e})", flush=True)
+    finally:
+        c._pump_stop.set()
+        if not args.keep:
+            c.down()
     figure("check run time", f"{time.monotonic() - T0:.1f}s")
     for f in failures:
         print(f"FAIL: {f}", flush=True)
