@@ -15,10 +15,11 @@ spark image's pyarrow), so no host port matters. Steps, each bounded in time:
 3. As soon as the nodes are healthy the topic and the job's channel are created on each (so the
    lookupds list the nodes when the job's source first asks, and no event is published before
    the channel exists); once the job is subscribed on every node, the publishers start (`up -d
-   --no-deps`), and 15 s later lookupd1 is killed (`podman kill`, SIGKILL), then nsqd2; nsqd2
-   is restarted while lookupd1 is still down (the job finds it again through lookupd2 alone),
-   then lookupd1 (`podman start`, unless the restart policy already did); the publishers dial
-   nsqd2 again meanwhile.
+   --no-deps`), and 15 s later lookupd1 is killed (`podman kill`, SIGKILL), then nsqd2 (its
+   publisher paused for that moment, so that no MPUB is in flight: one stored and not answered
+   would be sent again and counted twice); nsqd2 is restarted while lookupd1 is still down (the
+   job finds it again through lookupd2 alone), then lookupd1 (`podman start`, unless the
+   restart policy already did); the publisher dials nsqd2 again meanwhile.
 4. The publishers' own totals (what nsqd answered OK), from their logs; once every node's
    channel is empty and nothing is in flight (all of it in the source's spool), one `_flush`
    event dated an hour ahead moves the job's watermark past every window, so the file sink
@@ -362,7 +363,18 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
 
     lk = c.kill("lookupd1")
     time.sleep(2)
-    nd = c.kill("nsqd2")
+    # nsqd2's publisher is frozen for the moment of the kill so that no MPUB of it is in flight:
+    # one that nsqd2 stored and died before answering would be sent again (publishing is
+    # at-least-once) under a new message ID and counted twice, which would blur "lost 0".
+    # Every answer nsqd2 sent before the kill is in the publisher's socket by then (1 s).
+    pub2 = c.containers()["publisher2"]
+    c.pm("pause", pub2)
+    try:
+        time.sleep(1)
+        nd = c.kill("nsqd2")
+    finally:
+        c.pm("unpause", pub2)
+    log("publisher2 was paused for the kill; it dials nsqd2 again meanwhile")
     time.sleep(2)
     c.restart("nsqd2", *nd)
     took = c.wait_healthy(["nsqd2"], 60)
