@@ -7,6 +7,9 @@ Events are sent with MPUB in batches at --rate events/s until --count are publis
 (out-of-order events, as real producers send them). --flush publishes, at the end, one
 "_flush" event dated --flush-ahead seconds after the last one: it moves the pipeline's
 watermark past the last window so that window is written out (the job ignores its kind).
+--retry-seconds N keeps going through an nsqd restart: a lost connection is dialled again for up
+to N seconds and the batch that was not answered OK is sent again (an MPUB nsqd stored before it
+died without answering is then stored twice, with two message IDs).
 
     python spark_jobs/publish_events.py --nsqd-tcp-address 127.0.0.1:4150 --topic events \\
         --count 20000 --rate 2000 --flush
@@ -24,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nsqpy.spark.client import Producer  # noqa: E402
+from nsqpy.spark.client import NSQError, Producer  # noqa: E402
 
 KINDS = ("view", "click", "cart", "buy")
 
@@ -44,6 +47,46 @@ def make_event(i: int, t: float, rng: random.Random, users: int, lateness: float
     }
 
 
+class _Publisher:
+    """A Producer that dials again when its connection drops (``retry_seconds`` > 0)."""
+
+    def __init__(self, address: str, topic: str, batch: int, retry_seconds: float) -> None:
+        self.address, self.topic, self.batch = address, topic, batch
+        self.retry_seconds = retry_seconds
+        self.reconnects = 0
+        self.p = self._dial()
+
+    def _dial(self) -> Producer:
+        give_up = time.monotonic() + self.retry_seconds
+        delay = 0.1
+        while True:
+            try:
+                return Producer(self.address, self.topic, batch_size=self.batch, timeout=10)
+            except OSError:
+                if time.monotonic() + delay > give_up:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def send(self, bodies: list[bytes]) -> None:
+        """All of ``bodies`` answered OK (sent again on a new connection after a drop)."""
+        while True:
+            try:
+                for b in bodies:
+                    self.p.put(b)
+                self.p.flush()
+                return
+            except (OSError, NSQError):
+                if self.retry_seconds <= 0:
+                    raise
+                self.p.close()
+                self.reconnects += 1
+                self.p = self._dial()
+
+    def close(self) -> None:
+        self.p.close()
+
+
 def publish(
     address: str,
     topic: str,
@@ -57,16 +100,20 @@ def publish(
     event_spacing: float | None = None,
     flush: bool = False,
     flush_ahead: float = 3600,
+    retry_seconds: float = 0,
+    stats: dict | None = None,
 ) -> tuple[int, list[dict]]:
-    """Publish ``count`` events; returns (published, events). ``start_time`` fixes the event
-    time of the first event instead of the clock; later ones follow ``event_spacing`` s apart
-    (default 1/rate)."""
+    """Publish ``count`` events; returns (published, events), both counting what nsqd answered
+    OK. ``start_time`` fixes the event time of the first event instead of the clock; later ones
+    follow ``event_spacing`` s apart (default 1/rate). ``retry_seconds``: see the module doc;
+    ``stats`` gets ``reconnects``."""
     rng = random.Random(seed)
     events: list[dict] = []
     t0 = time.monotonic()
     deadline = t0 + max_seconds
     batch = max(1, min(500, int(rate / 20) or 1))
-    with Producer(address, topic, batch_size=batch) as p:
+    pub = _Publisher(address, topic, batch, retry_seconds)
+    try:
         i = 0
         while i < count and time.monotonic() < deadline:
             due = t0 + i / rate
@@ -75,32 +122,31 @@ def publish(
                 time.sleep(min(delay, 0.5))
                 continue
             n = min(batch, count - i)
+            round_events = []
             for k in range(n):
                 if start_time is not None:
                     t = start_time + (i + k) * (event_spacing or 1 / rate)
                 else:
                     t = time.time()
-                ev = make_event(i + k, t, rng, users, lateness)
-                events.append(ev)
-                p.put(json.dumps(ev, separators=(",", ":")).encode())
-            p.flush()
+                round_events.append(make_event(i + k, t, rng, users, lateness))
+            pub.send([json.dumps(ev, separators=(",", ":")).encode() for ev in round_events])
+            events.extend(round_events)
             i += n
         if flush and events:
             last = max(dt.datetime.fromisoformat(e["ts"]).timestamp() for e in events)
-            p.put(
-                json.dumps(
-                    {
-                        "event_id": -1,
-                        "ts": iso(last + flush_ahead),
-                        "user": "",
-                        "kind": "_flush",
-                        "value": 0.0,
-                    }
-                ).encode()
-            )
-            p.flush()
-        published = p.published - (1 if flush and events else 0)
-    return published, events
+            flush_event = {
+                "event_id": -1,
+                "ts": iso(last + flush_ahead),
+                "user": "",
+                "kind": "_flush",
+                "value": 0.0,
+            }
+            pub.send([json.dumps(flush_event).encode()])
+    finally:
+        pub.close()
+    if stats is not None:
+        stats["reconnects"] = pub.reconnects
+    return len(events), events
 
 
 def main() -> int:
@@ -115,10 +161,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--flush", action="store_true", help="end with a watermark-moving event")
     ap.add_argument("--flush-ahead", type=float, default=3600, help="seconds")
+    ap.add_argument(
+        "--retry-seconds", type=float, default=0, help="dial a lost nsqd again (0: fail)"
+    )
     args = ap.parse_args()
     if args.count <= 0 or args.rate <= 0:
         ap.error("--count and --rate must be positive")
     t = time.monotonic()
+    stats: dict = {}
     n, _ = publish(
         args.nsqd_tcp_address,
         args.topic,
@@ -130,8 +180,14 @@ def main() -> int:
         args.seed,
         flush=args.flush,
         flush_ahead=args.flush_ahead,
+        retry_seconds=args.retry_seconds,
+        stats=stats,
     )
-    print(f"published {n} events to {args.topic} in {time.monotonic() - t:.1f}s")
+    print(
+        f"published {n} events to {args.topic} in {time.monotonic() - t:.1f}s"
+        f" ({stats['reconnects']} reconnects)",
+        flush=True,
+    )
     return 0
 
 

@@ -14,7 +14,9 @@ are enough for `pip install .`, and the commands it and compose run are the proj
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -75,6 +77,17 @@ class HttpServer(Server):
         assert self.http_port, self.log_text()
 
 
+def healthcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """docker/healthcheck.py (the images' nsqpy-healthcheck) with ``args``."""
+    return subprocess.run(
+        [sys.executable, str(DOCKER / "healthcheck.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **(env or {})},
+    )
+
+
 def script(name: str) -> list[str]:
     """The console script's command: the venv's executable when installed (as in the image),
     else the module behind it."""
@@ -90,8 +103,15 @@ def script(name: str) -> list[str]:
 # ------------------------------------------------------------------------------ compose
 
 
+_INTERPOLATE_RE = re.compile(r"\$\{(\w+):-([^}]*)\}")
+
+
 def compose() -> dict:
-    return yaml.safe_load(COMPOSE.read_text())
+    """compose.yaml as compose reads it with none of its variables set (``${VAR:-default}``
+    -> default; any other ``$`` form is refused here)."""
+    text = _INTERPOLATE_RE.sub(lambda m: m.group(2), COMPOSE.read_text())
+    assert "${" not in text, "only ${VAR:-default} interpolation is used"
+    return yaml.safe_load(text)
 
 
 def services() -> dict[str, dict]:
@@ -196,17 +216,78 @@ def test_compose_parses_and_wires_the_cluster() -> None:
         assert (COMPOSE.parent / b["context"]).resolve() == ROOT, name
         assert (ROOT / b["dockerfile"]).resolve() == DOCKERFILE, name
         assert b["target"] in stages, name
-        deps = s.get("depends_on", [])
+        deps = s.get("depends_on", {})
         assert set(deps) <= set(svc), (name, deps)
         for dep, how in deps.items() if isinstance(deps, dict) else []:
             if how.get("condition") == "service_healthy":
                 assert "healthcheck" in svc[dep], (name, dep)
+        # compose's ordering waits on health: every dependency is on a healthy service
+        assert isinstance(deps, dict), (name, "depends_on with conditions")
+        assert {how["condition"] for how in deps.values()} <= {"service_healthy"}, name
         hc = s.get("healthcheck")
+        if hc and hc.get("disable"):
+            # a run-once service turns off the image's check (which pings nsqd)
+            assert s.get("restart") == "no" and name in jobs("publish_events.py"), name
+            hc = None
+        # every long-running service has a health check (the publishers run once)
+        assert bool(hc) == (s.get("restart") == "unless-stopped"), name
         if hc:
-            port = int(re.search(r"127\.0\.0\.1:(\d+)/ping", " ".join(hc["test"])).group(1))
-            assert port == listen_port(s["command"], "http-address"), name
-    assert svc["spark"]["build"]["target"] == "spark"
+            test = hc["test"]
+            assert test[:2] == ["CMD", "nsqpy-healthcheck"], (name, test)
+            if test[2] == "ping":
+                port = int(re.fullmatch(r"http://127\.0\.0\.1:(\d+)/ping", test[3]).group(1))
+                assert port == listen_port(s["command"], "http-address"), name
+            else:
+                assert test[2] in ("spark-master", "spark-worker", "spark-app"), name
     assert all(svc[n]["build"]["target"] == "nsqpy" for n in [*lookupds, *nsqds, *publishers])
+    assert svc["nsqadmin"]["build"]["target"] == "nsqpy"
+    # every node is crash-safe: a SIGKILL (the check's `podman kill`) loses no acknowledged PUB
+    for cmd in nsqds.values():
+        assert flag_values(cmd, "mem-queue-size") == ["0"]
+
+
+def test_compose_runs_the_job_on_a_spark_standalone_cluster() -> None:
+    """A master, two workers and the driver, all from the spark image; the driver submits to the
+    master; the checkpoint (with the source's spool) and the output are on one volume that the
+    driver and every worker mount at the same path."""
+    doc = compose()
+    svc = doc["services"]
+    spark_services = {n for n, s in svc.items() if s["build"]["target"] == "spark"}
+    assert spark_services == {"spark", "spark-master", "spark-worker1", "spark-worker2"}
+    master = svc["spark-master"]["command"]
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    assert svc["spark-master"]["hostname"] == flag_values(master, "host")[0] == "spark-master"
+    url = f"spark://spark-master:{flag_values(master, 'port')[0]}"
+    workers = {n: svc[n]["command"] for n in ("spark-worker1", "spark-worker2")}
+    for n, cmd in workers.items():
+        assert cmd[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+        assert cmd[-1] == url
+        # the health check looks itself up in the master's list by hostname
+        assert svc[n]["hostname"] == flag_values(cmd, "host")[0] == n
+        assert svc[n]["depends_on"] == {"spark-master": {"condition": "service_healthy"}}
+    driver = svc["spark"]
+    cmd = driver["command"]
+    assert flag_values(cmd, "master") == [url]
+    assert set(driver["depends_on"]) >= set(workers)
+    submit = driver["environment"]["PYSPARK_SUBMIT_ARGS"].split()
+    assert submit[-1] == "pyspark-shell"
+    assert f"spark.driver.host={driver['hostname']}" in submit
+    # one volume, one path, for the checkpoint (spool inside it) and the output
+    (ckpt,) = flag_values(cmd, "checkpoint")
+    (output,) = flag_values(cmd, "output")
+    mounts = {n: svc[n]["volumes"] for n in ("spark", *workers)}
+    (shared,) = set(mounts["spark"])
+    volume, path = shared.split(":")
+    assert volume in doc["volumes"]
+    assert ckpt.startswith(path + "/") and output.startswith(path + "/")
+    assert all(m == [shared] for m in mounts.values()), mounts
+    # healthy: the master runs the job (event_counts.py names it after the topic) and its query
+    # has started (the checkpoint's metadata file)
+    assert driver["healthcheck"]["test"][2:] == [
+        "spark-app",
+        f"nsq-event-counts-{flag_values(cmd, 'topic')[0]}",
+        f"{ckpt}/metadata",
+    ]
 
 
 def test_docker_compose_config_when_the_cli_has_compose(tmp_path: Path) -> None:
@@ -258,6 +339,14 @@ def test_compose_services_run_here_as_processes(tmp_path: Path) -> None:
         for lk in lookupds:
             wait_for(lambda lk=lk: registered(lk), 15, 0.1, f"{lk.name} lists the 3 nodes")
 
+        # The images' health check script, as compose runs it, on each of them.
+        for s in running:
+            test = svc[s.name]["healthcheck"]["test"]
+            port = test[3].rsplit(":", 1)[1].split("/")[0]
+            url = test[3].replace(port, str(s.http_port))
+            r = healthcheck(*test[2:3], url)
+            assert r.returncode == 0, (s.name, r.stderr)
+
         # The publishers' compose commands, against the localized nodes (fewer, faster events).
         publishers = jobs("publish_events.py")
         assert len(publishers) == 3
@@ -303,8 +392,9 @@ def test_compose_services_run_here_as_processes(tmp_path: Path) -> None:
         event_counts = importlib.import_module("event_counts")
         ns = event_counts.parse_args(spark[2:])
         assert ns.lookupd_http_address == flag_values(spark, "lookupd-http-address")
-        assert ns.topic == topic and ns.console and ns.trigger == "5 seconds"
-        assert ns.checkpoint.startswith("/data/")
+        assert ns.topic == topic and ns.trigger == "5 seconds"
+        assert ns.checkpoint.startswith("/data/") and ns.output.startswith("/data/")
+        assert ns.master == "spark://spark-master:7077"
         opts = event_counts.nsq_options(ns)
         assert opts["lookupd_http_addresses"] == "lookupd1:4161,lookupd2:4161"
     finally:
@@ -420,6 +510,7 @@ def test_dockerfile_copies_are_enough_for_pip_install(tmp_path: Path) -> None:
         if s.is_dir():
             shutil.copytree(s, ctx / src.strip("/"), ignore=shutil.ignore_patterns("__pycache__"))
         else:
+            (ctx / src).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(s, ctx / src)
     assert (ctx / "pyproject.toml").exists()
     assert (ctx / PYPROJECT["project"]["readme"]).exists()
@@ -475,19 +566,49 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
         assert any("/data" in rest for i, rest in ins if i == "VOLUME"), name
         cmd = exec_form([rest for i, rest in ins if i == "CMD"][-1])
         assert cmd[0] in SCRIPTS or cmd[0] == "python", cmd
-        installs = re.findall(r"pip install (\S+)", runs)
+        # The project itself: `pip install --no-deps .` (its extras name pyproject's)...
+        installs = re.findall(r"pip install --no-deps --no-build-isolation (\S+)", runs)
         assert installs, name
         for spec in installs:
             spec = spec.strip("'\"")
             assert spec.startswith(".")
             for extra in re.findall(r"\[(.*?)\]", spec):
                 assert extra in extras, extra
+        # ...after its dependencies, installed from pyproject's lists before any source is
+        # copied, so an edit to nsqpy/ reuses the dependency layers.
+        order = [(i, rest) for i, rest in ins if i in ("RUN", "COPY")]
+        first_source = min(k for k, (i, r) in enumerate(order) if i == "COPY" and "nsqpy/" in r)
+        deps = [k for k, (i, r) in enumerate(order) if i == "RUN" and "requirements.py" in r]
+        assert deps and max(deps) < first_source, name
+        assert not any(
+            "pip install" in r and "-r" not in r.split() for i, r in order[:first_source]
+        )
         # the daemons exist in the image (the build runs each one's --version)
-        for s in {"nsqpy-d", "nsqpy-lookupd"} | {c[0] for c in commands if c[0] != "python"}:
+        image_commands = {
+            s["command"][0]
+            for s in services().values()
+            if s["build"]["target"] == name and s["command"][0] != "python"
+        }
+        for s in {"nsqpy-d", "nsqpy-lookupd"} | (image_commands - {"spark-class"}):
             assert s in SCRIPTS, s
             assert f"{s} --version" in runs, (name, s)
+        # OCI labels on both images
+        labels = " ".join(rest for i, rest in ins if i == "LABEL")
+        for key in ("title", "description", "version", "revision", "licenses"):
+            assert f"org.opencontainers.image.{key}=" in labels, (name, key)
     assert "openjdk-17-jre-headless" in " ".join(rest for i, rest in stages["spark"])
-    assert re.search(r"pip install '?\.\[spark\]", " ".join(r for _, r in stages["spark"]))
+    assert re.search(r"pip install .*'?\.\[spark\]", " ".join(r for _, r in stages["spark"]))
+    # spark-class (the standalone master and workers) is on the spark image's PATH
+    env = " ".join(rest for i, rest in stages["spark"] if i == "ENV")
+    assert "SPARK_HOME=/opt/spark" in env and "/opt/spark/bin" in env
+    # The daemons' image checks itself (nsqd's /ping unless NSQPY_HEALTHCHECK_URL says else).
+    (hc,) = [rest for i, rest in stages["nsqpy"] if i == "HEALTHCHECK"]
+    assert hc.endswith('CMD ["nsqpy-healthcheck"]'), hc
+    assert any(
+        i == "COPY"
+        and rest.split()[-2:] == ["docker/healthcheck.py", "/usr/local/bin/nsqpy-healthcheck"]
+        for i, rest in stages["nsqpy"]
+    )
     exposed = {
         int(p)
         for i, rest in stages["nsqpy"]
@@ -507,7 +628,8 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
     # What compose runs is a console script from pyproject, or python on a copied job.
     for name, s in services().items():
         prog = s["command"][0]
-        assert prog in SCRIPTS or prog == "python", (name, prog)
+        spark_class = prog == "spark-class" and s["build"]["target"] == "spark"
+        assert prog in SCRIPTS or prog == "python" or spark_class, (name, prog)
 
 
 def test_nsqd_stops_cleanly_after_publish_and_restarts_on_its_volume(tmp_path: Path) -> None:
@@ -527,3 +649,35 @@ def test_nsqd_stops_cleanly_after_publish_and_restarts_on_its_volume(tmp_path: P
         assert t["depth"] == 100
     finally:
         assert s.stop() == 0, s.log_text()
+
+
+def test_healthcheck_script_fails_without_an_ok_answer(tmp_path: Path) -> None:
+    """Unhealthy (exit 1, the reason on stderr) when nothing listens or the answer is not OK."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connection refused
+        r = healthcheck("ping", f"http://127.0.0.1:{port}/ping")
+    assert r.returncode == 1 and "refused" in r.stderr.lower(), r.stderr
+    cmd = [a for a in services()["lookupd1"]["command"]]
+    s = Server([*script("nsqpy-lookupd"), *localize(cmd, {})], "lookupd1")
+    try:
+        r = healthcheck("ping", f"http://{s.http_address}/info")  # answers, but not OK
+        assert r.returncode == 1 and "answered" in r.stderr, r.stderr
+        # a worker or job whose master does not answer (here: a lookupd, no /json/)
+        r = healthcheck("spark-worker", env={"SPARK_MASTER_WEBUI": f"http://{s.http_address}"})
+        assert r.returncode == 1 and "404" in r.stderr, r.stderr
+    finally:
+        assert s.stop() == 0
+
+
+def test_requirements_script_lists_pyproject_dependencies() -> None:
+    """docker/requirements.py, which the image's dependency layers install from."""
+    spec = importlib.util.spec_from_file_location("docker_requirements", DOCKER / "requirements.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = mod.requirements(str(ROOT / "pyproject.toml"), [])
+    assert base == [*PYPROJECT["build-system"]["requires"], *PYPROJECT["project"]["dependencies"]]
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert mod.requirements(str(ROOT / "pyproject.toml"), ["spark"]) == extras["spark"]
