@@ -2,9 +2,11 @@
 
 Strategy: for each pairing of nsqd (nsqpy-d, Go nsqd) and nsqlookupd (nsqpy-lookupd, Go
 nsqlookupd) start a fresh lookupd and an nsqd registered with it (loopback, ephemeral ports,
-temporary data dir, nsqpy.testing's launcher), wait until /nodes lists the node, then ``count``
-times: note the monotonic time, POST /topic/create?topic=<new name> on the nsqd, and poll
-GET /lookup?topic= on one keep-alive connection to the lookupd until it names a producer. The
+temporary data dir, nsqpy.testing's launcher), wait until /nodes lists the node and then
+--settle seconds (default 3: a daemon's first seconds carry its start-up work, nsqpy-d's
+deferred imports and collector set-up among them; 0 measures that too), then ``count`` times:
+note the monotonic time, POST /topic/create?topic=<new name> on the nsqd, and poll GET
+/lookup?topic= on one keep-alive connection to the lookupd until it names a producer. The
 time from before the create call to the first answer naming it is the figure (milliseconds;
 the create call's own round trip included, as a client library's "create, then look up" sees
 it). Pairings run in turn within one round, and rounds repeat (--rounds), so that the machine's
@@ -55,7 +57,11 @@ def _wait(pred, timeout: float, what: str) -> None:
 
 
 def run_pairing(
-    nsqd_cmd: list[str] | None, lookupd_cmd: list[str] | None, count: int, timeout: float
+    nsqd_cmd: list[str] | None,
+    lookupd_cmd: list[str] | None,
+    count: int,
+    timeout: float,
+    settle: float = 3.0,
 ) -> list[float]:
     """``count`` create-to-/lookup times in milliseconds for one pairing (fresh daemons)."""
     lookupd = Nsqlookupd(cmd=lookupd_cmd)
@@ -80,6 +86,7 @@ def run_pairing(
                     return r.status == 200 and bool(json.loads(body).get("producers"))
 
                 _wait(node_listed, timeout, "the node in /nodes")
+                time.sleep(settle)
                 out: list[float] = []
                 stamp = time.time_ns()
                 for i in range(count):
@@ -110,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per topic at most")
     p.add_argument(
+        "--settle", type=float, default=3.0, help="seconds between start-up and the first topic"
+    )
+    p.add_argument(
         "--go-bin",
         default=os.environ.get("NSQ_GO_BIN", "/opt/nsq-go/bin"),
         help="folder with Go's nsqd and nsqlookupd (pairings with Go skip without them)",
@@ -126,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(a.rounds):
         for nname, ncmd in nsqds.items():
             for lname, lcmd in lookupds.items():
-                xs = run_pairing(ncmd, lcmd, a.count, a.timeout)
+                xs = run_pairing(ncmd, lcmd, a.count, a.timeout, a.settle)
                 results.setdefault((nname, lname), []).extend(xs)
                 print(
                     f"round {rnd + 1}: {nname} -> {lname}: p50 {statistics.median(xs):.2f} ms, "
