@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
             "against a polite client: its round trips, the daemon's VmRSS",
         )
         b.add_argument("--mixed", action="store_true", help="mixed malformed input, not bombs")
+        b.add_argument(
+            "--tls",
+            action="store_true",
+            help="TLS handshakes (IDENTIFY tls_v1, handshake, close) in a loop, not bombs; the "
+            "daemons get a throwaway --tls-cert/--tls-key",
+        )
         b.add_argument("--conns", type=_positive, default=20, help="attacking connections")
         b.add_argument("--runfor", type=_seconds, default=15.0 if name == "bombs" else 40.0)
         b.add_argument("--kinds", default="", help="comma-separated attacks to play (default all)")
@@ -253,13 +259,22 @@ def run_bombs_mode(args: argparse.Namespace) -> int:
         runfor=args.runfor,
         settle=args.settle,
         mixed=args.mixed or (args.mode == "malformed"),
+        tls=args.tls,
     )
+    daemon_args = list(args.daemon_arg)
+    if cfg.tls:
+        import tempfile
+
+        from .bombs import tls_files
+
+        cert, key = tls_files(tempfile.mkdtemp(prefix="bench-tls-"))
+        daemon_args += [f"--tls-cert={cert}", f"--tls-key={key}"]
     started = datetime.datetime.now().astimezone()
     runs: list[dict[str, Any]] = []
     for rnd in range(1, args.repeat + 1):
         for label, cmd in daemons:
             _log(f"bench: round {rnd}/{args.repeat}: {label}")
-            d = Daemon(list(args.daemon_arg), cmd)
+            d = Daemon(daemon_args, cmd)
             try:
                 r = run_bombs(d.target(), cfg)
                 if not d.alive():
@@ -289,7 +304,8 @@ def run_bombs_mode(args: argparse.Namespace) -> int:
         rows.append(row)
     load = os.getloadavg()
     print(
-        f"\n{started:%Y-%m-%d %H:%M %Z}, {'mixed malformed input' if cfg.mixed else 'bombs'}, "
+        f"\n{started:%Y-%m-%d %H:%M %Z}, "
+        f"{'TLS handshakes' if cfg.tls else 'mixed malformed input' if cfg.mixed else 'bombs'}, "
         f"{cfg.conns} connections for {cfg.runfor:.0f} s, {os.cpu_count()} CPUs (shared), "
         f"load now {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, medians of {args.repeat}\n"
     )

@@ -12,6 +12,9 @@ Two loads:
 - ``bombs`` (default): every connection negotiates deflate or snappy in IDENTIFY and sends a
   stream that inflates about 1000x (deflate; snappy's format tops out near 21x): 64 MiB of
   zeros, an oversized PUB, an MPUB body of zeros at --max-body-size, 64 MiB of NOP lines.
+- ``--tls``: every connection says IDENTIFY with tls_v1, completes the TLS handshake, reads
+  the OK over TLS and closes, again and again (the daemon gets a throwaway certificate made with
+  trustme, so this load needs the test extra).
 - ``--mixed``: malformed input of every kind in turn: bad and huge lengths, garbage, over-long
   lines, broken and huge IDENTIFY JSON, lying MPUB counts, bodies cut short by an abrupt close
   (RST), HTTP junk (garbage, huge headers, a /pub body promised and never sent, lying /mpub),
@@ -53,6 +56,7 @@ class BombsConfig:
     runfor: float = 15.0
     settle: float = 3.0
     mixed: bool = False
+    tls: bool = False
     seed: int = 18
     max_body_size: int = 5 * 1024 * 1024
     progress: bool = True
@@ -213,6 +217,30 @@ async def _send_once(
         writer.transport.abort()
 
 
+async def _tls_once(addr: tuple[str, int], ctx: Any) -> None:
+    """One TLS upgrade: IDENTIFY tls_v1, the handshake, the OK frame over TLS, an abrupt close."""
+    reader, writer = await asyncio.open_connection(*addr)
+    try:
+        writer.write(MAGIC + _identify(tls_v1=True))
+        await asyncio.wait_for(_read_frame(reader), 10)  # IDENTIFY's JSON, plain
+        await asyncio.wait_for(writer.start_tls(ctx), 10)
+        await asyncio.wait_for(_read_frame(reader), 10)  # OK, over TLS
+    finally:
+        writer.transport.abort()
+
+
+def tls_files(folder: str) -> tuple[str, str]:
+    """A throwaway certificate for 127.0.0.1 and its key, written into ``folder`` (trustme):
+    (cert path, key path)."""
+    import trustme
+
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert_path, key_path = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    cert.cert_chain_pems[0].write_to_path(cert_path)
+    cert.private_key_pem.write_to_path(key_path)
+    return cert_path, key_path
+
+
 def _attack(tcp: tuple[str, int], http: tuple[str, int], cfg: BombsConfig, out: Any) -> None:
     """The attacker process: cfg.conns loops until cfg.runfor has passed; puts its counts."""
     rng = random.Random(cfg.seed)
@@ -222,11 +250,19 @@ def _attack(tcp: tuple[str, int], http: tuple[str, int], cfg: BombsConfig, out: 
         plays = [(k, ("tcp", v)) for k, v in make_malformed(rng, cfg.max_body_size).items()]
         plays += [(k, ("http", v)) for k, v in make_http_junk(rng, cfg.max_body_size).items()]
         plays += [(k, ("bomb", *v)) for k, v in bombs.items()]
+    if cfg.tls:
+        plays = [("tls-handshake", ("tls",))]
     if cfg.kinds:
         wanted = set(cfg.kinds.split(","))
         plays = [p for p in plays if p[0] in wanted]
     counts: dict[str, int] = {k: 0 for k, _ in plays}
     errors = 0
+
+    import ssl
+
+    tls_ctx = ssl.create_default_context()
+    tls_ctx.check_hostname = False
+    tls_ctx.verify_mode = ssl.CERT_NONE  # the load is the handshake, not the trust
 
     async def worker(i: int) -> None:
         nonlocal errors
@@ -240,6 +276,8 @@ def _attack(tcp: tuple[str, int], http: tuple[str, int], cfg: BombsConfig, out: 
                 async with asyncio.timeout(left):
                     if play[0] == "bomb":
                         await _bomb_once(tcp, play[1], play[2], deadline)
+                    elif play[0] == "tls":
+                        await _tls_once(tcp, tls_ctx)
                     elif play[0] == "tcp":
                         await _send_once(tcp, play[1], name == "cut-short", deadline)
                     else:
@@ -354,7 +392,7 @@ def run_bombs(target: Target, cfg: BombsConfig) -> dict[str, Any]:
     rss1 = proc_status_kib(pid, "VmRSS")
     load1 = os.getloadavg()
     rtts = sorted(polite.rtts)
-    kind = "mixed" if cfg.mixed else "bombs"
+    kind = "tls" if cfg.tls else "mixed" if cfg.mixed else "bombs"
     r = {
         "mode": kind,
         "conns": cfg.conns,
