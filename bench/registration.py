@@ -31,12 +31,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from nsqpy.testing import Nsqd, Nsqlookupd
-
-
-def _percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+from bench.e2e import percentile
+from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
 
 
 def _lookup_has_producer(conn: http.client.HTTPConnection, topic: str) -> bool:
@@ -46,14 +42,6 @@ def _lookup_has_producer(conn: http.client.HTTPConnection, topic: str) -> bool:
     if r.status != 200:
         return False
     return bool(json.loads(body).get("producers"))
-
-
-def _wait(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def run_pairing(
@@ -85,7 +73,7 @@ def run_pairing(
                     body = r.read()
                     return r.status == 200 and bool(json.loads(body).get("producers"))
 
-                _wait(node_listed, timeout, "the node in /nodes")
+                wait_for(node_listed, timeout, what="the node in /nodes")
                 time.sleep(settle)
                 out: list[float] = []
                 stamp = time.time_ns()
@@ -140,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.setdefault((nname, lname), []).extend(xs)
                 print(
                     f"round {rnd + 1}: {nname} -> {lname}: p50 {statistics.median(xs):.2f} ms, "
-                    f"p99 {_percentile(xs, 0.99):.2f} ms, max {max(xs):.2f} ms",
+                    f"p99 {percentile(sorted(xs), 99):.2f} ms, max {max(xs):.2f} ms",
                     file=sys.stderr,
                 )
     print(f"load average at the end: {os.getloadavg()[0]:.2f}", file=sys.stderr)
@@ -149,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     for (nname, lname), xs in results.items():
         print(
             f"| {nname} -> {lname} | {len(xs)} | {statistics.median(xs):.2f} | "
-            f"{_percentile(xs, 0.99):.2f} | {max(xs):.2f} |"
+            f"{percentile(sorted(xs), 99):.2f} | {max(xs):.2f} |"
         )
     return 0
 

@@ -437,9 +437,7 @@ class NSQD:
         if self._meta_writing is not None:
             self._meta_again = True
             return
-        path = os.path.join(self.data_path, METADATA_FILE)
-        log.info("NSQ: persisting topic/channel metadata to %s", path)
-        data = json.dumps(self.metadata(), separators=(",", ":")).encode()
+        path, data = self._metadata_snapshot()
         fut = asyncio.get_running_loop().run_in_executor(None, write_sync_file, path, data)
         self._meta_writing = fut
         fut.add_done_callback(self._persisted)
@@ -464,13 +462,16 @@ class NSQD:
             return
         if self._meta_writing is not None:
             self._meta_again = True
-        path = os.path.join(self.data_path, METADATA_FILE)
-        log.info("NSQ: persisting topic/channel metadata to %s", path)
         try:
-            data = json.dumps(self.metadata(), separators=(",", ":")).encode()
-            write_sync_file(path, data)
+            write_sync_file(*self._metadata_snapshot())
         except OSError as e:
             log.error("failed to persist metadata - %s", e)
+
+    def _metadata_snapshot(self) -> tuple[str, bytes]:
+        """(nsqd.dat's path, its bytes now), logged as nsqd logs each rewrite."""
+        path = os.path.join(self.data_path, METADATA_FILE)
+        log.info("NSQ: persisting topic/channel metadata to %s", path)
+        return path, json.dumps(self.metadata(), separators=(",", ":")).encode()
 
     def abandon(self) -> None:
         """Start-up failed after open() (a listener could not be bound): release the data

@@ -709,6 +709,16 @@ class ClientV2(asyncio.Protocol):
         self._flush()  # the replies of the commands before this one go out first
         self._pause_read(_PAUSE_AUTH)
 
+    def _unpause_for_resume(self) -> None:
+        """Lift the suspension's and the budget's read pauses (the caller goes on with the
+        commands itself, so no continuation is scheduled, unlike _resume_read)."""
+        self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
+        if not self._read_paused:
+            try:
+                cast(asyncio.Transport, self.transport).resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
+
     def resume_commands(self, then: Callable[[], None] | None) -> None:
         """Run ``then`` as a command (None: the query was cancelled: close), then the commands
         that waited in the parser, in order."""
@@ -724,12 +734,7 @@ class ClientV2(asyncio.Protocol):
         except Suspend:
             return
         except Upgrade as up:  # IDENTIFY decoded aside negotiated TLS or compression
-            self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
-            if not self._read_paused:
-                try:
-                    cast(asyncio.Transport, self.transport).resume_reading()
-                except (RuntimeError, AttributeError):
-                    pass
+            self._unpause_for_resume()
             self._flush()
             self._upgrade(up)
             return
@@ -746,12 +751,7 @@ class ClientV2(asyncio.Protocol):
             self.channel.notify_ready(self)
         assert self.transport is not None
         # data_received below runs what waits in the parser with a fresh budget
-        self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
-        if not self._read_paused:
-            try:
-                cast(asyncio.Transport, self.transport).resume_reading()
-            except (RuntimeError, AttributeError):
-                pass
+        self._unpause_for_resume()
         # the commands that came behind this one, in order
         self._slow = False
         try:
