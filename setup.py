@@ -1,17 +1,18 @@
-# Build script: pure Python by default, the hot modules compiled with mypyc on request.
-#
-# Strategy: everything about the package lives in pyproject.toml; this file only adds C
-# extensions when NSQPY_MYPYC=1 is set at build time. The compiled modules are the same typed
-# Python files (mypyc turns them into C extensions; the .py files ship too), so a build without
-# the variable, without a C compiler or without mypy is the pure package, identical in behaviour.
-# With NSQPY_MYPYC=1 the build asks for mypy as a build requirement (setup_requires, which
-# setuptools' PEP 517 backend reports to pip), and fails loudly when it cannot compile rather than
-# silently installing the pure modules. Never build the compiled variant in place (an editable
-# install or `build_ext --inplace` in the checkout): a .so next to its .py shadows it, and edits
-# to the .py would no longer run.
-#
-#   pip install .                  # pure
-#   NSQPY_MYPYC=1 pip install .    # compiled (needs a C compiler and the Python headers)
+"""Build script: pure Python by default, the hot modules compiled with mypyc on request.
+
+Strategy: everything about the package lives in pyproject.toml; this file only adds C
+extensions when NSQPY_MYPYC=1 is set at build time. The compiled modules are the same typed
+Python files (mypyc turns them into C extensions; the .py files ship too), so a build without
+the variable, without a C compiler or without mypy is the pure package, identical in behaviour.
+With NSQPY_MYPYC=1 the build asks for mypy as a build requirement (setup_requires, which
+setuptools' PEP 517 backend reports to pip), and fails loudly when it cannot compile rather than
+silently installing the pure modules. Never build the compiled variant in place (an editable
+install or `build_ext --inplace` in the checkout): a .so next to its .py shadows it, and edits
+to the .py would no longer run.
+
+  pip install .                  # pure
+  NSQPY_MYPYC=1 pip install .    # compiled (needs a C compiler and the Python headers)"""
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ COMPILED_MODULES = [
     "nsqpy/guid.py",
     "nsqpy/protocol_v2.py",
     "nsqpy/msg_index.py",
-    "nsqpy/spill.py",
+    "nsqpy/backed_queue.py",
     "nsqpy/topic.py",
     "nsqpy/channel.py",
 ]

@@ -1,13 +1,14 @@
-# python -m bench <writer|reader|e2e|memory|all|startup|http-pub> [options]
-#
-# Strategy: each load mode runs against the nsqd named by --nsqd-tcp-address/--nsqd-http-address,
-# or else against a daemon it starts itself (nsqpy-d, or --nsqd-cmd) on loopback with ephemeral
-# ports and a temporary data dir, stopped with SIGTERM at the end. Progress goes to stderr, the
-# summary lines too; the Markdown table to stdout; --json writes every run and the medians.
-# `startup` times fresh daemons from exec to GET /ping (startup.py); `http-pub` times HTTP
-# /pub round trips on one keep-alive connection (http_pub.py). `bombs` (and `malformed`, the
-# same with --mixed) measures what compression bombs and malformed input cost a polite client
-# and the daemon's memory (bombs.py), alternating the daemons it is given.
+"""python -m bench <writer|reader|e2e|memory|all|startup|http-pub> [options]
+
+Strategy: each load mode runs against the nsqd named by --nsqd-tcp-address/--nsqd-http-address,
+or else against a daemon it starts itself (nsqpy-d, or --nsqd-cmd) on loopback with ephemeral
+ports and a temporary data dir, stopped with SIGTERM at the end. Progress goes to stderr, the
+summary lines too; the Markdown table to stdout; --json writes every run and the medians.
+`startup` times fresh daemons from exec to GET /ping (startup.py); `http-pub` times HTTP
+/pub round trips on one keep-alive connection (http_pub.py). `bombs` (and `malformed`, the
+same with --mixed) measures what compression bombs and malformed input cost a polite client
+and the daemon's memory (bombs.py), alternating the daemons it is given."""
+
 from __future__ import annotations
 
 import argparse

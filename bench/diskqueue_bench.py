@@ -1,12 +1,13 @@
-# python -m bench.diskqueue_bench [--count-200 N] [--count-4k N] [--max-seconds S] [--dir D]
-#
-# Strategy: the diskqueue alone, no sockets. For 200-byte and 4 KiB records: put N records
-# (stopping early at --max-seconds), then read them all back with peek/advance (same bound),
-# syncing whenever needs_sync() says so, as the event loop will. Sync modes: nsqd's defaults
-# (sync_every=2500, sync timeout 2 s), sync_every=1 in the calling thread, and sync_every=1 with
-# the sync job in a worker thread (at most one job in flight: the loop carries on meanwhile and
-# starts the next job when the previous one is done). Each phase ends with a sync, counted in
-# its time. Files go to a temporary directory (under --dir if given) that is removed at the end.
+"""python -m bench.diskqueue_bench [--count-200 N] [--count-4k N] [--max-seconds S] [--dir D]
+
+Strategy: the diskqueue alone, no sockets. For 200-byte and 4 KiB records: put N records
+(stopping early at --max-seconds), then read them all back with peek/advance (same bound),
+syncing whenever needs_sync() says so, as the event loop will. Sync modes: nsqd's defaults
+(sync_every=2500, sync timeout 2 s), sync_every=1 in the calling thread, and sync_every=1 with
+the sync job in a worker thread (at most one job in flight: the loop carries on meanwhile and
+starts the next job when the previous one is done). Each phase ends with a sync, counted in
+its time. Files go to a temporary directory (under --dir if given) that is removed at the end."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,11 +1,12 @@
-# e2e: publish-to-deliver latency at a fixed rate. One publisher process sends --rate messages a
-# second (PUB, or MPUBs of --e2e-batch bodies), paced by the clock: message k is due at
-# start + k/rate, and whatever is due is sent at once, so a late wake-up never lowers the rate.
-# It does not wait for each OK (it reads them as they come, without blocking), as a producer
-# with a steady stream would. Each body starts with the 8-byte time.monotonic_ns() taken just
-# before the send (the clock every process on the machine shares). One subscriber process (SUB,
-# RDY --rdy, FINs batched per recv) stamps each recv and records deliver - publish per message.
-# The first --warmup seconds of messages are left out of the percentiles.
+"""e2e: publish-to-deliver latency at a fixed rate. One publisher process sends --rate messages a
+second (PUB, or MPUBs of --e2e-batch bodies), paced by the clock: message k is due at
+start + k/rate, and whatever is due is sent at once, so a late wake-up never lowers the rate.
+It does not wait for each OK (it reads them as they come, without blocking), as a producer
+with a steady stream would. Each body starts with the 8-byte time.monotonic_ns() taken just
+before the send (the clock every process on the machine shares). One subscriber process (SUB,
+RDY --rdy, FINs batched per recv) stamps each recv and records deliver - publish per message.
+The first --warmup seconds of messages are left out of the percentiles."""
+
 from __future__ import annotations
 
 import socket

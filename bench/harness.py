@@ -1,13 +1,14 @@
-# Run N client connections spread over P processes, start them together, stop them in time.
-#
-# Strategy: each connection is a function ``conn_fn(ctx) -> dict`` run in a thread of a forked
-# worker process (one thread per connection; one process per connection whenever P == N, the
-# default up to the number of CPUs). A connection sets itself up (connect, IDENTIFY, SUB), says
-# it is ready, and waits for the one "go" event, so setup never counts. While running it writes
-# its progress to its own slot of a shared array (no locks: one writer per slot) and polls its
-# own stop flag; the coordinator polls the slots every 50 ms, prints a progress line every
-# second, and decides when to stop (a policy: time, count, or anything else). Every wait has a
-# bound: setup, the run (its policy plus a hard limit), the collection of results, the join.
+"""Run N client connections spread over P processes, start them together, stop them in time.
+
+Strategy: each connection is a function ``conn_fn(ctx) -> dict`` run in a thread of a forked
+worker process (one thread per connection; one process per connection whenever P == N, the
+default up to the number of CPUs). A connection sets itself up (connect, IDENTIFY, SUB), says
+it is ready, and waits for the one "go" event, so setup never counts. While running it writes
+its progress to its own slot of a shared array (no locks: one writer per slot) and polls its
+own stop flag; the coordinator polls the slots every 50 ms, prints a progress line every
+second, and decides when to stop (a policy: time, count, or anything else). Every wait has a
+bound: setup, the run (its policy plus a hard limit), the collection of results, the join."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -1,11 +1,12 @@
-# python -m bench http-pub: HTTP /pub round trips per second on one keep-alive connection.
-#
-# Strategy: the cost of nsqpy-d's HTTP server per request, with as little client as possible:
-# one raw socket, one POST /pub at a time (HTTP/1.1 keep-alive), the answer read up to its
-# Content-Length before the next is sent. Each run starts a fresh daemon (startup.py's way: the
-# installed console script, free loopback ports, a temporary --data-path; --variant code trees
-# alternate with it), publishes --count messages of --size bytes (bounded by --max-seconds) and
-# stops it. The figure is the median of --runs runs per variant.
+"""python -m bench http-pub: HTTP /pub round trips per second on one keep-alive connection.
+
+Strategy: the cost of nsqpy-d's HTTP server per request, with as little client as possible:
+one raw socket, one POST /pub at a time (HTTP/1.1 keep-alive), the answer read up to its
+Content-Length before the next is sent. Each run starts a fresh daemon (startup.py's way: the
+installed console script, free loopback ports, a temporary --data-path; --variant code trees
+alternate with it), publishes --count messages of --size bytes (bounded by --max-seconds) and
+stops it. The figure is the median of --runs runs per variant."""
+
 from __future__ import annotations
 
 import os

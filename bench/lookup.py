@@ -1,15 +1,16 @@
-# GET /message?id= under a deep queue: lookup latency and what the index costs (issue 12).
-#
-# Strategy: start an nsqpy-d (bench.target.Daemon, like every mode), give topic "lk" two
-# channels, "held" (nobody consumes it: every message stays queued there, in memory with
-# --mem-queue-size above the count, else on disk) and "ids" (read once, to learn a sample of
-# the IDs, spread over the whole queue), MPUB ``count`` 200-byte bodies, then time
-# ``lookups`` GET /message?id= calls for sampled IDs on one keep-alive HTTP connection, plus
-# as many for IDs the node never made. Resident memory (VmRSS) is read before the publish and
-# once /stats shows everything queued. Bounded: every wait has a deadline.
-#
-#   .venv/bin/python -m bench.lookup --count 1000000               # memory (the default)
-#   .venv/bin/python -m bench.lookup --count 1000000 --disk        # --mem-queue-size=0
+"""GET /message?id= under a deep queue: lookup latency and what the index costs (issue 12).
+
+Strategy: start an nsqpy-d (bench.target.Daemon, like every mode), give topic "lk" two
+channels, "held" (nobody consumes it: every message stays queued there, in memory with
+--mem-queue-size above the count, else on disk) and "ids" (read once, to learn a sample of
+the IDs, spread over the whole queue), MPUB ``count`` 200-byte bodies, then time
+``lookups`` GET /message?id= calls for sampled IDs on one keep-alive HTTP connection, plus
+as many for IDs the node never made. Resident memory (VmRSS) is read before the publish and
+once /stats shows everything queued. Bounded: every wait has a deadline.
+
+  .venv/bin/python -m bench.lookup --count 1000000               # memory (the default)
+  .venv/bin/python -m bench.lookup --count 1000000 --disk        # --mem-queue-size=0"""
+
 from __future__ import annotations
 
 import argparse

@@ -1,10 +1,11 @@
-# memory: resident memory per queued message. A topic with one channel and no consumer; the
-# daemon's VmRSS (/proc/PID/status) is read once the topic, the channel and the publishing
-# connections exist, then --count messages of --size bytes are published (MPUB, as `writer`),
-# the run waits until /stats shows them all queued for the channel, lets the daemon settle, and
-# reads VmRSS again: (after - before) / count. The daemon must keep them in memory
-# (--mem-queue-size at least --count; this suite starts its own daemon with --mem-queue-size
-# 2000000); a non-zero backend_depth in /stats means some went to disk and the figure is void.
+"""memory: resident memory per queued message. A topic with one channel and no consumer; the
+daemon's VmRSS (/proc/PID/status) is read once the topic, the channel and the publishing
+connections exist, then --count messages of --size bytes are published (MPUB, as `writer`),
+the run waits until /stats shows them all queued for the channel, lets the daemon settle, and
+reads VmRSS again: (after - before) / count. The daemon must keep them in memory
+(--mem-queue-size at least --count; this suite starts its own daemon with --mem-queue-size
+2000000); a non-zero backend_depth in /stats means some went to disk and the figure is void."""
+
 from __future__ import annotations
 
 import sys

@@ -1,10 +1,11 @@
-# The polite client: how long a well-behaved client waits while a workload runs.
-#
-# Strategy: a thread of the bench process (idle otherwise: the workload's connections live in
-# their own processes) connects to the daemon, sends one PUB to its own topic every 100 ms and
-# waits for the OK, for as long as the workload runs. The slowest of those round trips is what
-# the workload made a bystander wait (the event loop held by other clients' traffic); the table
-# shows it in its own column.
+"""The polite client: how long a well-behaved client waits while a workload runs.
+
+Strategy: a thread of the bench process (idle otherwise: the workload's connections live in
+their own processes) connects to the daemon, sends one PUB to its own topic every 100 ms and
+waits for the OK, for as long as the workload runs. The slowest of those round trips is what
+the workload made a bystander wait (the event loop held by other clients' traffic); the table
+shows it in its own column."""
+
 from __future__ import annotations
 
 import socket

@@ -1,9 +1,10 @@
-# The client side of the TCP V2 protocol, as lean as the benchmark needs it.
-#
-# Strategy: blocking sockets (TCP_NODELAY), commands pre-encoded once with nsqpy.wire's encoders,
-# frames parsed in place with one precompiled struct over a bytearray, never one object per frame
-# on the hot paths. A connection says hello as NSQ's bench tools do (magic, then IDENTIFY with
-# client_id, hostname and user_agent only, so the server keeps its default output buffering).
+"""The client side of the TCP V2 protocol, as lean as the benchmark needs it.
+
+Strategy: blocking sockets (TCP_NODELAY), commands pre-encoded once with nsqpy.wire's encoders,
+frames parsed in place with one precompiled struct over a bytearray, never one object per frame
+on the hot paths. A connection says hello as NSQ's bench tools do (magic, then IDENTIFY with
+client_id, hostname and user_agent only, so the server keeps its default output buffering)."""
+
 from __future__ import annotations
 
 import json

@@ -1,13 +1,14 @@
-# reader: NSQ's bench_reader. Each connection SUBs to --topic/--channel (before the start), sends
-# RDY --rdy at the start, and FINs every message it receives. Frames are parsed in place in one
-# receive buffer; the FINs for everything one recv brought are sent as one buffer of
-# "FIN <id>\n" lines (bench_reader batches through a 4 KiB bufio.Writer to the same effect).
-#
-# What it reads: the messages already queued for the channel (what `writer` left in the topic,
-# as NSQ's bench.py runs bench_reader after bench_writer), topped up first to --count by an
-# untimed MPUB pre-fill unless --prefill says otherwise. The run stops when everything queued
-# at the start is consumed, or at --runfor; the rate counts FINned messages over the time from
-# the start to the last message received.
+r"""reader: NSQ's bench_reader. Each connection SUBs to --topic/--channel (before the start), sends
+RDY --rdy at the start, and FINs every message it receives. Frames are parsed in place in one
+receive buffer; the FINs for everything one recv brought are sent as one buffer of
+"FIN <id>\n" lines (bench_reader batches through a 4 KiB bufio.Writer to the same effect).
+
+What it reads: the messages already queued for the channel (what `writer` left in the topic,
+as NSQ's bench.py runs bench_reader after bench_writer), topped up first to --count by an
+untimed MPUB pre-fill unless --prefill says otherwise. The run stops when everything queued
+at the start is consumed, or at --runfor; the rate counts FINned messages over the time from
+the start to the last message received."""
+
 from __future__ import annotations
 
 import socket

@@ -1,5 +1,6 @@
-# Results: one-line summaries in bench_writer/bench_reader's shape, medians over repeated runs,
-# and the Markdown table.
+"""Results: one-line summaries in bench_writer/bench_reader's shape, medians over repeated runs,
+and the Markdown table."""
+
 from __future__ import annotations
 
 import statistics

@@ -1,21 +1,21 @@
-# Messages per second from an nsqd into a Spark sink through the `nsq` source (nsqpy.spark),
-# beside the nsqd's own bench reader figure, in the same run.
-#
-#   .venv/bin/python bench/spark_bench.py                   # 1,000,000 x 100 B, local[2], x3
-#   .venv/bin/python bench/spark_bench.py --nsqd-cmd /opt/nsq-go/bin/nsqd   # Go nsqd as broker
-#   .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop --sink nsq
-#
-# Strategy: start the broker (nsqpy-d, or --nsqd-cmd; all messages in memory: the connector is
-# measured, not the diskqueue), then for each round, alternating: `python -m bench reader` on
-# --count pre-published messages (nsqd's own figure: SUB+FIN, RDY 2500, 2 connections), and for
-# each sink (`noop`, `parquet`) pre-fill a fresh topic with --count messages of --size bytes by
-# MPUB (untimed) and run a streaming query nsq -> sink with the source's default options on one
-# local SparkSession until every message has been through a committed batch (or --max-seconds).
-# The figure is rows / (end of the last batch - start of the first batch with rows), from the
-# query's own progress reports, so JVM and query start-up are left out; the wall rate from query
-# start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
-# --max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
-# nsq sink is measured the other way round: --count rows made by Spark written to a topic.
+"""Messages per second from an nsqd into a Spark sink through the `nsq` source (nsqpy.spark),
+beside the nsqd's own bench reader figure, in the same run.
+
+  .venv/bin/python bench/spark_bench.py                   # 1,000,000 x 100 B, local[2], x3
+  .venv/bin/python bench/spark_bench.py --nsqd-cmd /opt/nsq-go/bin/nsqd   # Go nsqd as broker
+  .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop --sink nsq
+
+Strategy: start the broker (nsqpy-d, or --nsqd-cmd; all messages in memory: the connector is
+measured, not the diskqueue), then for each round, alternating: `python -m bench reader` on
+--count pre-published messages (nsqd's own figure: SUB+FIN, RDY 2500, 2 connections), and for
+each sink (`noop`, `parquet`) pre-fill a fresh topic with --count messages of --size bytes by
+MPUB (untimed) and run a streaming query nsq -> sink with the source's default options on one
+local SparkSession until every message has been through a committed batch (or --max-seconds).
+The figure is rows / (end of the last batch - start of the first batch with rows), from the
+query's own progress reports, so JVM and query start-up are left out; the wall rate from query
+start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
+--max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
+nsq sink is measured the other way round: --count rows made by Spark written to a topic."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-# The nsqd under test: a daemon this suite starts, or one already running.
-#
-# Strategy: start the daemon with nsqpy.testing's launcher, as the tests do (its own process,
-# loopback, port 0, a temporary --data-path; the real ports are read from its "listening on" lines
-# on stderr, which a thread keeps draining), stop it with SIGTERM. A running daemon is only
-# addressed (host:port pairs); its process id, needed to read its resident memory, is given or
-# found through the listening socket's inode in /proc. HTTP calls use urllib with a timeout; every
-# wait is bounded.
+"""The nsqd under test: a daemon this suite starts, or one already running.
+
+Strategy: start the daemon with nsqpy.testing's launcher, as the tests do (its own process,
+loopback, port 0, a temporary --data-path; the real ports are read from its "listening on" lines
+on stderr, which a thread keeps draining), stop it with SIGTERM. A running daemon is only
+addressed (host:port pairs); its process id, needed to read its resident memory, is given or
+found through the listening socket's inode in /proc. HTTP calls use urllib with a timeout; every
+wait is bounded."""
+
 from __future__ import annotations
 
 import json

@@ -1,8 +1,9 @@
-# writer: NSQ's bench_writer. Each connection sends one MPUB of --batch-size bodies of --size
-# bytes, waits for its OK, and sends the next, until --runfor has passed (checked after each
-# acknowledged batch, as bench_writer does) or its share of --count is published. The MPUB frame
-# is encoded once. The rate counts acknowledged messages over the time from the common start to
-# the last connection's last OK.
+"""writer: NSQ's bench_writer. Each connection sends one MPUB of --batch-size bodies of --size
+bytes, waits for its OK, and sends the next, until --runfor has passed (checked after each
+acknowledged batch, as bench_writer does) or its share of --count is published. The MPUB frame
+is encoded once. The rate counts acknowledged messages over the time from the common start to
+the last connection's last OK."""
+
 from __future__ import annotations
 
 import time

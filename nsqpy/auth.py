@@ -1,10 +1,11 @@
-# AUTH against nsqd's auth-server protocol (internal/auth/authorizations.go).
-#
-# Strategy: the query is one aiohttp request, awaited off the connection's synchronous command
-# path (the connection stops reading and queues nothing new until the answer is in, so commands
-# keep their order). The answer is an AuthState: identity, TTL-based expiry and authorisations
-# whose topic and channel patterns are compiled once. Patterns are searched (unanchored), as Go's
-# regexp.MatchString does. aiohttp is imported when an nsqd has auth servers, not at start-up.
+"""AUTH against nsqd's auth-server protocol (internal/auth/authorizations.go).
+
+Strategy: the query is one aiohttp request, awaited off the connection's synchronous command
+path (the connection stops reading and queues nothing new until the answer is in, so commands
+keep their order). The answer is an AuthState: identity, TTL-based expiry and authorisations
+whose topic and channel patterns are compiled once. Patterns are searched (unanchored), as Go's
+regexp.MatchString does. aiohttp is imported when an nsqd has auth servers, not at start-up."""
+
 from __future__ import annotations
 
 import json

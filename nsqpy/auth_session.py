@@ -1,16 +1,17 @@
-# One V2 connection's AUTH state: the secret, the auth server's answer and its TTL.
-#
-# Strategy: nsqd asks its auth servers from the connection's own goroutine, so a client's
-# commands wait for the answer in order; here the event loop must not wait. A query therefore
-# suspends the connection (``AuthHost.suspend_commands``: the replies so far go out, reading
-# stops, later commands wait in the parser), runs as a task, and resumes the connection with the
-# command's continuation (``AuthHost.resume_commands``), which the connection runs as a command
-# (its errors answered as any command's) before the commands that waited. The rules are nsqd's
-# (nsqd/protocol_v2.go AUTH and CheckAuth, nsqd/client_v2.go QueryAuthd/IsAuthorized): AUTH only
-# once and before anything but IDENTIFY; PUB/MPUB/DPUB/SUB need an authorization for their
-# topic (and channel); an answer past its TTL is asked again before the next such command; an
-# auth-server failure is E_AUTH_FAILED without its details (they only go to the log). The HTTP
-# query itself is nsqpy.auth's.
+"""One V2 connection's AUTH state: the secret, the auth server's answer and its TTL.
+
+Strategy: nsqd asks its auth servers from the connection's own goroutine, so a client's
+commands wait for the answer in order; here the event loop must not wait. A query therefore
+suspends the connection (``AuthHost.suspend_commands``: the replies so far go out, reading
+stops, later commands wait in the parser), runs as a task, and resumes the connection with the
+command's continuation (``AuthHost.resume_commands``), which the connection runs as a command
+(its errors answered as any command's) before the commands that waited. The rules are nsqd's
+(nsqd/protocol_v2.go AUTH and CheckAuth, nsqd/client_v2.go QueryAuthd/IsAuthorized): AUTH only
+once and before anything but IDENTIFY; PUB/MPUB/DPUB/SUB need an authorization for their
+topic (and channel); an answer past its TTL is asked again before the next such command; an
+auth-server failure is E_AUTH_FAILED without its details (they only go to the log). The HTTP
+query itself is nsqpy.auth's."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,27 +1,28 @@
-# A channel: one copy of a topic's stream, shared by its consumers.
-#
-# Strategy: every call is synchronous and runs to completion on the event loop; nothing here
-# awaits or spawns a task. A message goes to exactly one ready consumer: the channel keeps a FIFO
-# of consumers with room (RDY minus in-flight > 0) and hands out messages in one dispatch pass
-# whenever something changes (a put, a RDY, a FIN/REQ, a timeout, an unpause), spreading a batch
-# fairly across ready consumers. Delivered messages sit in the in-flight table until FIN, REQ or
-# their timeout (pqueue.InFlightQueue, monotonic ns); REQ with a delay and DPUB go to the
-# deferred queue. The queue-scan loop (queue_scan.py) calls process_in_flight/process_deferred.
-#
-# Storage: queued messages are records (immutable bytes in nsqd's layout, see message.py), not
-# objects. At most ``mem_queue_size`` wait in memory; the rest spill to the channel's backend (a
-# DiskQueue named "<topic>:<channel>") as they are (spill.py), and dispatch reads from memory and
-# backend in turn so neither starves. A record read from the backend counts as consumed only once it
-# is handed to a consumer, and the backend's meta file keeps its read position at the oldest such
-# record not yet FIN'd (a read floor), so after a crash every record handed out and not finished is
-# delivered again (at-least-once). Ephemeral channels have no backend: past mem_queue_size their
-# messages are dropped, as nsqd does.
-#
-# Consumers are seen through a small interface (see `Consumer`), implemented by the TCP client in
-# protocol_v2.py; this module never touches a socket.
-#
-# Behaviour follows nsqd/channel.go, with one deliberate difference: when a consumer goes away
-# its in-flight messages are requeued at once (nsqd leaves them to time out, msg_timeout later).
+"""A channel: one copy of a topic's stream, shared by its consumers.
+
+Strategy: every call is synchronous and runs to completion on the event loop; nothing here
+awaits or spawns a task. A message goes to exactly one ready consumer: the channel keeps a FIFO
+of consumers with room (RDY minus in-flight > 0) and hands out messages in one dispatch pass
+whenever something changes (a put, a RDY, a FIN/REQ, a timeout, an unpause), spreading a batch
+fairly across ready consumers. Delivered messages sit in the in-flight table until FIN, REQ or
+their timeout (pqueue.InFlightQueue, monotonic ns); REQ with a delay and DPUB go to the
+deferred queue. The queue-scan loop (queue_scan.py) calls process_in_flight/process_deferred.
+
+Storage: queued messages are records (immutable bytes in nsqd's layout, see message.py), not
+objects. At most ``mem_queue_size`` wait in memory; the rest spill to the channel's backend (a
+DiskQueue named "<topic>:<channel>") as they are (backed_queue.py), and dispatch reads from memory
+and backend in turn so neither starves. A record read from the backend counts as consumed only once
+it is handed to a consumer, and the backend's meta file keeps its read position at the oldest such
+record not yet FIN'd (a read floor), so after a crash every record handed out and not finished is
+delivered again (at-least-once). Ephemeral channels have no backend: past mem_queue_size their
+messages are dropped, as nsqd does.
+
+Consumers are seen through a small interface (see `Consumer`), implemented by the TCP client in
+protocol_v2.py; this module never touches a socket.
+
+Behaviour follows nsqd/channel.go, with one deliberate difference: when a consumer goes away
+its in-flight messages are requeued at once (nsqd leaves them to time out, msg_timeout later)."""
+
 from __future__ import annotations
 
 import logging
@@ -31,9 +32,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .backed_queue import BackedQueue, StorageHooks
 from .message import Message, record_id
 from .pqueue import InFlightQueue, TimeoutQueue
-from .spill import SpillQueue, StorageHooks
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -82,7 +83,7 @@ class ChannelError(Exception):
     """FIN/REQ/TOUCH on a message the channel cannot act on; text is nsqd's."""
 
 
-class Channel(SpillQueue):
+class Channel(BackedQueue):
     """One channel of a topic.
 
     Counters (as in nsqd's /stats): ``message_count``, ``requeue_count``, ``timeout_count``.

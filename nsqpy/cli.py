@@ -1,10 +1,11 @@
-# nsqpy-d: the command line, logging, signals and lifecycle.
-#
-# Strategy: nsqd's flags with nsqd's names, defaults and Go flag syntax (``-flag value``,
-# ``-flag=value``, ``--flag value``, ``--flag=value``, bare booleans and ``-bool=false``), parsed
-# by click after a small rewrite of Go-only spellings. An nsqd flag whose feature nsqpy-d does not
-# have yet stops the start with a message naming it, never silently ignored. Log lines keep
-# nsqd's shape on stderr: ``[nsqd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on ...``.
+"""nsqpy-d: the command line, logging, signals and lifecycle.
+
+Strategy: nsqd's flags with nsqd's names, defaults and Go flag syntax (``-flag value``,
+``-flag=value``, ``--flag value``, ``--flag=value``, bare booleans and ``-bool=false``), parsed
+by click after a small rewrite of Go-only spellings. An nsqd flag whose feature nsqpy-d does not
+have yet stops the start with a message naming it, never silently ignored. Log lines keep
+nsqd's shape on stderr: ``[nsqd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on ...``."""
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,9 @@ from typing import Any
 
 import click
 
-from . import config, goflag
-from .goflag import DURATION, setup_logging
+from . import config
+from .internal import goflag
+from .internal.goflag import DURATION, setup_logging
 from .options import Options, version_string
 
 # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
@@ -342,7 +344,7 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
 
 def run(opts: Options) -> None:
     """Start nsqd on uvloop and serve until SIGTERM or SIGINT; exits 0 on a clean stop."""
-    from .daemon import freeze_startup_objects, raise_nofile_limit, serve
+    from .internal.daemon import freeze_startup_objects, raise_nofile_limit, serve
     from .nsqd import NSQD
     from .server import Server
 

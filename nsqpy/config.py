@@ -1,13 +1,14 @@
-# nsqd's config file (--config FILE, TOML) and its option names (GET/PUT /config/<opt>).
-#
-# Strategy: as apps/nsqd with go-options. Each option has a "cfg name": its flag name with dashes
-# turned into underscores (`mem_queue_size`, `tcp_address`, `msg_timeout`), except where nsqd's
-# Options struct says otherwise (`id`, `nsqlookupd_tcp_addresses`,
-# `e2e_processing_latency_percentiles`, `auth_http_addresses`). The file is read with tomllib;
-# a value from the file is used only for a flag not given on the command line (the command line
-# wins). Durations take Go's syntax ("30s") or an integer of milliseconds (go-options' coercion);
-# keys nsqd does not know are ignored, as nsqd does; keys whose feature nsqpy-d does not have
-# yet are refused by name, as the flags are.
+"""nsqd's config file (--config FILE, TOML) and its option names (GET/PUT /config/<opt>).
+
+Strategy: as apps/nsqd with go-options. Each option has a "cfg name": its flag name with dashes
+turned into underscores (`mem_queue_size`, `tcp_address`, `msg_timeout`), except where nsqd's
+Options struct says otherwise (`id`, `nsqlookupd_tcp_addresses`,
+`e2e_processing_latency_percentiles`, `auth_http_addresses`). The file is read with tomllib;
+a value from the file is used only for a flag not given on the command line (the command line
+wins). Durations take Go's syntax ("30s") or an integer of milliseconds (go-options' coercion);
+keys nsqd does not know are ignored, as nsqd does; keys whose feature nsqpy-d does not have
+yet are refused by name, as the flags are."""
+
 from __future__ import annotations
 
 import tomllib

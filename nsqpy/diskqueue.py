@@ -1,59 +1,60 @@
-# The on-disk FIFO behind every topic and channel, file-compatible with go-diskqueue (nsqd 1.3).
-#
-# Strategy: one object owned by the event-loop thread; no asyncio here. A put packs the record
-# into an in-memory write buffer and moves the positions at once; flush() hands the buffer to the
-# OS with pwrite at the buffer's file offset. Reading is a pread of a 64 KiB chunk that is parsed
-# record by record; peek() caches the record, advance() consumes it, so a record counts as
-# consumed only when the caller has handed it on. Durability is split in two: prepare_sync()
-# (loop thread: flush and snapshot the positions) returns a job (any thread: fsync a dup of the
-# write fd, then write the meta file atomically). The meta file is the commit point and the
-# rules below keep it honest.
-#
-# On-disk format (go-diskqueue v1.1.0, the version nsqd 1.3 uses):
-#   <data_path>/<name>.diskqueue.<%06d file number>.dat   records [int32 big-endian size][bytes]
-#   <data_path>/<name>.diskqueue.meta.dat                 "%d\n%d,%d\n%d,%d\n" =
-#       depth \n readFileNum,readPos \n writeFileNum,writePos \n
-#   The meta file is replaced by writing "<meta>.<random int63>.tmp", fsync, rename over.
-#   A file rolls *before* the write that would take it past max_bytes_per_file, and only when it
-#   already holds something (writePos > 0 and writePos + 4 + len > max): so a file never exceeds
-#   the limit except when it holds a single record bigger than the limit. No size is recorded:
-#   the reader of a finished file ("complete": number < writeFileNum) reads to the file's actual
-#   size, so files written with another max_bytes_per_file read fine.
-#
-# Guarantees (what a reader of this file may rely on):
-#   * The meta file never names data that is not durable: the data fsync comes before the meta
-#     rename, and a roll fsyncs the old file before the meta naming the new one is written.
-#   * The meta file never goes backwards: snapshots are numbered and an older snapshot is never
-#     written over a newer one (a slow sync job loses the race silently).
-#   * A consumed data file is removed only once a meta file naming a later read file is durable.
-#   * After a crash the queue reopens at the last durable meta: records consumed since then come
-#     back again (at-least-once). Records written since then and present in the files (all that
-#     was flush()ed, for a process crash; all that was synced, for a power loss) are kept: as
-#     go-diskqueue does, when the write file is longer than the meta's writePos the writer moves
-#     to a new file and the reader reads the old one to its end; beyond go-diskqueue, data files
-#     numbered after the meta's write file are read too, and the salvaged records are counted
-#     into depth (go leaves depth short and lets the tail check reset it). A torn record at the
-#     end of a salvaged file is corruption (below): only that tail is lost.
-#   * A missing meta file is an empty queue at file 0. If a data file 0 exists anyway (a crash
-#     before the first meta write), its records are salvaged, not overwritten.
-#
-# Corruption (go-diskqueue handleReadError): a size outside [min_msg_size, max_msg_size], a
-# record cut short by the end of the file, or a file that cannot be read: the file is renamed to
-# "<file>.bad", errors are logged, reading goes on at the next file; if the bad file is the write
-# file, writing moves to a new file too. depth is then approximate, exactly as in go: the records
-# lost in the bad file stay counted until the reader reaches the end of the queue, where a
-# non-zero depth is logged and reset to 0. A file truncated exactly at a record boundary cannot
-# be told from a shorter file: its lost records are found only by that tail check.
-#
-# Deliberate differences from go-diskqueue, all invisible in the file format:
-#   * A reader that is exactly at the end of a finished file moves to the next file; go reads
-#     there, gets EOF and renames a healthy file to .bad (nsqio/go-diskqueue#42, still open).
-#   * empty() writes the meta file (with the new, empty positions) instead of removing it.
-#   * A meta file whose read position is past its write position is logged at open and the
-#     queue restarts on a fresh file, removing the files between (go's checkTailCorruption does
-#     the same, but only once a read or a read error happens to call it). A meta file with a
-#     negative number, or one that does not parse, is logged and treated as missing.
-#   * The directory is not fsynced after the meta rename (go does not either).
+r"""The on-disk FIFO behind every topic and channel, file-compatible with go-diskqueue (nsqd 1.3).
+
+Strategy: one object owned by the event-loop thread; no asyncio here. A put packs the record
+into an in-memory write buffer and moves the positions at once; flush() hands the buffer to the
+OS with pwrite at the buffer's file offset. Reading is a pread of a 64 KiB chunk that is parsed
+record by record; peek() caches the record, advance() consumes it, so a record counts as
+consumed only when the caller has handed it on. Durability is split in two: prepare_sync()
+(loop thread: flush and snapshot the positions) returns a job (any thread: fsync a dup of the
+write fd, then write the meta file atomically). The meta file is the commit point and the
+rules below keep it honest.
+
+On-disk format (go-diskqueue v1.1.0, the version nsqd 1.3 uses):
+  <data_path>/<name>.diskqueue.<%06d file number>.dat   records [int32 big-endian size][bytes]
+  <data_path>/<name>.diskqueue.meta.dat                 "%d\n%d,%d\n%d,%d\n" =
+      depth \n readFileNum,readPos \n writeFileNum,writePos \n
+  The meta file is replaced by writing "<meta>.<random int63>.tmp", fsync, rename over.
+  A file rolls *before* the write that would take it past max_bytes_per_file, and only when it
+  already holds something (writePos > 0 and writePos + 4 + len > max): so a file never exceeds
+  the limit except when it holds a single record bigger than the limit. No size is recorded:
+  the reader of a finished file ("complete": number < writeFileNum) reads to the file's actual
+  size, so files written with another max_bytes_per_file read fine.
+
+Guarantees (what a reader of this file may rely on):
+  * The meta file never names data that is not durable: the data fsync comes before the meta
+    rename, and a roll fsyncs the old file before the meta naming the new one is written.
+  * The meta file never goes backwards: snapshots are numbered and an older snapshot is never
+    written over a newer one (a slow sync job loses the race silently).
+  * A consumed data file is removed only once a meta file naming a later read file is durable.
+  * After a crash the queue reopens at the last durable meta: records consumed since then come
+    back again (at-least-once). Records written since then and present in the files (all that
+    was flush()ed, for a process crash; all that was synced, for a power loss) are kept: as
+    go-diskqueue does, when the write file is longer than the meta's writePos the writer moves
+    to a new file and the reader reads the old one to its end; beyond go-diskqueue, data files
+    numbered after the meta's write file are read too, and the salvaged records are counted
+    into depth (go leaves depth short and lets the tail check reset it). A torn record at the
+    end of a salvaged file is corruption (below): only that tail is lost.
+  * A missing meta file is an empty queue at file 0. If a data file 0 exists anyway (a crash
+    before the first meta write), its records are salvaged, not overwritten.
+
+Corruption (go-diskqueue handleReadError): a size outside [min_msg_size, max_msg_size], a
+record cut short by the end of the file, or a file that cannot be read: the file is renamed to
+"<file>.bad", errors are logged, reading goes on at the next file; if the bad file is the write
+file, writing moves to a new file too. depth is then approximate, exactly as in go: the records
+lost in the bad file stay counted until the reader reaches the end of the queue, where a
+non-zero depth is logged and reset to 0. A file truncated exactly at a record boundary cannot
+be told from a shorter file: its lost records are found only by that tail check.
+
+Deliberate differences from go-diskqueue, all invisible in the file format:
+  * A reader that is exactly at the end of a finished file moves to the next file; go reads
+    there, gets EOF and renames a healthy file to .bad (nsqio/go-diskqueue#42, still open).
+  * empty() writes the meta file (with the new, empty positions) instead of removing it.
+  * A meta file whose read position is past its write position is logged at open and the
+    queue restarts on a fresh file, removing the files between (go's checkTailCorruption does
+    the same, but only once a read or a read error happens to call it). A meta file with a
+    negative number, or one that does not parse, is logged and treated as missing.
+  * The directory is not fsynced after the meta rename (go does not either)."""
+
 from __future__ import annotations
 
 import logging
@@ -64,7 +65,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from .fileutil import write_sync_file
+from .internal.fileutil import write_sync_file
 
 __all__ = ["DiskQueue", "DiskQueueClosed"]
 

@@ -1,17 +1,18 @@
-# Snowflake message IDs, as nsqd makes them (nsqd/guid.go).
-#
-# Strategy: one 63-bit integer per ID, laid out (most significant first)
-#
-#     [41 bits: pseudo-milliseconds since 2012-10-28 (twepoch 1288834974288)]
-#     [10 bits: node id][12 bits: sequence]
-#
-# where a pseudo-millisecond is ``time_ns() >> 20`` (2**20 ns, about 1.05 ms). On the wire the
-# ID is the 16 lowercase hex digits of its 8 big-endian bytes. The rule kept: IDs from one
-# factory strictly increase. nsqd returns an error (and its caller sleeps and retries) when the
-# clock steps back or 4096 IDs were taken in one tick; blocking the event loop is not an option
-# here, so we keep the last tick instead of going back, and when a tick's 4096 sequence numbers
-# are used up we move on to the next tick early. IDs never repeat and never go back; the time
-# part may run ahead of the clock by the burst's length and catches up as soon as the clock does.
+"""Snowflake message IDs, as nsqd makes them (nsqd/guid.go).
+
+Strategy: one 63-bit integer per ID, laid out (most significant first)
+
+    [41 bits: pseudo-milliseconds since 2012-10-28 (twepoch 1288834974288)]
+    [10 bits: node id][12 bits: sequence]
+
+where a pseudo-millisecond is ``time_ns() >> 20`` (2**20 ns, about 1.05 ms). On the wire the
+ID is the 16 lowercase hex digits of its 8 big-endian bytes. The rule kept: IDs from one
+factory strictly increase. nsqd returns an error (and its caller sleeps and retries) when the
+clock steps back or 4096 IDs were taken in one tick; blocking the event loop is not an option
+here, so we keep the last tick instead of going back, and when a tick's 4096 sequence numbers
+are used up we move on to the next tick early. IDs never repeat and never go back; the time
+part may run ahead of the clock by the burst's length and catches up as soon as the clock does."""
+
 from __future__ import annotations
 
 import time

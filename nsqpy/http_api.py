@@ -1,13 +1,14 @@
-# nsqd's HTTP API on httpd's server.
-#
-# Strategy: glue only. Each handler parses the query the way nsqd does (first value of a key),
-# calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JSON, or empty),
-# errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
-# `X-Nsq-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
-# nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
-# Handlers are synchronous (the core's calls are): the server answers each in the same loop pass.
-# The routes that read a body name how much (--max-msg-size for /pub and PUT /config,
-# --max-body-size for /mpub); the server buffers no more than that plus one byte.
+"""nsqd's HTTP API on httpd's server.
+
+Strategy: glue only. Each handler parses the query the way nsqd does (first value of a key),
+calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JSON, or empty),
+errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
+`X-Nsq-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
+nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
+Handlers are synchronous (the core's calls are): the server answers each in the same loop pass.
+The routes that read a body name how much (--max-msg-size for /pub and PUT /config,
+--max-body-size for /mpub); the server buffers no more than that plus one byte."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from . import config, stats, wire
-from .httpd import (
+from .internal.httpd import (
     JSON_TYPE,
     NSQ_HEADER,
     HTTPServer,

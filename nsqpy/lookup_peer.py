@@ -1,30 +1,31 @@
-# nsqd's side of nsqlookupd: registration of this node's topics and channels.
-#
-# Strategy: asyncio glue, like protocol_v2. The core only calls the synchronous notifications
-# (`topic_added`, `channel_removed`, ...); each lookupd has one LookupPeer task that reads the
-# replies on its own connection, so a slow or dead lookupd never blocks the broker or the other
-# lookupds. A notification is written to the lookupd's socket at once, inside the call that
-# created or deleted the topic or channel (before nsqd.dat is rewritten, before any other work of
-# the loop), when that lookupd is connected and identified and nothing is queued before it;
-# the task then reads its reply (replies come in command order). Otherwise it is queued and the
-# task sends it, one round trip at a time. As nsqd 1.3 (nsqd/lookup.go, nsqd/lookup_peer.go):
-#
-# - A peer connects lazily, with a 1 s dial timeout, and on every (re)connect sends the magic
-#   "  V1", IDENTIFY with this node's JSON (broadcast_address, hostname, http_port, tcp_port,
-#   version; keys in Go's sorted map order) and then the whole state: REGISTER <topic> for a
-#   topic without channels, REGISTER <topic> <channel> for each channel of the others.
-# - Every 15 s a PING; a command's reply is read with a 1 s deadline; any I/O error closes the
-#   connection, and the next command (a notification or the next PING) reconnects.
-# - A command that cannot be sent because the lookupd is unreachable is dropped: the state sent
-#   after the reconnect covers it.
-# - A new topic (not while loading nsqd.dat) asks every identified lookupd's HTTP API for the
-#   topic's channels (`GET /channels?topic=`) and creates them (ephemeral ones excepted) before
-#   the topic hands out messages, so that no channel misses what is published meanwhile; nsqd
-#   makes that call blocking, here the topic holds its messages until the answer is in.
-#
-# Wire (nsq.io TCP protocol for nsqlookupd): commands are "NAME params...\n", IDENTIFY followed by
-# a 4-byte big-endian body size and the JSON body; every reply is a 4-byte big-endian size and
-# the data ("OK", the IDENTIFY JSON, or an "E_..." error text).
+r"""nsqd's side of nsqlookupd: registration of this node's topics and channels.
+
+Strategy: asyncio glue, like protocol_v2. The core only calls the synchronous notifications
+(`topic_added`, `channel_removed`, ...); each lookupd has one LookupPeer task that reads the
+replies on its own connection, so a slow or dead lookupd never blocks the broker or the other
+lookupds. A notification is written to the lookupd's socket at once, inside the call that
+created or deleted the topic or channel (before nsqd.dat is rewritten, before any other work of
+the loop), when that lookupd is connected and identified and nothing is queued before it;
+the task then reads its reply (replies come in command order). Otherwise it is queued and the
+task sends it, one round trip at a time. As nsqd 1.3 (nsqd/lookup.go, nsqd/lookup_peer.go):
+
+- A peer connects lazily, with a 1 s dial timeout, and on every (re)connect sends the magic
+  "  V1", IDENTIFY with this node's JSON (broadcast_address, hostname, http_port, tcp_port,
+  version; keys in Go's sorted map order) and then the whole state: REGISTER <topic> for a
+  topic without channels, REGISTER <topic> <channel> for each channel of the others.
+- Every 15 s a PING; a command's reply is read with a 1 s deadline; any I/O error closes the
+  connection, and the next command (a notification or the next PING) reconnects.
+- A command that cannot be sent because the lookupd is unreachable is dropped: the state sent
+  after the reconnect covers it.
+- A new topic (not while loading nsqd.dat) asks every identified lookupd's HTTP API for the
+  topic's channels (`GET /channels?topic=`) and creates them (ephemeral ones excepted) before
+  the topic hands out messages, so that no channel misses what is published meanwhile; nsqd
+  makes that call blocking, here the topic holds its messages until the answer is in.
+
+Wire (nsq.io TCP protocol for nsqlookupd): commands are "NAME params...\n", IDENTIFY followed by
+a 4-byte big-endian body size and the JSON body; every reply is a 4-byte big-endian size and
+the data ("OK", the IDENTIFY JSON, or an "E_..." error text)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from .netaddr import join_host_port, split_host_port
+from .internal.netaddr import join_host_port, split_host_port
 from .options import NSQ_VERSION, Options
 
 log = logging.getLogger("nsqpy")

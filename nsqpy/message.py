@@ -1,11 +1,12 @@
-# One message in flight or deferred.
-#
-# Strategy: a queued message is not an object at all but its record, one immutable ``bytes`` in
-# nsqd's message layout (wire.encode_message: 8-byte timestamp, 2-byte attempts, 16-byte ID,
-# body), the same bytes a diskqueue stores. A topic hands the same record to every channel (no
-# copy), a spill writes it as is, and CPython's garbage collector never walks it. A Message
-# object (``__slots__``, small) exists only while a message is in flight or deferred, where the
-# channel needs its timeout and owner.
+"""One message in flight or deferred.
+
+Strategy: a queued message is not an object at all but its record, one immutable ``bytes`` in
+nsqd's message layout (wire.encode_message: 8-byte timestamp, 2-byte attempts, 16-byte ID,
+body), the same bytes a diskqueue stores. A topic hands the same record to every channel (no
+copy), a spill writes it as is, and CPython's garbage collector never walks it. A Message
+object (``__slots__``, small) exists only while a message is in flight or deferred, where the
+channel needs its timeout and owner."""
+
 from __future__ import annotations
 
 import struct

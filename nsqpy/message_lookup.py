@@ -1,10 +1,11 @@
-# GET /message?id=: where one message is now, on this nsqd (beyond nsqd; issue 12).
-#
-# Strategy: the HTTP route hands the decoded query here; this module decodes the ID (guid.py)
-# and asks each topic and channel where they hold it (Topic.locate, Channel.locate: in-flight
-# and deferred tables by ID, memory and disk through msg_index), so an answer costs a few
-# dictionary lookups and bisections per channel, plus at most one disk block read per channel
-# whose backend holds records. No queue is scanned. Shapes: README, "Where is message X?".
+"""GET /message?id=: where one message is now, on this nsqd (beyond nsqd; issue 12).
+
+Strategy: the HTTP route hands the decoded query here; this module decodes the ID (guid.py)
+and asks each topic and channel where they hold it (Topic.locate, Channel.locate: in-flight
+and deferred tables by ID, memory and disk through msg_index), so an answer costs a few
+dictionary lookups and bisections per channel, plus at most one disk block read per channel
+whose backend holds records. No queue is scanned. Shapes: README, "Where is message X?"."""
+
 from __future__ import annotations
 
 import base64
@@ -12,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .guid import DecodedID, decode_id
-from .httpd import NsqHTTPError
+from .internal.httpd import NsqHTTPError
 from .message import Message, record_body, record_header
 from .wire import is_valid_name
 

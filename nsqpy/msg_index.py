@@ -1,24 +1,25 @@
-# Find a queued message by its ID without scanning the queue (GET /message?id=, beyond nsqd).
-#
-# Strategy: keep almost nothing per message. nsqd message IDs from one node grow with time
-# (guid.py), and as 16 hex digits they sort as bytes in the same order, so the records a queue
-# receives in the normal course (fresh publishes, in publish order) are already sorted by ID:
-# that "main run" is searched by bisection over the queue itself. Only the records that arrive
-# out of order (a requeue, a timeout, a consumer's in-flight messages put back at the front, a
-# deferred message coming due, a dead letter) are remembered one by one ("strays"), with the
-# ranges of queue positions they occupy so the bisection can step over them.
-#
-# MemoryIndex follows a deque of records by logical sequence numbers: the record at deque
-# index i has sequence ``base + i``; popping from the left advances ``base``. DiskIndex follows
-# a DiskQueue: every BLOCK-th main-run record written starts a block (its ID, file number and
-# byte position); a lookup bisects the blocks and reads one block back from the file; strays
-# keep their own position. Records already on disk when the daemon started are found by
-# reading what is left of them once, at the first lookup (then indexed like the others).
-#
-# Memory per queued message: 0 for the main run in memory, a block entry per BLOCK main-run
-# records on disk (about 1 byte per record), and about 100 bytes per stray (an ID and a
-# position in a dict). The checks run once per appended batch: one ID slice and compare per
-# record.
+"""Find a queued message by its ID without scanning the queue (GET /message?id=, beyond nsqd).
+
+Strategy: keep almost nothing per message. nsqd message IDs from one node grow with time
+(guid.py), and as 16 hex digits they sort as bytes in the same order, so the records a queue
+receives in the normal course (fresh publishes, in publish order) are already sorted by ID:
+that "main run" is searched by bisection over the queue itself. Only the records that arrive
+out of order (a requeue, a timeout, a consumer's in-flight messages put back at the front, a
+deferred message coming due, a dead letter) are remembered one by one ("strays"), with the
+ranges of queue positions they occupy so the bisection can step over them.
+
+MemoryIndex follows a deque of records by logical sequence numbers: the record at deque
+index i has sequence ``base + i``; popping from the left advances ``base``. DiskIndex follows
+a DiskQueue: every BLOCK-th main-run record written starts a block (its ID, file number and
+byte position); a lookup bisects the blocks and reads one block back from the file; strays
+keep their own position. Records already on disk when the daemon started are found by
+reading what is left of them once, at the first lookup (then indexed like the others).
+
+Memory per queued message: 0 for the main run in memory, a block entry per BLOCK main-run
+records on disk (about 1 byte per record), and about 100 bytes per stray (an ID and a
+position in a dict). The checks run once per appended batch: one ID slice and compare per
+record."""
+
 from __future__ import annotations
 
 import bisect

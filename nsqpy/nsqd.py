@@ -1,25 +1,26 @@
-# NSQD: the core owner.
-#
-# Strategy: one object owns the topics, the GUID factory, the connected clients, the data directory
-# and the health string, and runs the queue-scan loop, the diskqueue sync loop and the registration
-# with nsqlookupd on one event loop. The transports (TCP, HTTP) call into it and server.py binds
-# them around it; it never imports a transport nor reaches into a socket. Topic and channel creation
-# and deletion bump ``channels_version`` (the queue scanner refreshes its sample set) and rewrite
-# nsqd.dat.
-#
-# Data directory (nsqd 1.3's layout, so Go nsqd and nsqpy-d can open each other's):
-#   nsqd.dat                                   JSON metadata: topics, channels, paused flags
-#   <topic>.diskqueue.*                        a topic's backend (go-diskqueue files)
-#   <topic>:<channel>.diskqueue.*              a channel's backend
-#   nsqpy.deferred.dat                         ours: the deferred-message journal (msgpack, see
-#                                              deferred_log.py; nsqd forgets deferred messages)
-# The directory is locked with flock while the daemon runs, like nsqd's dirlock, so a second
-# daemon (nsqpy-d or Go nsqd) cannot open it.
-#
-# Publishing to disk: a PUB/MPUB/DPUB whose messages went to a backend (or the deferred journal)
-# is answered only after those bytes were handed to the OS (flush_backends), so a crash of the
-# process (kill -9) loses no acknowledged message; fsync runs in a worker thread on --sync-every
-# / --sync-timeout, as go-diskqueue syncs after the write it acknowledged.
+"""NSQD: the core owner.
+
+Strategy: one object owns the topics, the GUID factory, the connected clients, the data directory
+and the health string, and runs the queue-scan loop, the diskqueue sync loop and the registration
+with nsqlookupd on one event loop. The transports (TCP, HTTP) call into it and server.py binds
+them around it; it never imports a transport nor reaches into a socket. Topic and channel creation
+and deletion bump ``channels_version`` (the queue scanner refreshes its sample set) and rewrite
+nsqd.dat.
+
+Data directory (nsqd 1.3's layout, so Go nsqd and nsqpy-d can open each other's):
+  nsqd.dat                                   JSON metadata: topics, channels, paused flags
+  <topic>.diskqueue.*                        a topic's backend (go-diskqueue files)
+  <topic>:<channel>.diskqueue.*              a channel's backend
+  nsqpy.deferred.dat                         ours: the deferred-message journal (msgpack, see
+                                             deferred_journal.py; nsqd forgets deferred messages)
+The directory is locked with flock while the daemon runs, like nsqd's dirlock, so a second
+daemon (nsqpy-d or Go nsqd) cannot open it.
+
+Publishing to disk: a PUB/MPUB/DPUB whose messages went to a backend (or the deferred journal)
+is answered only after those bytes were handed to the OS (flush_backends), so a crash of the
+process (kill -9) loses no acknowledged message; fsync runs in a worker thread on --sync-every
+/ --sync-timeout, as go-diskqueue syncs after the write it acknowledged."""
+
 from __future__ import annotations
 
 import asyncio
@@ -34,10 +35,10 @@ from typing import Any
 
 from . import wire
 from .channel import Channel
-from .deferred_log import DeferredJournal
+from .deferred_journal import DeferredJournal
 from .diskqueue import DiskQueue
-from .fileutil import write_sync_file
 from .guid import GUIDFactory
+from .internal.fileutil import write_sync_file
 from .lookup_peer import LookupPeers
 from .message import (
     HEADER_LENGTH,
@@ -334,7 +335,7 @@ class NSQD:
 
     # ------------------------------------------------------------ durability
 
-    # StorageHooks (spill.py): what topics and channels report.
+    # StorageHooks (backed_queue.py): what topics and channels report.
 
     def spilled(self, backend: DiskQueue) -> None:
         self._dirty.add(backend)

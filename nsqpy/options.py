@@ -1,9 +1,10 @@
-# Every nsqd setting in one place.
-#
-# `Options` mirrors nsqd 1.3's Options struct (nsqd/options.go): same names (snake_case), same
-# defaults. Durations are integer milliseconds and say so in their name (`*_ms`); sizes are bytes.
-# Go's duration syntax ("60s", "1m30s", "250ms") is parsed here so that nsqd command lines and
-# config values carry over unchanged.
+"""Every nsqd setting in one place.
+
+`Options` mirrors nsqd 1.3's Options struct (nsqd/options.go): same names (snake_case), same
+defaults. Durations are integer milliseconds and say so in their name (`*_ms`); sizes are bytes.
+Go's duration syntax ("60s", "1m30s", "250ms") is parsed here so that nsqd command lines and
+config values carry over unchanged."""
+
 from __future__ import annotations
 
 import hashlib

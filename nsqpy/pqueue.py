@@ -1,12 +1,13 @@
-# Timeout priority queues for in-flight and deferred messages.
-#
-# Strategy: a binary heap (C heapq) of ``(pri, seq, item)`` entries with lazy removal. Removing
-# an item (FIN, REQ, TOUCH) only forgets its entry (``item.pq_entry = None``); stale entries are
-# skipped when they surface, and the heap is rebuilt from live entries once stale ones outnumber
-# live ones, so memory stays within about twice the live count. nsqd keeps an indexed heap in
-# Go (nsqd/in_flight_pqueue.go); in Python an indexed heap costs a dozen attribute writes per
-# operation, while heapq push/pop are single C calls. Rule kept: an item is in at most one
-# queue at a time, and ``pop_due`` returns live items in (pri, insertion) order.
+"""Timeout priority queues for in-flight and deferred messages.
+
+Strategy: a binary heap (C heapq) of ``(pri, seq, item)`` entries with lazy removal. Removing
+an item (FIN, REQ, TOUCH) only forgets its entry (``item.pq_entry = None``); stale entries are
+skipped when they surface, and the heap is rebuilt from live entries once stale ones outnumber
+live ones, so memory stays within about twice the live count. nsqd keeps an indexed heap in
+Go (nsqd/in_flight_pqueue.go); in Python an indexed heap costs a dozen attribute writes per
+operation, while heapq push/pop are single C calls. Rule kept: an item is in at most one
+queue at a time, and ``pop_due`` returns live items in (pri, insertion) order."""
+
 from __future__ import annotations
 
 import heapq

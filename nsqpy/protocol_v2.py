@@ -1,40 +1,41 @@
-# The TCP V2 protocol: one asyncio.Protocol per client connection.
-#
-# Strategy: glue, no broker rules. ``data_received`` feeds the sans-IO parser (wire.py) and runs
-# each whole command against the core (NSQD, Topic, Channel). All output goes through one
-# bytearray: response and error frames are flushed at once (as nsqd does), message frames are
-# coalesced and flushed when the buffer reaches the client's output_buffer_size or, at the
-# latest, once the current event-loop pass ends (one call_soon per flush, never a timer): under
-# load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
-# whose socket is full (pause_writing) has no room for messages until resume_writing.
-#
-# Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which are
-# cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with
-# reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
-# hold the loop while others wait. Replies to the commands of one pass (OK, errors) go out in one
-# write at its end. A client that is not subscribed and does not read its replies stops being read
-# once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's send queue,
-# SIOCOUTQ, checked once per pass that replied) or the transport's buffer passes its high-water mark
-# (pause_writing), as a Go nsqd's blocked write stops its read loop: nobody can grow the daemon's
-# memory by publishing without reading. A subscribed connection keeps being read (its FINs free
-# room) as nsqd's separate read loop does.
-#
-# Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
-# plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
-# _flush. On that path bytes read go through the connection's stream_upgrade.StreamLayers
-# (decrypt, decompress) before the parser, and each output flush through them the other way.
-# Compressed input is inflated in steps (compression.INFLATE_STEP), one when the parser needs
-# more bytes, each charged to the pass's byte budget; while some input waits compressed the
-# transport stays paused, so a stream that inflates 1000x holds a step of memory, not 1000x its
-# size, and an oversized frame is refused before the rest of it is inflated. The
-# bytes that follow IDENTIFY in the same read are the first TLS/compressed bytes: they are taken
-# from the parser and fed through the new layers, never lost. An auth-server query
-# (auth_session.AuthSession: AUTH, or a PUB/SUB after the TTL expired) suspends the connection:
-# reading pauses, later commands wait in the parser, and the command resumes when the answer is
-# in, so commands are never reordered.
-#
-# Commands, checks, error codes and texts follow nsqd/protocol_v2.go and client_v2.go (1.3):
-# https://nsq.io/clients/tcp_protocol_spec.html
+"""The TCP V2 protocol: one asyncio.Protocol per client connection.
+
+Strategy: glue, no broker rules. ``data_received`` feeds the sans-IO parser (wire.py) and runs
+each whole command against the core (NSQD, Topic, Channel). All output goes through one
+bytearray: response and error frames are flushed at once (as nsqd does), message frames are
+coalesced and flushed when the buffer reaches the client's output_buffer_size or, at the
+latest, once the current event-loop pass ends (one call_soon per flush, never a timer): under
+load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
+whose socket is full (pause_writing) has no room for messages until resume_writing.
+
+Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which are
+cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with
+reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
+hold the loop while others wait. Replies to the commands of one pass (OK, errors) go out in one
+write at its end. A client that is not subscribed and does not read its replies stops being read
+once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's send queue,
+SIOCOUTQ, checked once per pass that replied) or the transport's buffer passes its high-water mark
+(pause_writing), as a Go nsqd's blocked write stops its read loop: nobody can grow the daemon's
+memory by publishing without reading. A subscribed connection keeps being read (its FINs free
+room) as nsqd's separate read loop does.
+
+Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
+plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
+_flush. On that path bytes read go through the connection's stream_upgrade.StreamLayers
+(decrypt, decompress) before the parser, and each output flush through them the other way.
+Compressed input is inflated in steps (compression.INFLATE_STEP), one when the parser needs
+more bytes, each charged to the pass's byte budget; while some input waits compressed the
+transport stays paused, so a stream that inflates 1000x holds a step of memory, not 1000x its
+size, and an oversized frame is refused before the rest of it is inflated. The
+bytes that follow IDENTIFY in the same read are the first TLS/compressed bytes: they are taken
+from the parser and fed through the new layers, never lost. An auth-server query
+(auth_session.AuthSession: AUTH, or a PUB/SUB after the TTL expired) suspends the connection:
+reading pauses, later commands wait in the parser, and the command resumes when the answer is
+in, so commands are never reordered.
+
+Commands, checks, error codes and texts follow nsqd/protocol_v2.go and client_v2.go (1.3):
+https://nsq.io/clients/tcp_protocol_spec.html"""
+
 from __future__ import annotations
 
 import asyncio

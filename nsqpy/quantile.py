@@ -1,16 +1,17 @@
-# End-to-end processing latency: publish timestamp to FIN, as percentiles over a sliding window.
-#
-# Strategy: what nsqd's internal/quantile does, cheaper on the FIN path. nsqd keeps two quantile
-# streams per channel and, every half of --e2e-processing-latency-window-time, resets the older
-# one and makes it current, so a query sees between half a window and a whole one. We keep two
-# bounded sample buffers the same way: a FIN appends one integer (O(1)); past ``capacity``
-# samples in a half window it mostly only counts, and reservoir sampling replaces a random slot
-# now and then so the buffer stays a uniform sample. Percentiles are computed only when /stats,
-# statsd or /metrics asks (sort, nearest rank). Counts are exact; percentile values are exact up
-# to ``capacity`` FINs per half window and a uniform-sample estimate beyond it (nsqd's perks
-# stream is an estimate too). Beside the window, two running totals since the recorder was made
-# (FINs and their summed latency) give /metrics a Prometheus Summary's _count and _sum.
-# A channel without configured percentiles has no recorder at all (Channel.e2e is None).
+"""End-to-end processing latency: publish timestamp to FIN, as percentiles over a sliding window.
+
+Strategy: what nsqd's internal/quantile does, cheaper on the FIN path. nsqd keeps two quantile
+streams per channel and, every half of --e2e-processing-latency-window-time, resets the older
+one and makes it current, so a query sees between half a window and a whole one. We keep two
+bounded sample buffers the same way: a FIN appends one integer (O(1)); past ``capacity``
+samples in a half window it mostly only counts, and reservoir sampling replaces a random slot
+now and then so the buffer stays a uniform sample. Percentiles are computed only when /stats,
+statsd or /metrics asks (sort, nearest rank). Counts are exact; percentile values are exact up
+to ``capacity`` FINs per half window and a uniform-sample estimate beyond it (nsqd's perks
+stream is an estimate too). Beside the window, two running totals since the recorder was made
+(FINs and their summed latency) give /metrics a Prometheus Summary's _count and _sum.
+A channel without configured percentiles has no recorder at all (Channel.e2e is None)."""
+
 from __future__ import annotations
 
 import math

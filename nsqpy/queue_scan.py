@@ -1,17 +1,18 @@
-# nsqd's queue-scan loop: in-flight timeouts and deferred deliveries, by sampling.
-#
-# Strategy (nsqd/nsqd.go queueScanLoop, after Redis's expiry algorithm): every
-# --queue-scan-interval (100 ms) pick --queue-scan-selection-count (20) channels at random,
-# process their in-flight and deferred queues, and go again at once while more than
-# --queue-scan-dirty-percent (25%) of the picked channels had work. The channel list is refreshed
-# every --queue-scan-refresh-interval (5 s); unlike nsqd we also refresh as soon as a channel is
-# created or deleted, so a new channel's timeouts are never up to 5 s late. An idle daemon with
-# 10,000 channels looks at 20 of them per tick, not all.
-#
-# nsqd spreads the picked channels over a worker pool (0.25 x channels, 1 to
-# --queue-scan-worker-pool-max goroutines). Here channel work is synchronous on the event loop;
-# the pool size becomes the number of channels processed between yields to the loop, so a long
-# dirty pass never holds up client I/O for more than a few channels' worth of work.
+"""nsqd's queue-scan loop: in-flight timeouts and deferred deliveries, by sampling.
+
+Strategy (nsqd/nsqd.go queueScanLoop, after Redis's expiry algorithm): every
+--queue-scan-interval (100 ms) pick --queue-scan-selection-count (20) channels at random,
+process their in-flight and deferred queues, and go again at once while more than
+--queue-scan-dirty-percent (25%) of the picked channels had work. The channel list is refreshed
+every --queue-scan-refresh-interval (5 s); unlike nsqd we also refresh as soon as a channel is
+created or deleted, so a new channel's timeouts are never up to 5 s late. An idle daemon with
+10,000 channels looks at 20 of them per tick, not all.
+
+nsqd spreads the picked channels over a worker pool (0.25 x channels, 1 to
+--queue-scan-worker-pool-max goroutines). Here channel work is synchronous on the event loop;
+the pool size becomes the number of channels processed between yields to the loop, so a long
+dirty pass never holds up client I/O for more than a few channels' worth of work."""
+
 from __future__ import annotations
 
 import asyncio

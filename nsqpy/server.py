@@ -1,19 +1,20 @@
-# nsqd's Main: the listeners and services around one NSQD.
-#
-# Strategy: the core (nsqd.py) knows nothing of sockets; this module composes the daemon in
-# nsqd's order (nsqd/nsqd.go New and Main): TLS context and auth servers from the options, the
-# data directory locked and loaded, then the TCP listener, HTTPS before HTTP (the plain
-# listener's TLS_REQUIRED answer names the HTTPS port), the loops (queue scan, diskqueue sync,
-# nsqlookupd registration) and statsd. A clean exit undoes it in reverse: stop accepting, close
-# every client, stop HTTP, then let the core write everything to disk.
+"""nsqd's Main: the listeners and services around one NSQD.
+
+Strategy: the core (nsqd.py) knows nothing of sockets; this module composes the daemon in
+nsqd's order (nsqd/nsqd.go New and Main): TLS context and auth servers from the options, the
+data directory locked and loaded, then the TCP listener, HTTPS before HTTP (the plain
+listener's TLS_REQUIRED answer names the HTTPS port), the loops (queue scan, diskqueue sync,
+nsqlookupd registration) and statsd. A clean exit undoes it in reverse: stop accepting, close
+every client, stop HTTP, then let the core write everything to disk."""
+
 from __future__ import annotations
 
 import asyncio
 import logging
 
 from .http_api import start_http
-from .httpd import HTTPServer, close_unix, listen, listen_unix
-from .netaddr import format_listen_addr, is_unix_address, split_host_port
+from .internal.httpd import HTTPServer, close_unix, listen, listen_unix
+from .internal.netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ClientV2
 

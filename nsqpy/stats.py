@@ -1,9 +1,10 @@
-# /stats: the same JSON and text shapes as nsqd 1.3 (nsqd/stats.go, nsqd/http.go doStats), so
-# nsq_stat and nsqadmin read nsqpy-d unchanged.
-#
-# Strategy: plain dicts built on request, keys in nsqd's order; Go's nil slices become JSON null
-# where nsqd's would. Memory figures come from Python's allocator and /proc (Go's heap figures
-# have no Python equivalent; the keys are kept so readers do not break).
+"""/stats: the same JSON and text shapes as nsqd 1.3 (nsqd/stats.go, nsqd/http.go doStats), so
+nsq_stat and nsqadmin read nsqpy-d unchanged.
+
+Strategy: plain dicts built on request, keys in nsqd's order; Go's nil slices become JSON null
+where nsqd's would. Memory figures come from Python's allocator and /proc (Go's heap figures
+have no Python equivalent; the keys are kept so readers do not break)."""
+
 from __future__ import annotations
 
 import gc

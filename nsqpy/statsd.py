@@ -1,12 +1,13 @@
-# statsd: push nsqd's metrics over UDP every --statsd-interval (nsqd/statsd.go).
-#
-# Strategy: one asyncio task, started only when --statsd-address is set (no cost otherwise).
-# Each tick it reads the same stats /stats serves (get_stats, without clients), turns them into
-# nsqd's lines with nsqd's names (`<prefix>topic.<t>.message_count:<diff>|c`, `...depth:<n>|g`,
-# channel counters and gauges, e2e percentiles, `mem.*`), and packs whole lines into datagrams of
-# at most --statsd-udp-packet-size bytes (nsqd's BoundaryBufferedWriter). Counters are the
-# difference from the previous push, as nsqd's. Sending never blocks the loop: a non-blocking
-# UDP socket, and a failed send is logged and dropped (statsd is best effort, as in nsqd).
+"""statsd: push nsqd's metrics over UDP every --statsd-interval (nsqd/statsd.go).
+
+Strategy: one asyncio task, started only when --statsd-address is set (no cost otherwise).
+Each tick it reads the same stats /stats serves (get_stats, without clients), turns them into
+nsqd's lines with nsqd's names (`<prefix>topic.<t>.message_count:<diff>|c`, `...depth:<n>|g`,
+channel counters and gauges, e2e percentiles, `mem.*`), and packs whole lines into datagrams of
+at most --statsd-udp-packet-size bytes (nsqd's BoundaryBufferedWriter). Counters are the
+difference from the previous push, as nsqd's. Sending never blocks the loop: a non-blocking
+UDP socket, and a failed send is logged and dropped (statsd is best effort, as in nsqd)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +16,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from . import stats
-from .netaddr import split_host_port
+from .internal.netaddr import split_host_port
 
 if TYPE_CHECKING:
     from .nsqd import NSQD

@@ -1,18 +1,19 @@
-# The layers IDENTIFY can stack on a V2 connection: TLS, then snappy or deflate.
-#
-# Strategy: one object per upgraded connection (a plain connection has none and never pays for
-# it) that turns bytes read into plaintext for the parser and an output flush into bytes for the
-# socket: decrypt then decompress on the way in, compress once then encrypt once on the way out,
-# as nsqd stacks its tls.Conn, then snappy/flate reader/writer (nsqd/client_v2.go UpgradeTLS,
-# UpgradeSnappy, UpgradeDeflate). The order of a TLS + compression upgrade is nsqd's: IDENTIFY's
-# JSON goes out plain, the TLS handshake runs (bounded by TLS_HANDSHAKE_TIMEOUT), its OK frame
-# goes out encrypted, and only then is the codec installed, its own OK going out through it. The
-# connection (``UpgradeHost``) keeps its parser and command loop; this module only owns bytes,
-# the handshake timer and the upgrade's log lines and errors.
-# Decompression is bounded: ``decode`` inflates at most one step (compression.INFLATE_STEP) of
-# what was read and keeps the rest compressed; the connection asks for the next step with
-# ``inflate`` when its parser needs more bytes and its read budget has room (``pending`` says
-# whether any is left), and keeps its transport paused meanwhile.
+"""The layers IDENTIFY can stack on a V2 connection: TLS, then snappy or deflate.
+
+Strategy: one object per upgraded connection (a plain connection has none and never pays for
+it) that turns bytes read into plaintext for the parser and an output flush into bytes for the
+socket: decrypt then decompress on the way in, compress once then encrypt once on the way out,
+as nsqd stacks its tls.Conn, then snappy/flate reader/writer (nsqd/client_v2.go UpgradeTLS,
+UpgradeSnappy, UpgradeDeflate). The order of a TLS + compression upgrade is nsqd's: IDENTIFY's
+JSON goes out plain, the TLS handshake runs (bounded by TLS_HANDSHAKE_TIMEOUT), its OK frame
+goes out encrypted, and only then is the codec installed, its own OK going out through it. The
+connection (``UpgradeHost``) keeps its parser and command loop; this module only owns bytes,
+the handshake timer and the upgrade's log lines and errors.
+Decompression is bounded: ``decode`` inflates at most one step (compression.INFLATE_STEP) of
+what was read and keeps the rest compressed; the connection asks for the next step with
+``inflate`` when its parser needs more bytes and its read budget has room (``pending`` says
+whether any is left), and keeps its transport paused meanwhile."""
+
 from __future__ import annotations
 
 import asyncio

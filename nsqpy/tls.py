@@ -1,11 +1,12 @@
-# TLS for nsqd: the server context built from the --tls-* flags (nsqd.go buildTLSConfig) and the
-# in-connection upgrade IDENTIFY's tls_v1 asks for.
-#
-# Strategy: the upgrade happens in the middle of a plain TCP stream whose next bytes (the
-# ClientHello, maybe more) can already sit in the protocol's read buffer, so TLS runs on memory
-# BIOs (ssl.SSLObject) inside the connection's own protocol object: bytes read go in, plaintext
-# comes out; plaintext written goes in, records come out. Nothing read is ever lost and no
-# transport swap is needed. The plain (non-TLS) connection never touches this module.
+"""TLS for nsqd: the server context built from the --tls-* flags (nsqd.go buildTLSConfig) and the
+in-connection upgrade IDENTIFY's tls_v1 asks for.
+
+Strategy: the upgrade happens in the middle of a plain TCP stream whose next bytes (the
+ClientHello, maybe more) can already sit in the protocol's read buffer, so TLS runs on memory
+BIOs (ssl.SSLObject) inside the connection's own protocol object: bytes read go in, plaintext
+comes out; plaintext written goes in, records come out. Nothing read is ever lost and no
+transport swap is needed. The plain (non-TLS) connection never touches this module."""
+
 from __future__ import annotations
 
 import ssl

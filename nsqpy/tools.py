@@ -1,7 +1,8 @@
-# `nsqpy`: small command-line tools around an NSQ deployment (beyond nsqd's own tools).
-#
-# Strategy: a click group; each tool is a subcommand that imports only what it needs, so the
-# command starts fast. `nsqpy id <ID>` decodes a message ID (guid.py's layout).
+"""`nsqpy`: small command-line tools around an NSQ deployment (beyond nsqd's own tools).
+
+Strategy: a click group; each tool is a subcommand that imports only what it needs, so the
+command starts fast. `nsqpy id <ID>` decodes a message ID (guid.py's layout)."""
+
 from __future__ import annotations
 
 import sys

@@ -1,28 +1,29 @@
-# A topic: the stream producers publish to.
-#
-# Strategy: a put is a synchronous call chain on message records (immutable bytes in nsqd's
-# layout, see message.py). With at least one channel and not paused, each record goes to every
-# channel at once, the same bytes for all (a copy costs nothing); with no channel, or while
-# paused, records wait in the topic's own queue and flow to the channels as soon as there is
-# one (or on unpause), as nsqd's topic messagePump does. DPUB messages enter each channel's
-# deferred queue.
-#
-# Storage (spill.py): at most ``mem_queue_size`` held records stay in memory, the rest go to the
-# topic's backend (a DiskQueue named after the topic); when channels appear the backend is drained
-# into them a chunk per event-loop pass, so a large backlog never stalls other clients. Deferred
-# messages held by the topic stay in memory (and in the daemon's deferred journal) so they keep
-# their delay. Ephemeral topics have no backend.
-#
-# Behaviour follows nsqd/topic.go.
+"""A topic: the stream producers publish to.
+
+Strategy: a put is a synchronous call chain on message records (immutable bytes in nsqd's
+layout, see message.py). With at least one channel and not paused, each record goes to every
+channel at once, the same bytes for all (a copy costs nothing); with no channel, or while
+paused, records wait in the topic's own queue and flow to the channels as soon as there is
+one (or on unpause), as nsqd's topic messagePump does. DPUB messages enter each channel's
+deferred queue.
+
+Storage (backed_queue.py): at most ``mem_queue_size`` held records stay in memory, the rest go to
+the topic's backend (a DiskQueue named after the topic); when channels appear the backend is drained
+into them a chunk per event-loop pass, so a large backlog never stalls other clients. Deferred
+messages held by the topic stay in memory (and in the daemon's deferred journal) so they keep
+their delay. Ephemeral topics have no backend.
+
+Behaviour follows nsqd/topic.go."""
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .backed_queue import BackedQueue, StorageHooks
 from .channel import Channel
 from .message import HEADER_LENGTH, record_id
-from .spill import SpillQueue, StorageHooks
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -41,7 +42,7 @@ class TopicError(Exception):
     """Topic operation refused (text as nsqd: "exiting", "channel does not exist")."""
 
 
-class Topic(SpillQueue):
+class Topic(BackedQueue):
     """One topic: ``channels`` by name, counters ``message_count`` and ``message_bytes``."""
 
     __slots__ = (

@@ -1,12 +1,13 @@
-# The NSQ TCP V2 wire format, sans-IO.
-#
-# Strategy: bytes in, commands out; frames in, bytes out. No sockets, no asyncio. The parser keeps
-# one bytearray and a read position, checks every size limit before it waits for a body (so a
-# client cannot make us buffer more than --max-body-size), and drops consumed bytes in one
-# `del buf[:n]` per compaction, never per frame. Error types carry nsqd's E_* codes and texts and
-# whether nsqd treats them as fatal (error frame, then close) or not (error frame, go on).
-#
-# Source of truth: https://nsq.io/clients/tcp_protocol_spec.html and nsqd/protocol_v2.go (1.3).
+"""The NSQ TCP V2 wire format, sans-IO.
+
+Strategy: bytes in, commands out; frames in, bytes out. No sockets, no asyncio. The parser keeps
+one bytearray and a read position, checks every size limit before it waits for a body (so a
+client cannot make us buffer more than --max-body-size), and drops consumed bytes in one
+`del buf[:n]` per compaction, never per frame. Error types carry nsqd's E_* codes and texts and
+whether nsqd treats them as fatal (error frame, then close) or not (error frame, go on).
+
+Source of truth: https://nsq.io/clients/tcp_protocol_spec.html and nsqd/protocol_v2.go (1.3)."""
+
 from __future__ import annotations
 
 import re

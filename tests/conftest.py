@@ -174,3 +174,20 @@ def lookupd_factory() -> Iterator:
 def lookupd(lookupd_factory) -> Lookupd:
     """One nsqpy-lookupd with default flags (on loopback, ephemeral ports)."""
     return lookupd_factory()
+
+
+#: tests/<kind>/ -> the marker every test in it carries (``pytest -m unit``, ``-m "not e2e"``).
+KINDS = ("unit", "daemon", "interop", "e2e", "lint")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's kind, so a kind can be picked by marker as well as by
+    path."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            kind = Path(str(item.path)).resolve().relative_to(tests).parts[0]
+        except ValueError:
+            continue
+        if kind in KINDS:
+            item.add_marker(getattr(pytest.mark, kind))

@@ -1,4 +1,5 @@
-# `python -m nsqpy.admin`: the nsqpy-admin command line.
+"""`python -m nsqpy.admin`: the nsqpy-admin command line."""
+
 from .cli import main
 
 main()

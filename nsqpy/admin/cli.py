@@ -1,13 +1,14 @@
-# nsqpy-admin: the command line, logging, signals and lifecycle.
-#
-# Strategy: apps/nsqadmin's flags with their names, defaults and Go flag syntax (through
-# goflag, as nsqpy-d and nsqpy-lookupd), a TOML --config file through nsqpy.config (command
-# line, then file, then default; nsqadmin's cfg names nsqlookupd_http_addresses,
-# nsqd_http_addresses and admin_users), nsqadmin's log lines on stderr ("[nsqadmin] ...
-# INFO: HTTP: listening on 127.0.0.1:4171"), and the shared daemon lifecycle (uvloop, exit 0
-# on SIGTERM/SIGINT, 1 when it cannot start). The Graphite flags are refused by name: the
-# admin keeps its own history instead (--sample-interval, --history-window are nsqpy's).
-# Imports stay light: the server's modules load only when it runs.
+"""nsqpy-admin: the command line, logging, signals and lifecycle.
+
+Strategy: apps/nsqadmin's flags with their names, defaults and Go flag syntax (through
+goflag, as nsqpy-d and nsqpy-lookupd), a TOML --config file through nsqpy.config (command
+line, then file, then default; nsqadmin's cfg names nsqlookupd_http_addresses,
+nsqd_http_addresses and admin_users), nsqadmin's log lines on stderr ("[nsqadmin] ...
+INFO: HTTP: listening on 127.0.0.1:4171"), and the shared daemon lifecycle (uvloop, exit 0
+on SIGTERM/SIGINT, 1 when it cannot start). The Graphite flags are refused by name: the
+admin keeps its own history instead (--sample-interval, --history-window are nsqpy's).
+Imports stay light: the server's modules load only when it runs."""
+
 from __future__ import annotations
 
 import logging
@@ -16,8 +17,8 @@ from typing import Any
 
 import click
 
-from .. import goflag
-from ..goflag import DURATION, setup_logging
+from ..internal import goflag
+from ..internal.goflag import DURATION, setup_logging
 from ..options import NSQ_VERSION, NSQPY_VERSION
 
 BOOL_FLAGS = frozenset(("version", "verbose", "http-client-tls-insecure-skip-verify"))
@@ -152,7 +153,7 @@ def nsqpy_admin(**kw: Any) -> None:
 def run(opts: Any) -> None:
     """Start nsqadmin on uvloop and serve until SIGTERM or SIGINT; exit 0 on a clean stop,
     1 when the options are refused or the listener cannot be bound."""
-    from ..daemon import serve
+    from ..internal.daemon import serve
     from .server import AdminServer
 
     logging.getLogger("nsqpy").info(version_string())

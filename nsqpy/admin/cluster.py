@@ -1,15 +1,16 @@
-# nsqadmin's ClusterInfo reads and actions over HTTP (internal/clusterinfo/data.go).
-#
-# Strategy: one aiohttp ClientSession (keep-alive, connect and request timeouts as
-# --http-client-connect-timeout/--http-client-request-timeout, TLS client settings) shared by
-# every request; each read asks all the daemons concerned at once (asyncio.gather) and turns the
-# answers into nsqadmin's records through clusterinfo (pure). A daemon that fails becomes a
-# message, never an exception: reads return ``(value, errors)``, and raise
-# clusterinfo.UpstreamError only when every daemon asked failed, as nsqadmin's PartialErr /
-# error split does. The error text follows Go's http client: 'Get "URL": <reason>' and
-# 'got response 500 Internal Server Error "<body>"'. A 403 to a plain-http URL is retried once at
-# https on the port the answer names (Go's GETV1/POSTV1: nsqd with --tls-required answers so).
-# Actions POST to lookupds one after another and to nsqds in parallel, collecting errors.
+"""nsqadmin's ClusterInfo reads and actions over HTTP (internal/clusterinfo/data.go).
+
+Strategy: one aiohttp ClientSession (keep-alive, connect and request timeouts as
+--http-client-connect-timeout/--http-client-request-timeout, TLS client settings) shared by
+every request; each read asks all the daemons concerned at once (asyncio.gather) and turns the
+answers into nsqadmin's records through clusterinfo (pure). A daemon that fails becomes a
+message, never an exception: reads return ``(value, errors)``, and raise
+clusterinfo.UpstreamError only when every daemon asked failed, as nsqadmin's PartialErr /
+error split does. The error text follows Go's http client: 'Get "URL": <reason>' and
+'got response 500 Internal Server Error "<body>"'. A 403 to a plain-http URL is retried once at
+https on the port the answer names (Go's GETV1/POSTV1: nsqd with --tls-required answers so).
+Actions POST to lookupds one after another and to nsqds in parallel, collecting errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +23,7 @@ from urllib.parse import quote_plus, urlsplit, urlunsplit
 
 import aiohttp
 
-from ..netaddr import join_host_port
+from ..internal.netaddr import join_host_port
 from . import clusterinfo as ci
 from .clusterinfo import Producer, Stats
 

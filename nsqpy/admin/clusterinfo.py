@@ -1,29 +1,30 @@
-# nsqadmin's view of a cluster, built from the JSON the daemons answer (internal/clusterinfo).
-#
-# Strategy: pure functions from decoded JSON dicts (lookupd's /nodes and /lookup, nsqd's /info
-# and /stats?format=json) to the dicts nsqadmin 1.3's API answers, with Go's field order and
-# Go's aggregation rules (TopicStats.Add, ChannelStats.Add, E2eProcessingLatencyAggregate.Add,
-# GetLookupdProducers' merge by TCP address, out_of_date by version). No sockets, no asyncio:
-# cluster.py fetches, this module aggregates, and both the API and the pages read the result.
-#
-# Records are plain dicts in the shape nsqadmin's JSON has them (types.go):
-#   producer: remote_addresses, remote_address, hostname, broadcast_address, tcp_port,
-#             http_port, version, topics [{topic, tombstoned}], out_of_date
-#   topic stats: node, hostname, topic_name, depth, memory_depth, backend_depth, message_count,
-#             nodes, channels, paused, e2e_processing_latency
-#   channel stats: node, hostname, topic_name, channel_name, depth, memory_depth,
-#             backend_depth, in_flight_count, deferred_count, requeue_count, timeout_count,
-#             message_count, client_count, nodes, clients, paused, e2e_processing_latency
-#   client stats: node, remote_address, version, client_id, hostname, user_agent, connect_ts,
-#             connected (ns), in_flight_count, ready_count, finish_count, requeue_count,
-#             message_count, sample_rate, deflate, snappy, authed, auth_identity,
-#             auth_identity_url, tls, tls_cipher_suite, tls_version, tls_negotiated_protocol,
-#             tls_negotiated_protocol_is_mutual
-#   nsqpy-d's dead letters add max_attempts and dead_letter_count to the channel stats of the
-#             channels that have them on (after e2e_processing_latency; absent elsewhere)
-# One deliberate difference: Go's TopicStats.Add reuses the first node's channel object as the
-# cluster-wide channel (so that node's own row is lost from "nodes"); here the cluster-wide
-# channel of a topic is built as /api/topics/:topic/:channel builds it (node "*", every node).
+"""nsqadmin's view of a cluster, built from the JSON the daemons answer (internal/clusterinfo).
+
+Strategy: pure functions from decoded JSON dicts (lookupd's /nodes and /lookup, nsqd's /info
+and /stats?format=json) to the dicts nsqadmin 1.3's API answers, with Go's field order and
+Go's aggregation rules (TopicStats.Add, ChannelStats.Add, E2eProcessingLatencyAggregate.Add,
+GetLookupdProducers' merge by TCP address, out_of_date by version). No sockets, no asyncio:
+cluster.py fetches, this module aggregates, and both the API and the pages read the result.
+
+Records are plain dicts in the shape nsqadmin's JSON has them (types.go):
+  producer: remote_addresses, remote_address, hostname, broadcast_address, tcp_port,
+            http_port, version, topics [{topic, tombstoned}], out_of_date
+  topic stats: node, hostname, topic_name, depth, memory_depth, backend_depth, message_count,
+            nodes, channels, paused, e2e_processing_latency
+  channel stats: node, hostname, topic_name, channel_name, depth, memory_depth,
+            backend_depth, in_flight_count, deferred_count, requeue_count, timeout_count,
+            message_count, client_count, nodes, clients, paused, e2e_processing_latency
+  client stats: node, remote_address, version, client_id, hostname, user_agent, connect_ts,
+            connected (ns), in_flight_count, ready_count, finish_count, requeue_count,
+            message_count, sample_rate, deflate, snappy, authed, auth_identity,
+            auth_identity_url, tls, tls_cipher_suite, tls_version, tls_negotiated_protocol,
+            tls_negotiated_protocol_is_mutual
+  nsqpy-d's dead letters add max_attempts and dead_letter_count to the channel stats of the
+            channels that have them on (after e2e_processing_latency; absent elsewhere)
+One deliberate difference: Go's TopicStats.Add reuses the first node's channel object as the
+cluster-wide channel (so that node's own row is lost from "nodes"); here the cluster-wide
+channel of a topic is built as /api/topics/:topic/:channel builds it (node "*", every node)."""
+
 from __future__ import annotations
 
 import re
@@ -31,7 +32,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..netaddr import join_host_port
+from ..internal.netaddr import join_host_port
 
 Producer = dict[str, Any]
 Stats = dict[str, Any]

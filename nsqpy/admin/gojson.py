@@ -1,12 +1,13 @@
-# nsqadmin's request bodies as Go decodes them: json.NewDecoder(req.Body).Decode(&struct{...}).
-#
-# Strategy: pure. The first JSON value of the body is read (what follows it is left unread, as
-# a Decoder does), its keys matched to the struct's string fields case-insensitively, and every
-# failure worded as encoding/json words it (Go 1.19), because nsqadmin answers that text as the
-# 400's message: "EOF" for an empty body, "unexpected EOF" for a cut one, "invalid character 'x'
-# looking for beginning of value" and its siblings for a syntax error, "json: cannot unmarshal
-# number into Go struct field .action of type string" for a wrong type. Python's json decoder
-# finds the error; its message is mapped onto Go's by what it was expecting.
+"""nsqadmin's request bodies as Go decodes them: json.NewDecoder(req.Body).Decode(&struct{...}).
+
+Strategy: pure. The first JSON value of the body is read (what follows it is left unread, as
+a Decoder does), its keys matched to the struct's string fields case-insensitively, and every
+failure worded as encoding/json words it (Go 1.19), because nsqadmin answers that text as the
+400's message: "EOF" for an empty body, "unexpected EOF" for a cut one, "invalid character 'x'
+looking for beginning of value" and its siblings for a syntax error, "json: cannot unmarshal
+number into Go struct field .action of type string" for a wrong type. Python's json decoder
+finds the error; its message is mapped onto Go's by what it was expecting."""
+
 from __future__ import annotations
 
 import json

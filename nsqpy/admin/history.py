@@ -1,12 +1,13 @@
-# The admin's own history of depth and message rates, drawn as small inline SVG charts.
-#
-# Strategy: pure and clock-injected. A sampler (server.py) records each topic's and channel's
-# cluster-wide depth and message_count every --sample-interval; each series is a bounded ring
-# buffer (collections.deque with maxlen = window / interval), so memory stays fixed whatever
-# runs for how long. A series not sampled for a whole window (its topic or channel is gone)
-# is dropped. Rates are differences of message_count between samples per second (a counter
-# that goes back, as after a node restart or an empty, counts from zero). The charts are SVG
-# polylines rendered here to markup strings; templates embed them as is.
+"""The admin's own history of depth and message rates, drawn as small inline SVG charts.
+
+Strategy: pure and clock-injected. A sampler (server.py) records each topic's and channel's
+cluster-wide depth and message_count every --sample-interval; each series is a bounded ring
+buffer (collections.deque with maxlen = window / interval), so memory stays fixed whatever
+runs for how long. A series not sampled for a whole window (its topic or channel is gone)
+is dropped. Rates are differences of message_count between samples per second (a counter
+that goes back, as after a node restart or an empty, counts from zero). The charts are SVG
+polylines rendered here to markup strings; templates embed them as is."""
+
 from __future__ import annotations
 
 from collections import deque

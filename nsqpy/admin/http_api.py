@@ -1,12 +1,13 @@
-# nsqadmin's JSON API (nsqadmin/http.go, v1 endpoints) on aiohttp.
-#
-# Strategy: glue only. Each handler asks cluster.Cluster (which asks the daemons in parallel)
-# and answers nsqadmin's JSON shape through httpd's V1 helpers: Go's field order, "message"
-# carrying "WARNING: ..." when some daemon failed, 502 "UPSTREAM_ERROR: ..." only when every
-# daemon asked failed. Every destructive action goes through AdminAPI.perform, which the HTML
-# forms (pages.py) call too: the ACL check (--admin-user against the --acl-http-header
-# header; 403 FORBIDDEN and nothing changed otherwise), the cluster calls, and the audit event
-# for --notification-http-endpoint (notify.py).
+"""nsqadmin's JSON API (nsqadmin/http.go, v1 endpoints) on aiohttp.
+
+Strategy: glue only. Each handler asks cluster.Cluster (which asks the daemons in parallel)
+and answers nsqadmin's JSON shape through httpd's V1 helpers: Go's field order, "message"
+carrying "WARNING: ..." when some daemon failed, 502 "UPSTREAM_ERROR: ..." only when every
+daemon asked failed. Every destructive action goes through AdminAPI.perform, which the HTML
+forms (pages.py) call too: the ACL check (--admin-user against the --acl-http-header
+header; 403 FORBIDDEN and nothing changed otherwise), the cluster calls, and the audit event
+for --notification-http-endpoint (notify.py)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -18,8 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from ..config import LOG_LEVEL_NUMBERS
-from ..goflag import LOG_LEVELS
-from ..httpd import NsqHTTPError, error_response, go_json_response
+from ..internal.goflag import LOG_LEVELS
+from ..internal.httpd import NsqHTTPError, error_response, go_json_response
 from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster

@@ -1,10 +1,11 @@
-# nsqadmin's audit events (nsqadmin/notify.go): each admin action POSTed as JSON to
-# --notification-http-endpoint.
-#
-# Strategy: the request handler only builds the event and puts it on a bounded queue (it never
-# waits on the endpoint, as nsqadmin hands it to a goroutine); one task POSTs the queue in order
-# with the admin's HTTP client deadlines, logging failures. A full queue (the endpoint is down
-# for long) drops the newest event with an error line instead of growing without bound.
+"""nsqadmin's audit events (nsqadmin/notify.go): each admin action POSTed as JSON to
+--notification-http-endpoint.
+
+Strategy: the request handler only builds the event and puts it on a bounded queue (it never
+waits on the endpoint, as nsqadmin hands it to a goroutine); one task POSTs the queue in order
+with the admin's HTTP client deadlines, logging failures. A full queue (the endpoint is down
+for long) drops the newest event with an error line instead of growing without bound."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,14 +1,15 @@
-# nsqadmin's options (nsqadmin/options.go), one dataclass with every default in one place.
-#
-# Strategy: as nsqpy.options for nsqd: field names follow the Go struct's cfg names, durations
-# are whole milliseconds (suffix _ms), and the checks nsqadmin.New makes on them live here
-# (validate), so the command line, a config file and the tests all go through one door.
+"""nsqadmin's options (nsqadmin/options.go), one dataclass with every default in one place.
+
+Strategy: as nsqpy.options for nsqd: field names follow the Go struct's cfg names, durations
+are whole milliseconds (suffix _ms), and the checks nsqadmin.New makes on them live here
+(validate), so the command line, a config file and the tests all go through one door."""
+
 from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
 
-from ..netaddr import split_host_port
+from ..internal.netaddr import split_host_port
 
 
 @dataclass

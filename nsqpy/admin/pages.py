@@ -1,14 +1,15 @@
-# nsqadmin's pages, rendered on the server from jinja2 templates (templates/), no build step.
-#
-# Strategy: each GET page asks cluster.Cluster for what it shows (in parallel, with the HTTP
-# client's deadlines), turns a failed node into an error row on its table and a warning at the
-# top (never a blank page, never a 500), and renders one template. Every page is complete
-# without JavaScript; static/admin.js only refreshes the live part (#live) in place and asks
-# for a confirmation before a destructive form is sent. Destructive actions are HTML forms that
-# POST to the page's own URL; the handler calls AdminAPI.perform (the same door as the JSON
-# API: ACL, cluster calls, audit event) and answers 303 back to a page with a notice, or the
-# error page with the API's status (403 for a non-admin, nothing changed). A POST whose Origin
-# header names another host is refused (403) so another site cannot press the buttons.
+"""nsqadmin's pages, rendered on the server from jinja2 templates (templates/), no build step.
+
+Strategy: each GET page asks cluster.Cluster for what it shows (in parallel, with the HTTP
+client's deadlines), turns a failed node into an error row on its table and a warning at the
+top (never a blank page, never a 500), and renders one template. Every page is complete
+without JavaScript; static/admin.js only refreshes the live part (#live) in place and asks
+for a confirmation before a destructive form is sent. Destructive actions are HTML forms that
+POST to the page's own URL; the handler calls AdminAPI.perform (the same door as the JSON
+API: ACL, cluster calls, audit event) and answers 303 back to a page with a notice, or the
+error page with the API's status (403 for a non-admin, nothing changed). A POST whose Origin
+header names another host is refused (403) so another site cannot press the buttons."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,7 @@ import jinja2
 from aiohttp import web
 
 from ..guid import decode_id
-from ..httpd import NsqHTTPError
+from ..internal.httpd import NsqHTTPError
 from ..options import NSQ_VERSION, NSQPY_VERSION
 from . import clusterinfo as ci
 from .cluster import Cluster

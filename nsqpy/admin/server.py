@@ -1,12 +1,13 @@
-# nsqadmin's Main: the HTTP listener, the cluster client, the history sampler, the notifier.
-#
-# Strategy: as nsqadmin.New/Main: the options are checked first (ValueError with nsqadmin's
-# text), then the listener is bound and "HTTP: listening on <addr>" logged with the real port
-# (port 0 picks a free one). The JSON API (http_api) and the pages (pages) share one Cluster
-# and one HTTP client session; the routes sit under --base-path, with httpd.go_router's
-# redirect/405/404 rules around them. The sampler task asks the cluster every
-# --sample-interval and records every topic's and channel's totals in the History (it never
-# lets an error escape: a failed round is logged and the next one tried).
+"""nsqadmin's Main: the HTTP listener, the cluster client, the history sampler, the notifier.
+
+Strategy: as nsqadmin.New/Main: the options are checked first (ValueError with nsqadmin's
+text), then the listener is bound and "HTTP: listening on <addr>" logged with the real port
+(port 0 picks a free one). The JSON API (http_api) and the pages (pages) share one Cluster
+and one HTTP client session; the routes sit under --base-path, with httpd.go_router's
+redirect/405/404 rules around them. The sampler task asks the cluster every
+--sample-interval and records every topic's and channel's totals in the History (it never
+lets an error escape: a failed round is logged and the next one tried)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..httpd import go_router, start_site
-from ..netaddr import format_listen_addr, split_host_port
+from ..internal.httpd import go_router, start_site
+from ..internal.netaddr import format_listen_addr, split_host_port
 from . import clusterinfo as ci
 from . import http_api, pages
 from .cluster import Cluster, HTTPClient

@@ -1,4 +1,5 @@
-# `python -m nsqpy.lookupd`: the nsqpy-lookupd command line.
+"""`python -m nsqpy.lookupd`: the nsqpy-lookupd command line."""
+
 from .cli import main
 
 main()

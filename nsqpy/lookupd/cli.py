@@ -1,10 +1,11 @@
-# nsqpy-lookupd: the command line, logging, signals and lifecycle.
-#
-# Strategy: apps/nsqlookupd's flags with their names, defaults and Go flag syntax (through
-# goflag, as nsqpy-d), a TOML --config file through nsqpy.config (command line, then file, then
-# default), nsqlookupd's log lines on stderr ("[nsqlookupd] 2006/01/02 15:04:05.000000 INFO:
-# TCP: listening on 127.0.0.1:4160"), uvloop, and exit 0 on SIGTERM/SIGINT. Imports stay
-# light: the daemon's modules load only when it runs.
+"""nsqpy-lookupd: the command line, logging, signals and lifecycle.
+
+Strategy: apps/nsqlookupd's flags with their names, defaults and Go flag syntax (through
+goflag, as nsqpy-d), a TOML --config file through nsqpy.config (command line, then file, then
+default), nsqlookupd's log lines on stderr ("[nsqlookupd] 2006/01/02 15:04:05.000000 INFO:
+TCP: listening on 127.0.0.1:4160"), uvloop, and exit 0 on SIGTERM/SIGINT. Imports stay
+light: the daemon's modules load only when it runs."""
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,9 @@ from typing import Any
 
 import click
 
-from .. import goflag, options
-from ..goflag import DURATION, setup_logging
+from .. import options
+from ..internal import goflag
+from ..internal.goflag import DURATION, setup_logging
 
 BOOL_FLAGS = frozenset(("version", "verbose"))
 
@@ -72,7 +74,7 @@ def nsqpy_lookupd(**kw: Any) -> None:
 def run(opts: Any) -> None:
     """Start nsqlookupd on uvloop and serve until SIGTERM or SIGINT; exit 0 on a clean stop,
     1 when a listener cannot be bound."""
-    from ..daemon import serve
+    from ..internal.daemon import serve
     from .nsqlookupd import NSQLookupd
     from .server import Server
 

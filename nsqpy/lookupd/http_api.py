@@ -1,19 +1,20 @@
-# nsqlookupd's HTTP API on httpd's server.
-#
-# Strategy: glue only, as nsqlookupd/http.go (1.3): each handler reads the raw query the way Go's
-# url.ParseQuery does (a bad query is 400 INVALID_REQUEST; the first value of a key counts),
-# calls the registration DB and answers in the V1 shape (httpd.api: 200 with the raw body or
-# JSON, errors as {"message": TEXT}). JSON is written as Go's encoding/json writes it: struct
-# fields in declaration order, map keys sorted, empty slices as []. Where Go iterates a map
-# (topics, channels, /debug's entries), the order here is sorted; producers come in the order
-# they registered. The router's redirects, OPTIONS and 405 come from httpd.Router.
-# nsqlookupd's /debug/pprof routes (Go runtime profiles) are not served. Handlers are synchronous
-# but GET /message (beyond nsqlookupd), which asks an nsqpy-d and so is a coroutine.
+"""nsqlookupd's HTTP API on httpd's server.
+
+Strategy: glue only, as nsqlookupd/http.go (1.3): each handler reads the raw query the way Go's
+url.ParseQuery does (a bad query is 400 INVALID_REQUEST; the first value of a key counts),
+calls the registration DB and answers in the V1 shape (httpd.api: 200 with the raw body or
+JSON, errors as {"message": TEXT}). JSON is written as Go's encoding/json writes it: struct
+fields in declaration order, map keys sorted, empty slices as []. Where Go iterates a map
+(topics, channels, /debug's entries), the order here is sorted; producers come in the order
+they registered. The router's redirects, OPTIONS and 405 come from httpd.Router.
+nsqlookupd's /debug/pprof routes (Go runtime profiles) are not served. Handlers are synchronous
+but GET /message (beyond nsqlookupd), which asks an nsqpy-d and so is a coroutine."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..httpd import (
+from ..internal.httpd import (
     JSON_TYPE,
     NSQ_HEADER,
     NsqHTTPError,

@@ -1,16 +1,17 @@
-# GET /message?id= on nsqpy-lookupd: ask the node whose node id the message ID carries (issue 12).
-#
-# Strategy: an nsqd message ID holds its node's 10-bit node id (guid.py); nsqpy-d sends its
-# node id in its lookupd IDENTIFY (lookup_peer.py), so the registration DB knows which node
-# made an ID. That node's own GET /message answers (nsqpy/message_lookup.py); this module adds
-# which producer it was. A Go nsqd sends no node id and is never matched. The outgoing request
-# uses aiohttp's client, imported on the first lookup (it is slow to import and the daemon's
-# start should not pay for it).
+"""GET /message?id= on nsqpy-lookupd: ask the node whose node id the message ID carries (issue 12).
+
+Strategy: an nsqd message ID holds its node's 10-bit node id (guid.py); nsqpy-d sends its
+node id in its lookupd IDENTIFY (lookup_peer.py), so the registration DB knows which node
+made an ID. That node's own GET /message answers (nsqpy/message_lookup.py); this module adds
+which producer it was. A Go nsqd sends no node id and is never matched. The outgoing request
+uses aiohttp's client, imported on the first lookup (it is slow to import and the daemon's
+start should not pay for it)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..httpd import NsqHTTPError
+from ..internal.httpd import NsqHTTPError
 from ..message_lookup import id_from_query
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
-# nsqpy-lookupd's core: options, the registration DB and the connected clients.
-#
-# Strategy: as nsqlookupd/nsqlookupd.go and options.go. The core owns the RegistrationDB and
-# the connected clients; the transports (protocol_v1.py, http_api.py) call into it, and
-# server.py binds them around it.
+"""nsqpy-lookupd's core: options, the registration DB and the connected clients.
+
+Strategy: as nsqlookupd/nsqlookupd.go and options.go. The core owns the RegistrationDB and
+the connected clients; the transports (protocol_v1.py, http_api.py) call into it, and
+server.py binds them around it."""
+
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..httpd import go_json
+from ..internal.httpd import go_json
 from ..options import NSQ_VERSION
 from .registration_db import RegistrationDB
 

@@ -1,16 +1,17 @@
-# nsqlookupd's TCP protocol ("  V1"), one asyncio.Protocol per nsqd connection.
-#
-# Strategy: glue around the registration DB. The connection is a small state machine fed from
-# one bytearray: the 4-byte magic, then newline-terminated command lines, with IDENTIFY's
-# 4-byte big-endian size and JSON body read right after its line (as nsqlookupd reads them from
-# the same bufio.Reader). Every reply is nsqlookupd's SendResponse: a 4-byte big-endian size and
-# the data, no frame type. Every error nsqlookupd 1.3 sends is fatal: "<E_CODE> <text>", then
-# close. Limits are checked before anything is buffered (a line over MAX_LINE_LENGTH, an
-# IDENTIFY size that is negative or over MAX_IDENTIFY_BODY: error and close), and a client that
-# does not read its replies stops being read (pause_writing -> pause_reading). When the
-# connection goes, its producer leaves every registration at once.
-#
-# Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3).
+"""nsqlookupd's TCP protocol ("  V1"), one asyncio.Protocol per nsqd connection.
+
+Strategy: glue around the registration DB. The connection is a small state machine fed from
+one bytearray: the 4-byte magic, then newline-terminated command lines, with IDENTIFY's
+4-byte big-endian size and JSON body read right after its line (as nsqlookupd reads them from
+the same bufio.Reader). Every reply is nsqlookupd's SendResponse: a 4-byte big-endian size and
+the data, no frame type. Every error nsqlookupd 1.3 sends is fatal: "<E_CODE> <text>", then
+close. Limits are checked before anything is buffered (a line over MAX_LINE_LENGTH, an
+IDENTIFY size that is negative or over MAX_IDENTIFY_BODY: error and close), and a client that
+does not read its replies stops being read (pause_writing -> pause_reading). When the
+connection goes, its producer leaves every registration at once.
+
+Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +22,7 @@ import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ..netaddr import join_host_port
+from ..internal.netaddr import join_host_port
 from ..wire import MAX_LINE_LENGTH, is_valid_name
 from .registration_db import PeerInfo
 

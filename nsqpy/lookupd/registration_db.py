@@ -1,14 +1,15 @@
-# nsqlookupd's registration database, pure: no sockets, no asyncio, no wall clock of its own.
-#
-# Strategy: the same model as nsqlookupd/registration_db.go (a registration is a
-# (category, key, subkey) triple: ("client", "", ""), ("topic", T, ""), ("channel", T, C); each
-# maps peer id -> Producer), stored as a tree category -> key -> subkey -> producers so that exact
-# finds are O(1) and "*" finds only walk one category (or one topic's channels), plus an index
-# peer id -> registrations so a disconnect or /nodes never scans the whole map. Registrations
-# outlive their last producer, as in Go (only the #ephemeral rules of UNREGISTER drop them). Time
-# is a `now()` callable returning Unix nanoseconds, injected so tests control expiry and
-# tombstones. Lists come back in a fixed order where Go's map order is random: registrations
-# sorted, producers in the order they registered.
+"""nsqlookupd's registration database, pure: no sockets, no asyncio, no wall clock of its own.
+
+Strategy: the same model as nsqlookupd/registration_db.go (a registration is a
+(category, key, subkey) triple: ("client", "", ""), ("topic", T, ""), ("channel", T, C); each
+maps peer id -> Producer), stored as a tree category -> key -> subkey -> producers so that exact
+finds are O(1) and "*" finds only walk one category (or one topic's channels), plus an index
+peer id -> registrations so a disconnect or /nodes never scans the whole map. Registrations
+outlive their last producer, as in Go (only the #ephemeral rules of UNREGISTER drop them). Time
+is a `now()` callable returning Unix nanoseconds, injected so tests control expiry and
+tombstones. Lists come back in a fixed order where Go's map order is random: registrations
+sorted, producers in the order they registered."""
+
 from __future__ import annotations
 
 import time

@@ -1,15 +1,16 @@
-# nsqlookupd's Main: the TCP and HTTP listeners around one NSQLookupd.
-#
-# Strategy: as nsqlookupd/nsqlookupd.go Main: TCP first, then HTTP, each logging
-# "<NAME>: listening on <addr>" with the real port (port 0 picks a free one); a clean stop
-# closes the listeners and every connection (their producers leave the DB).
+"""nsqlookupd's Main: the TCP and HTTP listeners around one NSQLookupd.
+
+Strategy: as nsqlookupd/nsqlookupd.go Main: TCP first, then HTTP, each logging
+"<NAME>: listening on <addr>" with the real port (port 0 picks a free one); a clean stop
+closes the listeners and every connection (their producers leave the DB)."""
+
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from ..httpd import HTTPServer, listen, serve
-from ..netaddr import format_listen_addr, split_host_port
+from ..internal.httpd import HTTPServer, listen, serve
+from ..internal.netaddr import format_listen_addr, split_host_port
 from .http_api import build_router
 from .nsqlookupd import NSQLookupd
 from .protocol_v1 import LookupProtocolV1

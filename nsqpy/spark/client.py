@@ -1,11 +1,12 @@
-# A small blocking NSQ TCP V2 client for the Spark driver and executors.
-#
-# Strategy: one socket per connection, frames split by nsqpy.wire.FrameReader, commands encoded by
-# nsqpy.wire's client-side encoders. Request/response calls (IDENTIFY, SUB, PUB, MPUB) read until
-# their answer and reply to heartbeats on the way; a consumer's socket is otherwise read by its
-# owner (the source's I/O thread) through `read_available`, which also answers heartbeats with NOP.
-# Every send goes through one lock per connection, so the driver thread (FIN) and the I/O thread
-# (TOUCH, NOP) can share a connection. Every blocking call has a timeout.
+"""A small blocking NSQ TCP V2 client for the Spark driver and executors.
+
+Strategy: one socket per connection, frames split by nsqpy.wire.FrameReader, commands encoded by
+nsqpy.wire's client-side encoders. Request/response calls (IDENTIFY, SUB, PUB, MPUB) read until
+their answer and reply to heartbeats on the way; a consumer's socket is otherwise read by its
+owner (the source's I/O thread) through `read_available`, which also answers heartbeats with NOP.
+Every send goes through one lock per connection, so the driver thread (FIN) and the I/O thread
+(TOUCH, NOP) can share a connection. Every blocking call has a timeout."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from nsqpy import wire
-from nsqpy.netaddr import split_host_port
+from nsqpy.internal.netaddr import split_host_port
 
 USER_AGENT = "nsqpy-spark/0.1"
 

@@ -1,5 +1,6 @@
-# The `nsq` format itself: what `spark.dataSource.register` takes, joining the streaming source
-# (source.py) and the batch and streaming sinks (sink.py), which do not import each other.
+"""The `nsq` format itself: what `spark.dataSource.register` takes, joining the streaming source
+(source.py) and the batch and streaming sinks (sink.py), which do not import each other."""
+
 from __future__ import annotations
 
 from pyspark.sql.datasource import (

@@ -1,21 +1,22 @@
-# The driver side of the nsq source: nsqd connections -> write-ahead spool -> FIN.
-#
-# Strategy: one fetcher thread per nsqd (its `connections_per_nsqd` connections, one selector)
-# reads whole socket buffers and splits them into frames with one small loop; a run of message
-# frames becomes a `_Chunk` of columns (ids, bodies, publish times, attempts) built with numpy and
-# pyarrow, not per-row objects. The writer thread takes every chunk waiting, writes them to the
-# spool as one Arrow record batch, fsyncs (a group commit: one fsync for everything that arrived
-# during the previous one), then FINs each chunk's messages on the connection that delivered them
-# (one write of `FIN <id>\n` lines per chunk). So a message is FIN'd only once it is durable, and
-# RDY (max_in_flight) bounds what is held in memory: nsqd sends no more than that un-FIN'd.
-#
-# Backpressure: when the spool holds more than `max_spool_bytes` past what Spark committed, the
-# fetchers set RDY 0 (nsqd keeps the messages; its depth grows) until a commit frees room.
-#
-# Redeliveries: a message spooled but not FIN'd (its connection died first, or the previous driver
-# was killed between fsync and FIN) comes back from nsqd with the same ID. Such IDs are
-# "suspects": the last rows of the spool when it is opened, and every ID whose FIN could not be
-# sent. A delivered message whose (nsqd, id) is a suspect is FIN'd at once and not spooled again.
+r"""The driver side of the nsq source: nsqd connections -> write-ahead spool -> FIN.
+
+Strategy: one fetcher thread per nsqd (its `connections_per_nsqd` connections, one selector)
+reads whole socket buffers and splits them into frames with one small loop; a run of message
+frames becomes a `_Chunk` of columns (ids, bodies, publish times, attempts) built with numpy and
+pyarrow, not per-row objects. The writer thread takes every chunk waiting, writes them to the
+spool as one Arrow record batch, fsyncs (a group commit: one fsync for everything that arrived
+during the previous one), then FINs each chunk's messages on the connection that delivered them
+(one write of `FIN <id>\n` lines per chunk). So a message is FIN'd only once it is durable, and
+RDY (max_in_flight) bounds what is held in memory: nsqd sends no more than that un-FIN'd.
+
+Backpressure: when the spool holds more than `max_spool_bytes` past what Spark committed, the
+fetchers set RDY 0 (nsqd keeps the messages; its depth grows) until a commit frees room.
+
+Redeliveries: a message spooled but not FIN'd (its connection died first, or the previous driver
+was killed between fsync and FIN) comes back from nsqd with the same ID. Such IDs are
+"suspects": the last rows of the spool when it is opened, and every ID whose FIN could not be
+sent. A delivered message whose (nsqd, id) is a suspect is FIN'd at once and not spooled again."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,11 +1,12 @@
-# nsqlookupd discovery: which nsqd hosts a topic, as NSQ consumers find out.
-#
-# Strategy: GET http://<lookupd>/lookup?topic=<topic> on every lookupd given, with the Accept
-# header of NSQ clients (`application/vnd.nsq; version=1.0`), and take the union of the producers'
-# `broadcast_address:tcp_port`. Both answer shapes are read: nsqlookupd 1.x's bare
-# `{"channels": [...], "producers": [...]}` and the pre-1.0 `{"status_code": 200, "data": {...}}`.
-# A lookupd that does not know the topic (404) contributes nothing; one that cannot be reached is
-# skipped with its error recorded, so one dead lookupd never hides the others' answers.
+"""nsqlookupd discovery: which nsqd hosts a topic, as NSQ consumers find out.
+
+Strategy: GET http://<lookupd>/lookup?topic=<topic> on every lookupd given, with the Accept
+header of NSQ clients (`application/vnd.nsq; version=1.0`), and take the union of the producers'
+`broadcast_address:tcp_port`. Both answer shapes are read: nsqlookupd 1.x's bare
+`{"channels": [...], "producers": [...]}` and the pre-1.0 `{"status_code": 200, "data": {...}}`.
+A lookupd that does not know the topic (404) contributes nothing; one that cannot be reached is
+skipped with its error recorded, so one dead lookupd never hides the others' answers."""
+
 from __future__ import annotations
 
 import json

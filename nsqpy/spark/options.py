@@ -1,9 +1,10 @@
-# Option values of the `nsq` format (source and sink), checked the same way for both.
-#
-# Strategy: Spark passes every option as a string. Integers are whole decimal numbers with a
-# lower bound; durations are Go durations ("60s", "1m30s", "250ms", parsed by nsqpy.options, the
-# one owner of Go's duration syntax) or a plain number of milliseconds (go-options' coercion, as
-# nsqd's config file takes them). Every error names the option.
+"""Option values of the `nsq` format (source and sink), checked the same way for both.
+
+Strategy: Spark passes every option as a string. Integers are whole decimal numbers with a
+lower bound; durations are Go durations ("60s", "1m30s", "250ms", parsed by nsqpy.options, the
+one owner of Go's duration syntax) or a plain number of milliseconds (go-options' coercion, as
+nsqd's config file takes them). Every error names the option."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -1,14 +1,15 @@
-# The NSQ sink for Spark: `df.write.format("nsq")` and `df.writeStream.format("nsq")`.
-#
-# Strategy: each Spark task publishes its partition's `body` column with pipelined MPUB (up to
-# `mpub_window` MPUBs unanswered, every answer checked for OK) over its own connection, to one of
-# the nsqds named by nsqd_tcp_addresses (or found through lookupd), picked by partition number so
-# tasks spread over the daemons; when that nsqd cannot be reached the next one is tried. The
-# writers are Spark's Arrow writers: the task gets Arrow record batches, and an MPUB body
-# (`[count]([size][bytes])*`) is assembled from the column's offsets and data buffers with numpy,
-# no Python object per row. Any answer other than OK raises, so the task fails and Spark retries
-# it (`spark.task.maxFailures`): what a failed task had already published stays published, so
-# the sink is at-least-once.
+"""The NSQ sink for Spark: `df.write.format("nsq")` and `df.writeStream.format("nsq")`.
+
+Strategy: each Spark task publishes its partition's `body` column with pipelined MPUB (up to
+`mpub_window` MPUBs unanswered, every answer checked for OK) over its own connection, to one of
+the nsqds named by nsqd_tcp_addresses (or found through lookupd), picked by partition number so
+tasks spread over the daemons; when that nsqd cannot be reached the next one is tried. The
+writers are Spark's Arrow writers: the task gets Arrow record batches, and an MPUB body
+(`[count]([size][bytes])*`) is assembled from the column's offsets and data buffers with numpy,
+no Python object per row. Any answer other than OK raises, so the task fails and Spark retries
+it (`spark.task.maxFailures`): what a failed task had already published stays published, so
+the sink is at-least-once."""
+
 from __future__ import annotations
 
 import logging

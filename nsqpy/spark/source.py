@@ -1,23 +1,24 @@
-# The NSQ streaming source for Spark (Python Data Source API, Spark >= 4.2).
-#
-# Strategy: a write-ahead spool makes NSQ look like Kafka. The driver-side reader (which Spark
-# keeps alive for the whole query in one Python process) runs a fetch.Fetcher: nsqd's messages are
-# appended to the spool (spool.py: Arrow IPC segments in `spool_dir`, fsync'd in groups) and FIN'd
-# as soon as the write holding them is durable. From then on the spool, not nsqd, is the
-# replayable log, and the source's offsets are positions in it (`{"position": N}`: N rows spooled
-# before). latestOffset(start, limit) returns the spool's durable end, cut by Spark's admission
-# control (max_messages_per_trigger, max_bytes_per_trigger); partitions(start, end) names spool
-# ranges (segment, byte range, rows), so no row goes through a pickle; read() on an executor reads
-# its range through pyarrow.fs and yields Arrow record batches; commit(end) deletes the whole
-# segments below end. nsqd keeps streaming while Spark runs a batch; RDY (max_in_flight) bounds
-# what the driver holds in memory, and max_spool_bytes what the spool holds past the last commit
-# (above it RDY goes to 0 and nsqd keeps the messages).
-#
-# Trigger.AvailableNow: prepareForTriggerAvailableNow stops taking messages for a moment, asks
-# every nsqd's /stats for the channel's depth + in-flight count, and sets the target to the
-# spool's end plus that; batches run until the spool reaches the target, or nothing more arrives
-# for fetch_wait (an nsqd whose /stats cannot be read, or messages taken by another consumer of
-# the channel), and then the query ends.
+"""The NSQ streaming source for Spark (Python Data Source API, Spark >= 4.2).
+
+Strategy: a write-ahead spool makes NSQ look like Kafka. The driver-side reader (which Spark
+keeps alive for the whole query in one Python process) runs a fetch.Fetcher: nsqd's messages are
+appended to the spool (spool.py: Arrow IPC segments in `spool_dir`, fsync'd in groups) and FIN'd
+as soon as the write holding them is durable. From then on the spool, not nsqd, is the
+replayable log, and the source's offsets are positions in it (`{"position": N}`: N rows spooled
+before). latestOffset(start, limit) returns the spool's durable end, cut by Spark's admission
+control (max_messages_per_trigger, max_bytes_per_trigger); partitions(start, end) names spool
+ranges (segment, byte range, rows), so no row goes through a pickle; read() on an executor reads
+its range through pyarrow.fs and yields Arrow record batches; commit(end) deletes the whole
+segments below end. nsqd keeps streaming while Spark runs a batch; RDY (max_in_flight) bounds
+what the driver holds in memory, and max_spool_bytes what the spool holds past the last commit
+(above it RDY goes to 0 and nsqd keeps the messages).
+
+Trigger.AvailableNow: prepareForTriggerAvailableNow stops taking messages for a moment, asks
+every nsqd's /stats for the channel's depth + in-flight count, and sets the target to the
+spool's end plus that; batches run until the spool reaches the target, or nothing more arrives
+for fetch_wait (an nsqd whose /stats cannot be read, or messages taken by another consumer of
+the channel), and then the query ends."""
+
 from __future__ import annotations
 
 import logging

@@ -1,21 +1,22 @@
-# The source's write-ahead spool: what nsqd delivered, durable before it is FIN'd, in Arrow IPC.
-#
-# Strategy: the spool is a log of rows numbered from 0 (a row's number is its *position*; the
-# source's offsets are positions). It is a directory of segment files, each an Arrow IPC stream
-# named by the position of its first row (`<position:020d>.arrows`): the schema message, then one
-# record batch per group the driver wrote (many messages, one write, one fsync). Appending never
-# rewrites a byte, so a segment is readable while it grows, and a torn tail (a process killed
-# mid-write) is cut off at the last whole message when the spool is opened again.
-#
-# The driver keeps an index in memory, one entry per group: (position, rows, byte offset, byte
-# length, segment). A Spark partition is then only (segment path, byte range, rows to skip and
-# take): an executor reads that byte range through pyarrow's filesystem layer (local path or a
-# URI) and turns each IPC message back into a RecordBatch without a Python loop per row
-# (`pyarrow.ipc.read_record_batch`: the buffers are used as they are).
-#
-# Segments roll over at `segment_bytes`; `delete_below(end)` removes whole closed segments whose
-# rows are all below `end` (Spark committed them). The newest segment is never deleted, so its name
-# keeps the position count across restarts even when everything is committed.
+"""The source's write-ahead spool: what nsqd delivered, durable before it is FIN'd, in Arrow IPC.
+
+Strategy: the spool is a log of rows numbered from 0 (a row's number is its *position*; the
+source's offsets are positions). It is a directory of segment files, each an Arrow IPC stream
+named by the position of its first row (`<position:020d>.arrows`): the schema message, then one
+record batch per group the driver wrote (many messages, one write, one fsync). Appending never
+rewrites a byte, so a segment is readable while it grows, and a torn tail (a process killed
+mid-write) is cut off at the last whole message when the spool is opened again.
+
+The driver keeps an index in memory, one entry per group: (position, rows, byte offset, byte
+length, segment). A Spark partition is then only (segment path, byte range, rows to skip and
+take): an executor reads that byte range through pyarrow's filesystem layer (local path or a
+URI) and turns each IPC message back into a RecordBatch without a Python loop per row
+(`pyarrow.ipc.read_record_batch`: the buffers are used as they are).
+
+Segments roll over at `segment_bytes`; `delete_below(end)` removes whole closed segments whose
+rows are all below `end` (Spark committed them). The newest segment is never deleted, so its name
+keeps the position count across restarts even when everything is committed."""
+
 from __future__ import annotations
 
 import contextlib

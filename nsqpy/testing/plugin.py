@@ -1,18 +1,19 @@
-# The pytest plugin: real NSQ daemons as fixtures.
-#
-# Strategy: every fixture starts nsqpy's own daemons (``python -m nsqpy``, ``python -m
-# nsqpy.lookupd`` with the interpreter running the tests) on 127.0.0.1, ports picked by the OS,
-# a temporary data directory each, and stops them after the test (or the session) with SIGTERM,
-# SIGKILL if that fails, whatever the test's outcome; the children also die with the test
-# process (process.py). ``NSQPY_NSQD_CMD`` / ``NSQPY_NSQLOOKUPD_CMD`` point the fixtures at
-# other binaries (Go's nsqd and nsqlookupd take the same flags).
-#
-#     def test_roundtrip(nsqd):
-#         nsqd.pub("events", b"hello")
-#         nsqd.wait_depth("events", 1)
-#
-#     def test_discovery(nsq_cluster):
-#         cluster = nsq_cluster(2)          # one nsqlookupd, two nsqd registered with it
+"""The pytest plugin: real NSQ daemons as fixtures.
+
+Strategy: every fixture starts nsqpy's own daemons (``python -m nsqpy``, ``python -m
+nsqpy.lookupd`` with the interpreter running the tests) on 127.0.0.1, ports picked by the OS,
+a temporary data directory each, and stops them after the test (or the session) with SIGTERM,
+SIGKILL if that fails, whatever the test's outcome; the children also die with the test
+process (process.py). ``NSQPY_NSQD_CMD`` / ``NSQPY_NSQLOOKUPD_CMD`` point the fixtures at
+other binaries (Go's nsqd and nsqlookupd take the same flags).
+
+    def test_roundtrip(nsqd):
+        nsqd.pub("events", b"hello")
+        nsqd.wait_depth("events", 1)
+
+    def test_discovery(nsq_cluster):
+        cluster = nsq_cluster(2)          # one nsqlookupd, two nsqd registered with it"""
+
 from __future__ import annotations
 
 import os

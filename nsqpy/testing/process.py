@@ -1,11 +1,12 @@
-# NSQ daemons as child processes, for test suites and benchmarks.
-#
-# Strategy: one launcher for every NSQ daemon, nsqpy's or Go's (any command line that logs
-# "TCP: listening on H:P" / "HTTP: listening on H:P" as NSQ's daemons do). The daemon listens on
-# loopback with ports picked by the OS (port 0); the real ports are read from those log lines on
-# stderr, which a thread keeps draining so the daemon never blocks on a full pipe. On Linux the
-# child gets PR_SET_PDEATHSIG, so a test run that dies (even by SIGKILL) takes its daemons with
-# it: no process is left behind. Every wait is bounded.
+"""NSQ daemons as child processes, for test suites and benchmarks.
+
+Strategy: one launcher for every NSQ daemon, nsqpy's or Go's (any command line that logs
+"TCP: listening on H:P" / "HTTP: listening on H:P" as NSQ's daemons do). The daemon listens on
+loopback with ports picked by the OS (port 0); the real ports are read from those log lines on
+stderr, which a thread keeps draining so the daemon never blocks on a full pipe. On Linux the
+child gets PR_SET_PDEATHSIG, so a test run that dies (even by SIGKILL) takes its daemons with
+it: no process is left behind. Every wait is bounded."""
+
 from __future__ import annotations
 
 import ctypes

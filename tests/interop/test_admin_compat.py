@@ -32,7 +32,7 @@ from test_admin_api import Admin
 
 from nsqpy.testing import Nsqd, Nsqlookupd
 
-DATA = Path(__file__).resolve().parent / "data" / "nsqadmin-1.3"
+DATA = Path(__file__).resolve().parent.parent / "data" / "nsqadmin-1.3"
 CLIENT_HOSTNAME = "tester-host"  #: the consumer's IDENTIFY hostname (nsqds report the machine's)
 
 # ---------------------------------------------------------------------------- the scenario

@@ -22,7 +22,7 @@ import gevent.event
 import gnsq
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "clients" / "gnsq_roundtrip.py"
 
 

@@ -304,7 +304,7 @@ class Publisher:
 
 
 def run_consumer(argv: list[str]) -> int:
-    """The pynsq side (run as ``python tests/test_cluster.py consume ...``): READERS Readers
+    """The pynsq side (run as ``python tests/e2e/test_cluster.py consume ...``): READERS Readers
     per channel, each given only the lookupds. Prints a progress line (JSON) every 0.2 s; when
     stdin closes (or --timeout passes) prints the report and exits."""
     import logging

@@ -1,21 +1,22 @@
-# The deferred-message journal: DPUB messages survive restarts and crashes with their due time.
-#
-# nsqd keeps deferred messages in memory only: a restart delivers them at once (clean exit) or
-# loses them (crash). nsqpy-d appends every DPUB'd message to one journal per data directory
-# before the DPUB is acknowledged, and a "done" mark once the message is due and back in its
-# channel's queue; at start the journal is replayed (adds minus done marks) and rewritten
-# compacted. This is our own side file, not an nsqd format, so it is msgpack:
-#
-#   file: nsqpy.deferred.dat, a stream of msgpack arrays, one per record
-#     ["A", topic, channel | nil, id (16 bytes), body, timestamp (Unix ns), attempts,
-#      due (Unix ms)]                                   a deferred message
-#     ["D", topic, channel | nil, id]                   that message is no longer deferred
-#
-# channel nil means the topic itself holds the message (it had no channel yet). A record cut
-# short by a crash ends the replay (later bytes cannot be trusted); everything before it counts.
-# Writes are buffered and handed to the OS by flush() (before the DPUB's OK, after the backends'
-# flush); fsync runs with the backends' sync. The journal is compacted when done marks outnumber
-# live entries.
+"""The deferred-message journal: DPUB messages survive restarts and crashes with their due time.
+
+nsqd keeps deferred messages in memory only: a restart delivers them at once (clean exit) or
+loses them (crash). nsqpy-d appends every DPUB'd message to one journal per data directory
+before the DPUB is acknowledged, and a "done" mark once the message is due and back in its
+channel's queue; at start the journal is replayed (adds minus done marks) and rewritten
+compacted. This is our own side file, not an nsqd format, so it is msgpack:
+
+  file: nsqpy.deferred.dat, a stream of msgpack arrays, one per record
+    ["A", topic, channel | nil, id (16 bytes), body, timestamp (Unix ns), attempts,
+     due (Unix ms)]                                   a deferred message
+    ["D", topic, channel | nil, id]                   that message is no longer deferred
+
+channel nil means the topic itself holds the message (it had no channel yet). A record cut
+short by a crash ends the replay (later bytes cannot be trusted); everything before it counts.
+Writes are buffered and handed to the OS by flush() (before the DPUB's OK, after the backends'
+flush); fsync runs with the backends' sync. The journal is compacted when done marks outnumber
+live entries."""
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,7 @@ from typing import Any
 
 import msgpack
 
-from .fileutil import write_all, write_sync_file
+from .internal.fileutil import write_all, write_sync_file
 
 log = logging.getLogger("nsqpy")
 

@@ -1,10 +1,11 @@
-# httpd's rules on aiohttp, for nsqpy-admin (the daemons serve through httpd's own h11 server).
-#
-# Strategy: an adapter only. The rules (V1 error shape, Go's JSON, httprouter's redirect, OPTIONS
-# and 405 answers) live in httpd; this module reads aiohttp's route table into httpd.fixed_path's
-# terms and wraps the answers in aiohttp Responses. httpd forwards the names nsqpy-admin imports
-# (error_response, go_json_response, go_router, start_site) here on first use, so importing httpd
-# never imports aiohttp.
+"""httpd's rules on aiohttp, for nsqpy-admin (the daemons serve through httpd's own h11 server).
+
+Strategy: an adapter only. The rules (V1 error shape, Go's JSON, httprouter's redirect, OPTIONS
+and 405 answers) live in httpd; this module reads aiohttp's route table into httpd.fixed_path's
+terms and wraps the answers in aiohttp Responses. httpd forwards the names nsqpy-admin imports
+(error_response, go_json_response, go_router, start_site) here on first use, so importing httpd
+never imports aiohttp."""
+
 from __future__ import annotations
 
 import json

@@ -1,17 +1,18 @@
-# What every nsqpy daemon process shares (nsqpy-d, nsqpy-lookupd, nsqpy-admin): run on uvloop,
-# serve until SIGTERM or SIGINT, stop cleanly, and exit as NSQ's Go daemons do.
-#
-# Strategy: a daemon is something with ``async start()`` and ``async stop()`` (its server.py);
-# this module owns the process around it: the descriptor limit raised to the hard limit (as the Go
-# runtime does), signal handlers on the loop, exit status 0 after a clean stop and 1 when start()
-# fails ("failed to instantiate <name> - <error>", as the Go daemons log it), and the collector
-# tuned once the long-lived start-up objects exist, and glibc's malloc told to give big buffers
-# back to the OS (bound_malloc_retention).
-# Start-up time matters (a test suite may start a daemon per test): the daemons import this
-# module first when they start, so the cyclic collector is off from here until the daemon
-# listens (start-up creates no garbage worth collecting, and the import of the daemon's modules
-# would otherwise trigger a dozen collections), and the one full collection that
-# freeze_startup_objects makes runs SETTLE_S after start, not between exec and the first answer.
+"""What every nsqpy daemon process shares (nsqpy-d, nsqpy-lookupd, nsqpy-admin): run on uvloop,
+serve until SIGTERM or SIGINT, stop cleanly, and exit as NSQ's Go daemons do.
+
+Strategy: a daemon is something with ``async start()`` and ``async stop()`` (its server.py);
+this module owns the process around it: the descriptor limit raised to the hard limit (as the Go
+runtime does), signal handlers on the loop, exit status 0 after a clean stop and 1 when start()
+fails ("failed to instantiate <name> - <error>", as the Go daemons log it), and the collector
+tuned once the long-lived start-up objects exist, and glibc's malloc told to give big buffers
+back to the OS (bound_malloc_retention).
+Start-up time matters (a test suite may start a daemon per test): the daemons import this
+module first when they start, so the cyclic collector is off from here until the daemon
+listens (start-up creates no garbage worth collecting, and the import of the daemon's modules
+would otherwise trigger a dozen collections), and the one full collection that
+freeze_startup_objects makes runs SETTLE_S after start, not between exec and the first answer."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,9 +1,10 @@
-# The outside every nsqpy daemon shares with NSQ's Go daemons: Go's flag syntax, Go durations on
-# the command line, and the log line format of NSQ's internal/lg package.
-#
-# Strategy: click parses; this module rewrites Go-only spellings first (``-flag value``,
-# ``-flag=value``, ``--bool=false``, bare booleans) and supplies a click type for Go durations.
-# Each daemon's cli.py lists its own boolean flags and its not-yet-built flags and calls these.
+"""The outside every nsqpy daemon shares with NSQ's Go daemons: Go's flag syntax, Go durations on
+the command line, and the log line format of NSQ's internal/lg package.
+
+Strategy: click parses; this module rewrites Go-only spellings first (``-flag value``,
+``-flag=value``, ``--bool=false``, bare booleans) and supplies a click type for Go durations.
+Each daemon's cli.py lists its own boolean flags and its not-yet-built flags and calls these."""
+
 from __future__ import annotations
 
 import logging
@@ -14,7 +15,7 @@ from typing import Any
 
 import click
 
-from .options import parse_go_duration_ms
+from ..options import parse_go_duration_ms
 
 GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -174,7 +175,7 @@ def version_or_config(
     if kw["version"]:
         click.echo(version())
         return False
-    from . import config
+    from .. import config
 
     try:
         config.apply_file(click.get_current_context(), kw, refused, cfg_to_flag)

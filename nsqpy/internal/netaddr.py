@@ -1,8 +1,9 @@
-# Network addresses as NSQ's Go daemons write and read them.
-#
-# Strategy: one owner for "host:port" in both directions, shared by nsqd, nsqlookupd, statsd and
-# the lookup peer: Go's net.SplitHostPort rules for reading ("host:port", "[v6]:port", ":port"),
-# and the way nsqd's logs print a bound listener ("127.0.0.1:4150", "[::]:4150").
+"""Network addresses as NSQ's Go daemons write and read them.
+
+Strategy: one owner for "host:port" in both directions, shared by nsqd, nsqlookupd, statsd and
+the lookup peer: Go's net.SplitHostPort rules for reading ("host:port", "[v6]:port", ":port"),
+and the way nsqd's logs print a bound listener ("127.0.0.1:4150", "[::]:4150")."""
+
 from __future__ import annotations
 
 

@@ -1,9 +1,10 @@
-# Small file helpers shared by the storage modules (diskqueue meta files, nsqd.dat, the deferred
-# journal).
-#
-# Rule kept: a file replaced with write_sync_file is either the old one or the whole new one,
-# never a mix: the bytes go to "<path>.<random 63-bit int>.tmp" (go-diskqueue's and nsqd's temp
-# name), are fsynced, then renamed over the path; a failure removes the temp file.
+"""Small file helpers shared by the storage modules (diskqueue meta files, nsqd.dat, the deferred
+journal).
+
+Rule kept: a file replaced with write_sync_file is either the old one or the whole new one,
+never a mix: the bytes go to "<path>.<random 63-bit int>.tmp" (go-diskqueue's and nsqd's temp
+name), are fsynced, then renamed over the path; a failure removes the temp file."""
+
 from __future__ import annotations
 
 import os

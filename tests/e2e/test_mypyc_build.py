@@ -30,7 +30,7 @@ COMPILED = [
     "guid",
     "protocol_v2",
     "msg_index",
-    "spill",
+    "backed_queue",
     "topic",
     "channel",
 ]

@@ -1,33 +1,34 @@
-# The HTTP rules every NSQ daemon shares (nsqd, nsqlookupd) and the small server they run on.
-#
-# Strategy: one owner for what Go's net/http, NSQ's internal/http_api and its router
-# (julienschmidt/httprouter 1.3 with HandleMethodNotAllowed) do around the handlers, so that
-# nsqpy-d and nsqpy-lookupd answer like nsqd and nsqlookupd for anything a handler does not decide:
-#
-# - "V1" answers (http_api.RespondV1): 200 with the raw body (a str or bytes as is, None empty,
-#   anything else JSON as Go's encoding/json writes it); an error as {"message": "<TEXT>"} with
-#   its status code; every V1 answer carries `X-Nsq-Content-Type: nsq; version=1.0`, JSON ones
-#   `Content-Type: application/json; charset=utf-8`.
-# - The router: a path that differs from a route only by a trailing slash or by letter case is
-#   redirected (301 for GET, 307 for other methods; Go's http.Redirect body for GET); OPTIONS on a
-#   known path answers 200 with `Allow`; a known path with another method answers 405
-#   {"message":"METHOD_NOT_ALLOWED"} with `Allow`; anything else 404 {"message":"NOT_FOUND"}.
-#   `Allow` lists the path's methods and OPTIONS, sorted (Go's order is its map order).
-# - Headers as net/http writes them: the handler's sorted by name, then Date, Content-Length
-#   and, when the handler set none, a Content-Type sniffed from the body (text/plain for text).
-#
-# The server: one asyncio.Protocol per connection; h11 (sans-IO HTTP/1.1) parses the requests,
-# the answers are written here (h11's writer has its own status line and header order). Keep-
-# alive as net/http and h11 agree (HTTP/1.1 without "Connection: close"), pipelined requests
-# answered in order (later ones wait in the parser, reading paused), a request's body buffered
-# only up to what its route reads (Route.body_limit + 1 bytes; a larger Content-Length is refused
-# before anything is read), net/http's 256 KiB rule for a body left unread, HTTPS through
-# asyncio's TLS transport, and at most _EVENTS_PER_PASS parser events per loop pass for one
-# connection (reading pauses while its answers wait in a full socket buffer).
-# Handlers are plain functions of a Request returning a Response, or coroutines for the few that
-# wait on something (those run as a task; the connection answers in order meanwhile).
-# nsqpy-admin stays on aiohttp: its adapter of these rules is httpd_aio (loaded on first use of
-# the names below that return aiohttp objects, so the daemons never import aiohttp).
+"""The HTTP rules every NSQ daemon shares (nsqd, nsqlookupd) and the small server they run on.
+
+Strategy: one owner for what Go's net/http, NSQ's internal/http_api and its router
+(julienschmidt/httprouter 1.3 with HandleMethodNotAllowed) do around the handlers, so that
+nsqpy-d and nsqpy-lookupd answer like nsqd and nsqlookupd for anything a handler does not decide:
+
+- "V1" answers (http_api.RespondV1): 200 with the raw body (a str or bytes as is, None empty,
+  anything else JSON as Go's encoding/json writes it); an error as {"message": "<TEXT>"} with
+  its status code; every V1 answer carries `X-Nsq-Content-Type: nsq; version=1.0`, JSON ones
+  `Content-Type: application/json; charset=utf-8`.
+- The router: a path that differs from a route only by a trailing slash or by letter case is
+  redirected (301 for GET, 307 for other methods; Go's http.Redirect body for GET); OPTIONS on a
+  known path answers 200 with `Allow`; a known path with another method answers 405
+  {"message":"METHOD_NOT_ALLOWED"} with `Allow`; anything else 404 {"message":"NOT_FOUND"}.
+  `Allow` lists the path's methods and OPTIONS, sorted (Go's order is its map order).
+- Headers as net/http writes them: the handler's sorted by name, then Date, Content-Length
+  and, when the handler set none, a Content-Type sniffed from the body (text/plain for text).
+
+The server: one asyncio.Protocol per connection; h11 (sans-IO HTTP/1.1) parses the requests,
+the answers are written here (h11's writer has its own status line and header order). Keep-
+alive as net/http and h11 agree (HTTP/1.1 without "Connection: close"), pipelined requests
+answered in order (later ones wait in the parser, reading paused), a request's body buffered
+only up to what its route reads (Route.body_limit + 1 bytes; a larger Content-Length is refused
+before anything is read), net/http's 256 KiB rule for a body left unread, HTTPS through
+asyncio's TLS transport, and at most _EVENTS_PER_PASS parser events per loop pass for one
+connection (reading pauses while its answers wait in a full socket buffer).
+Handlers are plain functions of a Request returning a Response, or coroutines for the few that
+wait on something (those run as a task; the connection answers in order meanwhile).
+nsqpy-admin stays on aiohttp: its adapter of these rules is httpd_aio (loaded on first use of
+the names below that return aiohttp objects, so the daemons never import aiohttp)."""
+
 from __future__ import annotations
 
 import asyncio
