@@ -32,6 +32,7 @@ COMPILED_MODULES = [
     "nsqpy/protocol_v2.py",
     "nsqpy/msg_index.py",
     "nsqpy/backed_queue.py",
+    "nsqpy/backend_reads.py",
     "nsqpy/topic.py",
     "nsqpy/channel.py",
 ]

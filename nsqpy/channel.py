@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .backed_queue import BackedQueue, StorageHooks
+from .backend_reads import BackendReads
 from .message import Message, record_id
 from .pqueue import InFlightQueue, TimeoutQueue
 
@@ -91,18 +92,15 @@ class Channel(BackedQueue):
     """
 
     __slots__ = (
-        "_ahead",
-        "_ahead_refs",
         "_clock_ns",
         "_deferred_pq",
-        "_disk_acks",
-        "_disk_refs",
         "_disk_turn",
         "_dispatching",
         "_in_flight_pq",
         "_on_dead_letter",
         "_on_empty",
         "_rand",
+        "_reads",
         "_ready",
         "clients",
         "dead_letter_count",
@@ -161,18 +159,10 @@ class Channel(BackedQueue):
         self._dispatching = False
         self._rand = rand
         self._disk_turn = False
-        # Records read from the backend and not yet finished: [file, pos, done] in read order,
-        # and by message ID (see _release).
-        self._disk_acks: deque[list[int]] = deque()
-        self._disk_refs: dict[bytes, list[int]] = {}
-        # Read ahead: records read from the backend in one batch (DiskQueue.read_many) and not
-        # yet handed out, with their [file, pos, done] entries (already in _disk_acks, so the
-        # read floor stays at them). They still count as the backend's: depth, backend_depth,
-        # locate, empty and a clean exit see them.
-        self._ahead: deque[bytes] = deque()
-        self._ahead_refs: deque[list[int]] = deque()
+        # Backend records read and not yet finished (read ahead, read floor: backend_reads.py).
+        self._reads = BackendReads()
         if backend is not None:
-            backend.read_floor = self._read_floor
+            backend.read_floor = self._reads.floor
 
     # ---------------------------------------------------------------- state
 
@@ -183,14 +173,14 @@ class Channel(BackedQueue):
     def depth(self) -> int:
         """Messages waiting for a consumer: memory, read ahead and the backend."""
         backend = self.backend
-        n = len(self._queue) + len(self._ahead)
+        n = len(self._queue) + len(self._reads.ahead)
         return n + (backend.depth if backend is not None else 0)
 
     @property
     def backend_depth(self) -> int:
         """Messages waiting on disk (the read ahead included)."""
         backend = self.backend
-        return len(self._ahead) + (backend.depth if backend is not None else 0)
+        return len(self._reads.ahead) + (backend.depth if backend is not None else 0)
 
     # ---------------------------------------------------------------- producers side
 
@@ -222,65 +212,24 @@ class Channel(BackedQueue):
 
     def _spilled(self, records: list[bytes]) -> None:
         # A record written again (a requeue, a timeout) no longer needs its earlier copy.
-        if self._disk_refs:
+        reads = self._reads
+        if reads.refs:
             for r in records:
-                self._release(record_id(r))
+                reads.release(record_id(r))
 
     def _read_backend(self) -> bytes | None:
         """The next backend record to hand out, or None if there is none to read now."""
-        ahead = self._ahead
-        refs = self._ahead_refs
+        reads = self._reads
         while True:
-            if not ahead and not self._read_ahead():
+            rec = reads.take(self.in_flight)
+            if rec is not None:
+                return rec
+            positions: list[int] = []
+            records: list[bytes] = []
+            file_num = self._next_backend_records("CHANNEL", READ_AHEAD, records, positions)
+            if not records:
                 return None
-            rec = ahead.popleft()
-            ref = refs.popleft()
-            msg_id = record_id(rec)
-            if msg_id in self._disk_refs or msg_id in self.in_flight:
-                # A second copy of a message this channel still holds (left by a crash): the
-                # first copy stands for both.
-                ref[2] = 1
-                continue
-            self._disk_refs[msg_id] = ref
-            return rec
-
-    def _read_ahead(self) -> bool:
-        """Read the next batch of backend records into the read ahead; False if none."""
-        positions: list[int] = []
-        records: list[bytes] = []
-        file_num = self._next_backend_records("CHANNEL", READ_AHEAD, records, positions)
-        if not records:
-            return False
-        acks = self._disk_acks
-        refs = self._ahead_refs
-        for pos in positions:
-            ref = [file_num, pos, 0]
-            acks.append(ref)
-            refs.append(ref)
-        self._ahead.extend(records)
-        return True
-
-    def _drop_ahead(self) -> list[bytes]:
-        """Empty the read ahead; returns its records."""
-        records = list(self._ahead)
-        self._ahead.clear()
-        self._ahead_refs.clear()
-        return records
-
-    def _read_floor(self) -> tuple[int, int, int] | None:
-        acks = self._disk_acks
-        while acks and acks[0][2]:
-            acks.popleft()
-        if not acks:
-            return None
-        first = acks[0]
-        return first[0], first[1], len(acks)
-
-    def _release(self, msg_id: bytes) -> None:
-        """The message no longer needs its backend record (FIN'd, or written again)."""
-        ref = self._disk_refs.pop(msg_id, None)
-        if ref is not None:
-            ref[2] = 1
+            reads.fill(file_num, records, positions)
 
     # ---------------------------------------------------------------- consumers side
 
@@ -324,15 +273,19 @@ class Channel(BackedQueue):
         if not c.in_ready and c.ready_room() > 0 and c.client_id in self.clients:
             c.in_ready = True
             self._ready.append(c)
-            if self._queue or self._ahead or (self.backend is not None and self.backend.depth):
+            if (
+                self._queue
+                or self._reads.ahead
+                or (self.backend is not None and self.backend.depth)
+            ):
                 self._dispatch()
 
     def finish(self, c: Consumer, msg_id: bytes) -> Message:
         """FIN: the message is done. Raises ChannelError ("ID not in flight", ...)."""
         msg = self._pop_in_flight(c, msg_id)
         self._in_flight_pq.remove(msg)
-        if self._disk_refs:
-            self._release(msg_id)
+        if self._reads.refs:
+            self._reads.release(msg_id)
         if self.e2e is not None:
             self.e2e.insert(msg.timestamp)
         return msg
@@ -344,7 +297,7 @@ class Channel(BackedQueue):
         in_flight = self.in_flight
         get = in_flight.get
         e2e = self.e2e
-        refs = self._disk_refs
+        refs = self._reads.refs
         failed: list[tuple[bytes, str]] = []
         done: list[Message] = []
         for msg_id in msg_ids:
@@ -449,9 +402,9 @@ class Channel(BackedQueue):
         msg = self.deferred.get(msg_id)
         if msg is not None:
             return "deferred", msg, None
-        for rec, ref in zip(self._ahead, self._ahead_refs):
-            if record_id(rec) == msg_id:
-                return "disk", rec, (ref[0], ref[1])
+        hit = self._reads.locate(msg_id)
+        if hit is not None:
+            return "disk", hit[0], hit[1]
         return self.locate_queued(msg_id)
 
     # ---------------------------------------------------------------- admin
@@ -469,9 +422,8 @@ class Channel(BackedQueue):
 
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message (nsqd Channel.Empty)."""
-        self._drop_ahead()
-        self._disk_acks.clear()
-        self._disk_refs.clear()
+        self._reads.drop_ahead()
+        self._reads.forget()
         self._drop_queued(self.topic_name, self.name)
         self.in_flight.clear()
         for m in self._in_flight_pq.clear():
@@ -489,7 +441,7 @@ class Channel(BackedQueue):
         for c in clients:
             c.close()
         self._mem_clear()
-        self._drop_ahead()
+        self._reads.drop_ahead()
         self.in_flight.clear()
         self._in_flight_pq.clear()
         self.deferred.clear()
@@ -505,7 +457,7 @@ class Channel(BackedQueue):
         and the deferred messages are returned (``pri`` = due time, this clock) for the caller
         to keep with their remaining delay. The channel stops."""
         self.exiting = True
-        queued = self._drop_ahead() + list(self._queue)
+        queued = self._reads.drop_ahead() + list(self._queue)
         self._mem_clear()
         in_flight = sorted(self.in_flight.values(), key=_by_delivery)
         self.in_flight.clear()
@@ -519,8 +471,7 @@ class Channel(BackedQueue):
             self.backend.put_many([m.to_record() for m in in_flight] + queued)
             # Deferred messages read from the backend are kept by the caller; all else was
             # written again just above.
-            self._disk_acks.clear()
-            self._disk_refs.clear()
+            self._reads.forget()
         return deferred
 
     def restore_deferred(self, record: bytes, delay_ms: int) -> None:
@@ -547,9 +498,9 @@ class Channel(BackedQueue):
             return msgs
         if not self._on_dead_letter(self, [m.to_record() for m in dead]):
             return msgs
-        if self._disk_refs:
+        if self._reads.refs:
             for m in dead:
-                self._release(m.id)
+                self._reads.release(m.id)
         self.dead_letter_count += len(dead)
         return [m for m in msgs if m.attempts < limit]
 
@@ -588,7 +539,7 @@ class Channel(BackedQueue):
         queue = self._queue
         ready = self._ready
         backend = self.backend
-        ahead = self._ahead
+        ahead = self._reads.ahead
         if not ready or not (queue or ahead or (backend is not None and backend.depth)):
             return
         self._dispatching = True
@@ -639,8 +590,8 @@ class Channel(BackedQueue):
                         popped += 1
                     if sample and self._rand(100) > sample:
                         # nsqd drops sampled-out messages for this channel
-                        if self._disk_refs:
-                            self._release(record_id(rec))
+                        if self._reads.refs:
+                            self._reads.release(record_id(rec))
                         continue
                     msg = Message(rec)
                     if msg.id in in_flight:

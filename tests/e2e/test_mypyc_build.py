@@ -31,6 +31,7 @@ COMPILED = [
     "protocol_v2",
     "msg_index",
     "backed_queue",
+    "backend_reads",
     "topic",
     "channel",
 ]

@@ -202,7 +202,7 @@ def test_backlog_on_disk_is_read_ahead_in_batches_and_still_counted(tmp_path) ->
     ch.put_many([record(i) for i in range(n)])
     assert (ch.depth, ch.backend_depth) == (n, n)
     a = subscribe(ch, FakeConsumer(1, rdy=5))
-    assert len(a.sent) == 5 and len(ch._ahead) == READ_AHEAD - 5
+    assert len(a.sent) == 5 and len(ch._reads.ahead) == READ_AHEAD - 5
     assert (ch.depth, ch.backend_depth) == (n - 5, n - 5)
     assert ch.backend is not None and ch.backend.depth == n - READ_AHEAD
     # a message in the read ahead is on disk, at its position in the first data file
@@ -210,9 +210,9 @@ def test_backlog_on_disk_is_read_ahead_in_batches_and_still_counted(tmp_path) ->
     assert where is not None and where[0] == "disk" and where[1] == record(7)
     assert where[2] == (0, 7 * (4 + len(record(7))))
     # the read floor is the first message handed out and not finished
-    assert ch._read_floor() == (0, 0, READ_AHEAD)
+    assert ch._reads.floor() == (0, 0, READ_AHEAD)
     a.fin(ch, a.sent[0])  # room for one more: handed out from the read ahead
-    assert ch._read_floor() == (0, 4 + len(record(0)), READ_AHEAD - 1)
+    assert ch._reads.floor() == (0, 4 + len(record(0)), READ_AHEAD - 1)
     assert [m.id for m in a.sent[-1:]] == [b"%016x" % 5]
     # clean exit: in flight (5) and read ahead go back to disk; nothing is lost
     ch.drain_for_exit()
@@ -228,9 +228,9 @@ def test_backlog_on_disk_is_read_ahead_in_batches_and_still_counted(tmp_path) ->
     ch = channel(Clock(), mem_queue_size=0, backend=backend())
     ch.put_many([record(i) for i in range(n)])
     subscribe(ch, FakeConsumer(2, rdy=1))
-    assert ch._ahead and ch.depth == n - 1
+    assert ch._reads.ahead and ch.depth == n - 1
     ch.empty()
-    assert (ch.depth, len(ch._ahead), len(ch._ahead_refs)) == (0, 0, 0)
+    assert (ch.depth, len(ch._reads.ahead), len(ch._reads.ahead_refs)) == (0, 0, 0)
 
 
 def test_max_channel_consumers() -> None:
