@@ -31,7 +31,6 @@ import dataclasses
 import enum
 import logging
 import sys
-import tomllib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -266,6 +265,8 @@ class ConfigError(ValueError):
 
 def load(path: str) -> dict[str, Any]:
     """The TOML file's keys and values (ConfigError with the reason when it cannot be read)."""
+    import tomllib  # only when a daemon is given --config
+
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

@@ -111,6 +111,16 @@ def test_admin_cfg_names_leave_nsqpys_own_out_of_config() -> None:
         assert own in ADMIN.cfg_to_flag  # but a config file may set it
 
 
+def test_admin_table_answers_as_admin_http_api_does() -> None:
+    """The table's getOptByCfgName agrees with admin/http_api's for every name, so the
+    latter's own name map can give way to it."""
+    from nsqpy.admin import http_api
+
+    o = AdminOptions(nsqd_http_addresses=["a:1"], log_level="debug", history_window_ms=5)
+    for name in [*ADMIN.cfg_to_flag, "nope", "config", "verbose", "version"]:
+        assert option_by_cfg_name(o, name) == http_api.option_by_cfg_name(o, name), name
+
+
 def test_percentiles_parse_through_the_row() -> None:
     kw = _parsed(["--e2e-processing-latency-percentile=0.5,1.0", "--tls-required"])
     o = cli.options_from_flags(kw)
