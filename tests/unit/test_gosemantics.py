@@ -55,6 +55,30 @@ def test_parse_bool_refuses_what_go_refuses(text: str) -> None:
         gostrconv.parse_bool(text)
 
 
+@pytest.mark.parametrize(
+    "text, value",
+    [("5", 5), ("+5", 5), ("-5", -5), ("007", 7), ("-0", 0),
+     ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -(2**63)),
+     ("0" * 30 + "1", 1)],
+)  # fmt: skip
+def test_parse_int_as_go(text: str, value: int) -> None:
+    assert gostrconv.parse_int(text) == value
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [("", "syntax"), (" 5", "syntax"), ("5 ", "syntax"), ("1_0", "syntax"), ("+", "syntax"),
+     ("--5", "syntax"), ("0x10", "syntax"), ("\u0665", "syntax"), ("9223372036854775808", "range"),
+     ("-9223372036854775809", "range"), ("9" * 40, "range")],
+)  # fmt: skip
+def test_parse_int_refuses_what_go_refuses(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match="invalid syntax" if why == "syntax" else "out of range"):
+        gostrconv.parse_int(text)
+    assert gostrconv.parse_int("127", bits=8) == 127
+    with pytest.raises(ValueError, match="out of range"):
+        gostrconv.parse_int("128", bits=8)
+
+
 def test_goflag_booleans_follow_parse_bool() -> None:
     got = goflag.normalize_go_flags(["-a=T", "-b=0", "-c=1"], {"a", "b", "c"})
     assert got == ["--a", "--no-b", "--c"]
