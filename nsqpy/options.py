@@ -1,18 +1,49 @@
-"""Every nsqd setting in one place.
+"""Every nsqd setting in one place: nsqpy-d's option table.
 
-`Options` mirrors nsqd 1.3's Options struct (nsqd/options.go): same names (snake_case), same
-defaults. Durations are integer milliseconds and say so in their name (`*_ms`); sizes are bytes.
-Go's duration syntax ("60s", "1m30s", "250ms") is parsed here so that nsqd command lines and
-config values carry over unchanged."""
+Strategy: `Options` mirrors nsqd 1.3's Options struct (nsqd/options.go, apps/nsqd/options.go):
+same names (snake_case), same defaults. It is also the table (internal/optiontable.py) from
+which nsqpy-d's flags, --help, --config file keys and GET/PUT /config/<opt> names are
+generated: each option field is declared once, with its flag, default and help, in --help
+order; a plain field (queue_scan_interval_ms) is an internal setting nsqd has no flag for.
+Durations are integer milliseconds and say so in their name (`*_ms`); sizes are bytes. Go's
+duration syntax itself lives in internal/godur.py (re-exported here)."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 import socket
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
+
+from .internal.godur import format_go_duration_ms, parse_go_duration_ms, parse_go_duration_ns
+from .internal.optiontable import (
+    Kind,
+    Table,
+    boolean,
+    computed,
+    duration,
+    flag,
+    log_level,
+    log_prefix,
+    option,
+    repeated,
+    size,
+)
+
+__all__ = [
+    "NSQ_VERSION",
+    "NSQPY_VERSION",
+    "TABLE",
+    "Options",
+    "default_node_id",
+    "format_go_duration_ms",
+    "parse_go_duration_ms",
+    "parse_go_duration_ns",
+    "parse_percentiles",
+    "version_string",
+]
 
 #: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
 NSQ_VERSION = "1.3.0"
@@ -33,160 +64,266 @@ def default_node_id(hostname: str | None = None) -> int:
     return zlib.crc32(hashlib.md5(host.encode()).digest()) % 1024
 
 
-_DURATION_UNITS_NS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,
-    "μs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60 * 1_000_000_000,
-    "h": 3600 * 1_000_000_000,
-}
-_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?(ns|us|µs|μs|ms|s|m|h)")
+def parse_percentiles(values: Any) -> list[float]:
+    """--e2e-processing-latency-percentile values (each may be comma separated), highest first
+    as nsqd's FloatArray keeps them. Raises click.UsageError on a value that is not a float."""
+    import click
+
+    out: list[float] = []
+    for v in values or ():
+        for part in str(v).split(","):
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise click.UsageError(f"Could not parse: {part}") from None
+    return sorted(out, reverse=True)
 
 
-def parse_go_duration_ns(text: str) -> int:
-    """Parse a Go duration string ("60s", "1m30s", "250ms", "-1.5h", "0") to nanoseconds.
+def _go_floats(values: list[float]) -> list[float | int]:
+    """The percentiles as Go's JSON writes them (1.0 as 1), for /config."""
+    from .quantile import go_float
 
-    Follows Go's time.ParseDuration: an optional sign, then one or more decimal numbers each with
-    a unit (ns, us/µs, ms, s, m, h); a bare "0" is allowed. Raises ValueError on anything else.
-    """
-    s = text
-    if not s:
-        raise ValueError(f"invalid duration {text!r}")
-    sign = 1
-    if s[0] in "+-":
-        sign = -1 if s[0] == "-" else 1
-        s = s[1:]
-    if s == "0":
-        return 0
-    pos = 0
-    total = 0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        whole, frac, unit = m.groups() if m else ("", None, "")
-        if m is None or (not whole and not frac):
-            raise ValueError(f"invalid duration {text!r}")
-        scale = _DURATION_UNITS_NS[unit]
-        total += int(whole or "0") * scale
-        if frac:  # integer arithmetic, exact as Go's
-            total += int(frac) * scale // 10 ** len(frac)
-        pos = m.end()
-    if pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
+    return [go_float(v) if isinstance(v, float) else v for v in values]
 
 
-def parse_go_duration_ms(text: str) -> int:
-    """Go duration string to whole milliseconds (truncated toward zero)."""
-    ns = parse_go_duration_ns(text)
-    return ns // 1_000_000 if ns >= 0 else -(-ns // 1_000_000)
+def _tls_required(value: str) -> int:
+    """--tls-required's value as nsqd's tlsRequiredOption reads it (tls.parse_tls_required)."""
+    from .tls import parse_tls_required
+
+    return parse_tls_required(value)
 
 
-def format_go_duration_ms(ms: int) -> str:
-    """Milliseconds to a Go-style duration string, as Go's Duration.String() prints it."""
-    if ms == 0:
-        return "0s"
-    sign = "-" if ms < 0 else ""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{sign}{ms}ms"
-    h, rem = divmod(ms, 3_600_000)
-    m, rem = divmod(rem, 60_000)
-    sec = rem / 1000
-    sec_s = f"{sec:.3f}".rstrip("0").rstrip(".")
-    out = sign
-    if h:
-        out += f"{h}h"
-    if h or m:
-        out += f"{m}m"
-    return out + f"{sec_s}s"
+def _tls_min_version(value: str) -> str:
+    """--tls-min-version's value as nsqd's tlsMinVersionOption reads it."""
+    from .tls import parse_tls_min_version
+
+    return parse_tls_min_version(value)
 
 
 @dataclass
 class Options:
-    """nsqd's options with nsqd 1.3's defaults (nsqd/options.go NewOptions)."""
+    """nsqd's options with nsqd 1.3's defaults (nsqd/options.go NewOptions), in --help order;
+    durations in milliseconds (``*_ms``), sizes in bytes."""
 
-    node_id: int = field(default_factory=default_node_id)
-    log_level: str = "info"
-    log_prefix: str = "[nsqd] "
+    log_level: str = log_level()
+    log_prefix: str = log_prefix("[nsqd] ")
+    node_id: int = computed(
+        "node-id",
+        int,
+        default_node_id,
+        "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
+        cfg="id",
+    )
 
-    tcp_address: str = "0.0.0.0:4150"
-    http_address: str = "0.0.0.0:4151"
-    https_address: str = "0.0.0.0:4152"
-    broadcast_address: str = field(default_factory=socket.gethostname)
-    broadcast_tcp_port: int = 0
-    broadcast_http_port: int = 0
+    tcp_address: str = option(
+        "tcp-address",
+        "0.0.0.0:4150",
+        "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)",
+    )
+    http_address: str = option(
+        "http-address",
+        "0.0.0.0:4151",
+        "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix "
+        "socket)",
+    )
+    https_address: str = option(
+        "https-address",
+        "0.0.0.0:4152",
+        "<addr>:<port> to listen on for HTTPS clients (used once TLS is configured)",
+    )
+    broadcast_address: str = computed(
+        "broadcast-address",
+        str,
+        socket.gethostname,
+        "address that will be registered with lookupd (defaults to the OS hostname)",
+    )
+    broadcast_tcp_port: int = option(
+        "broadcast-tcp-port", 0, "TCP port that will be registered with lookupd"
+    )
+    broadcast_http_port: int = option(
+        "broadcast-http-port", 0, "HTTP port that will be registered with lookupd"
+    )
+    # the AUTH client's timeouts (auth.py)
+    http_client_connect_timeout_ms: int = duration(
+        "http-client-connect-timeout", 2000, "timeout for HTTP connect"
+    )
+    http_client_request_timeout_ms: int = duration(
+        "http-client-request-timeout", 5000, "timeout for HTTP request"
+    )
 
-    data_path: str = ""
-    mem_queue_size: int = 10000
-    max_bytes_per_file: int = 100 * 1024 * 1024
-    sync_every: int = 2500
-    sync_timeout_ms: int = 2000
+    data_path: str = option("data-path", "", "path to store disk-backed messages")
+    mem_queue_size: int = option(
+        "mem-queue-size", 10000, "number of messages to keep in memory (per topic/channel)"
+    )
+    max_bytes_per_file: int = size(
+        "max-bytes-per-file", 100 * 1024 * 1024, "number of bytes per diskqueue file before rolling"
+    )
+    sync_every: int = option("sync-every", 2500, "number of messages per diskqueue fsync")
+    sync_timeout_ms: int = duration("sync-timeout", 2000, "duration of time per diskqueue fsync")
 
-    queue_scan_interval_ms: int = 100
-    queue_scan_refresh_interval_ms: int = 5000
-    queue_scan_selection_count: int = 20
-    queue_scan_worker_pool_max: int = 4
-    queue_scan_dirty_percent: float = 0.25
+    queue_scan_interval_ms: int = 100  # no flag in nsqd
+    queue_scan_refresh_interval_ms: int = 5000  # no flag in nsqd
+    queue_scan_worker_pool_max: int = option(
+        "queue-scan-worker-pool-max",
+        4,
+        "max concurrency for checking in-flight and deferred message timeouts",
+    )
+    queue_scan_selection_count: int = option(
+        "queue-scan-selection-count",
+        20,
+        "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts",
+    )
+    queue_scan_dirty_percent: float = 0.25  # no flag in nsqd
 
-    msg_timeout_ms: int = 60_000
-    max_msg_timeout_ms: int = 15 * 60_000
-    max_msg_size: int = 1024 * 1024
-    max_body_size: int = 5 * 1024 * 1024
-    max_req_timeout_ms: int = 3_600_000
-    client_timeout_ms: int = 60_000
+    msg_timeout_ms: int = duration(
+        "msg-timeout", 60_000, "default duration to wait before auto-requeing a message"
+    )
+    max_msg_timeout_ms: int = duration(
+        "max-msg-timeout", 15 * 60_000, "maximum duration before a message will timeout"
+    )
+    max_msg_size: int = size(
+        "max-msg-size", 1024 * 1024, "maximum size of a single message in bytes"
+    )
+    max_req_timeout_ms: int = duration(
+        "max-req-timeout", 3_600_000, "maximum requeuing timeout for a message"
+    )
+    max_body_size: int = size(
+        "max-body-size", 5 * 1024 * 1024, "maximum size of a single command body"
+    )
+    client_timeout_ms: int = 60_000  # no flag in nsqd (heartbeats: half of it)
 
-    max_heartbeat_interval_ms: int = 60_000
-    max_rdy_count: int = 2500
-    max_output_buffer_size: int = 64 * 1024
-    max_output_buffer_timeout_ms: int = 30_000
-    min_output_buffer_timeout_ms: int = 25
-    output_buffer_timeout_ms: int = 250
-    max_channel_consumers: int = 0
+    max_heartbeat_interval_ms: int = duration(
+        "max-heartbeat-interval",
+        60_000,
+        "maximum client configurable duration of time between client heartbeats",
+    )
+    max_rdy_count: int = option("max-rdy-count", 2500, "maximum RDY count for a client")
+    max_output_buffer_size: int = size(
+        "max-output-buffer-size",
+        64 * 1024,
+        "maximum client configurable size (in bytes) for a client output buffer",
+    )
+    max_output_buffer_timeout_ms: int = duration(
+        "max-output-buffer-timeout",
+        30_000,
+        "maximum client configurable duration of time between flushing to a client",
+    )
+    min_output_buffer_timeout_ms: int = duration(
+        "min-output-buffer-timeout",
+        25,
+        "minimum client configurable duration of time between flushing to a client",
+    )
+    output_buffer_timeout_ms: int = duration(
+        "output-buffer-timeout", 250, "default duration of time between flushing data to clients"
+    )
 
     # Dead letters (beyond nsqd; nsqpy's own flags): a message that would be delivered more than
     # max_attempts times moves to the topic "<topic>.<channel><dead_letter_suffix>". 0 = off.
-    max_attempts: int = 0
-    dead_letter_suffix: str = ".dead"
-
-    # nsqlookupd registration (lookup_peer.py): --lookupd-tcp-address, --config,
-    # PUT /config/nsqlookupd_tcp_addresses.
-    nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
+    max_attempts: int = option(
+        "max-attempts",
+        0,
+        "[nsqpy] move a message to the dead-letter topic <topic>.<channel><suffix> instead of "
+        "delivering it more than this many times (0 = never, as nsqd)",
+    )
+    dead_letter_suffix: str = option(
+        "dead-letter-suffix",
+        ".dead",
+        "[nsqpy] suffix of dead-letter topic names (<topic>.<channel><suffix>)",
+    )
+    max_channel_consumers: int = option(
+        "max-channel-consumers",
+        0,
+        "maximum channel consumer connection count per nsqd instance (0 = unlimited)",
+    )
 
     # statsd (statsd.py); the prefix's "%s" becomes the host key at start, as nsqd's New does.
-    statsd_address: str = ""
-    statsd_prefix: str = "nsq.%s"
-    statsd_interval_ms: int = 60_000
-    statsd_mem_stats: bool = True
-    statsd_udp_packet_size: int = 508
-    statsd_exclude_ephemeral: bool = False
-
+    statsd_address: str = option(
+        "statsd-address", "", "UDP <addr>:<port> of a statsd daemon for pushing stats"
+    )
+    statsd_interval_ms: int = duration(
+        "statsd-interval", 60_000, "duration between pushing to statsd"
+    )
+    statsd_mem_stats: bool = boolean(
+        "statsd-mem-stats", True, "toggle sending memory and GC stats to statsd"
+    )
+    statsd_prefix: str = option(
+        "statsd-prefix", "nsq.%s", "prefix used for keys sent to statsd (%s for host replacement)"
+    )
+    statsd_udp_packet_size: int = size(
+        "statsd-udp-packet-size", 508, "the size in bytes of statsd UDP packets"
+    )
+    statsd_exclude_ephemeral: bool = boolean(
+        "statsd-exclude-ephemeral",
+        False,
+        "Skip ephemeral topics and channels when sending stats to statsd",
+    )
     # GET /metrics (metrics.py, beyond nsqd): leave #ephemeral topics and channels out.
-    metrics_exclude_ephemeral: bool = False
+    metrics_exclude_ephemeral: bool = boolean(
+        "metrics-exclude-ephemeral",
+        False,
+        "[nsqpy] leave ephemeral topics and channels out of GET /metrics",
+    )
 
     # end-to-end processing latency (quantile.py); no percentiles = not tracked.
-    e2e_processing_latency_window_time_ms: int = 10 * 60_000
-    e2e_processing_latency_percentiles: list[float] = field(default_factory=list)
+    e2e_processing_latency_percentiles: list[float] = repeated(
+        "e2e-processing-latency-percentile",
+        "message processing time percentiles (as float (0, 1.0]) to track (can be specified "
+        "multiple times or comma separated '1.0,0.99,0.95', default none)",
+        parse=parse_percentiles,
+        to_json=_go_floats,
+    )
+    e2e_processing_latency_window_time_ms: int = duration(
+        "e2e-processing-latency-window-time",
+        10 * 60_000,
+        "calculate end to end latency quantiles for this duration of time (ie: 60s would only "
+        "show quantile calculations from the past 60 seconds)",
+    )
 
-    deflate: bool = True
-    max_deflate_level: int = 6
-    snappy: bool = True
+    deflate: bool = boolean(
+        "deflate", True, "enable deflate feature negotiation (client compression)"
+    )
+    max_deflate_level: int = option(
+        "max-deflate-level", 6, "max deflate compression level a client can negotiate"
+    )
+    snappy: bool = boolean("snappy", True, "enable snappy feature negotiation (client compression)")
+
+    # AUTH (auth.py): the auth servers.
+    auth_http_addresses: list[str] = repeated(
+        "auth-http-address",
+        "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+    )
+    auth_http_request_method: str = option(
+        "auth-http-request-method", "get", "HTTP method to use for auth server requests"
+    )
 
     # TLS (tls.py): --tls-required is 0 (false), 1 (tcp-https) or 2 (true), as nsqd's.
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_client_auth_policy: str = ""
-    tls_root_ca_file: str = ""
-    tls_required: int = 0
-    tls_min_version: str = "tls1.0"
+    tls_cert: str = option("tls-cert", "", "path to certificate file")
+    tls_key: str = option("tls-key", "", "path to key file")
+    tls_client_auth_policy: str = option(
+        "tls-client-auth-policy",
+        "",
+        "client certificate auth policy ('require' or 'require-verify')",
+    )
+    tls_root_ca_file: str = option("tls-root-ca-file", "", "path to certificate authority file")
+    tls_required: int = option(
+        "tls-required",
+        0,
+        "require TLS for client connections (true, false, tcp-https)",
+        flag_default="false",
+        parse=_tls_required,
+        bare_true=True,
+    )
+    tls_min_version: str = option(
+        "tls-min-version",
+        "tls1.0",
+        "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+        parse=_tls_min_version,
+    )
 
-    # AUTH (auth.py): auth servers and the HTTP client's timeouts.
-    auth_http_addresses: list[str] = field(default_factory=list)
-    auth_http_request_method: str = "get"
-    http_client_connect_timeout_ms: int = 2000
-    http_client_request_timeout_ms: int = 5000
+    # nsqlookupd registration (lookup_peer.py): also PUT /config/nsqlookupd_tcp_addresses.
+    nsqlookupd_tcp_addresses: list[str] = repeated(
+        "lookupd-tcp-address", "lookupd TCP address (may be given multiple times)"
+    )
 
     def validate(self) -> None:
         """Raise ValueError with nsqd's wording for settings nsqd refuses at start (nsqd.New)."""
@@ -212,3 +349,22 @@ class Options:
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValueError(f"invalid E2E processing latency percentile: {p:g}")
+
+
+#: nsqpy-d's option table: its click options, Go booleans, cfg names (internal/optiontable.py).
+TABLE = Table(
+    Options,
+    program="nsqpy-d",
+    go_name="nsqd",
+    flags_after={
+        "https_address": (
+            flag("tcp-port", Kind.INT, "shorthand: port of --tcp-address"),
+            flag("http-port", Kind.INT, "shorthand: port of --http-address"),
+        ),
+        "nsqlookupd_tcp_addresses": (
+            flag("worker-id", Kind.BOOL, "[deprecated] use --node-id", default=False, hidden=True),
+        ),
+    },
+    # nsqd 1.3 flags that nsqpy-d does not implement yet: refused at start, by name.
+    unimplemented=("enable-experiment",),
+)

@@ -14,7 +14,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import quantile
-from .options import NSQ_VERSION, format_go_duration_ms, version_string
+from .internal.godur import format_go_duration_ms
+from .internal.godur import format_go_duration_ns as go_duration_ns
+from .options import NSQ_VERSION, version_string
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -206,32 +208,6 @@ def _client_line(c: dict[str, Any]) -> str:
         f"rdy: {c['ready_count']:<4d} fin: {c['finish_count']:<8d} "
         f"re-q: {c['requeue_count']:<8d} msgs: {c['message_count']:<8d} connected: {connected}"
     )
-
-
-def go_duration_ns(ns: int) -> str:
-    """Nanoseconds as Go's time.Duration.String() prints them ("27.358330278s", "1h0m5s",
-    "1.5ms", "250ns")."""
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns < 1_000:
-        return f"{sign}{ns}ns"
-    if ns < 1_000_000:
-        return sign + _go_fraction(ns, 1_000, 3) + "µs"
-    if ns < 1_000_000_000:
-        return sign + _go_fraction(ns, 1_000_000, 6) + "ms"
-    h, rem = divmod(ns, 3_600_000_000_000)
-    m, rem = divmod(rem, 60_000_000_000)
-    out = sign + (f"{h}h" if h else "") + (f"{m}m" if h or m else "")
-    return out + _go_fraction(rem, 1_000_000_000, 9) + "s"
-
-
-def _go_fraction(value: int, unit: int, digits: int) -> str:
-    whole, frac = divmod(value, unit)
-    if not frac:
-        return str(whole)
-    return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
 
 
 def _rfc3339_local(ts: int) -> str:

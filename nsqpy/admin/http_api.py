@@ -18,9 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..config import LOG_LEVEL_NUMBERS
-from ..internal.goflag import LOG_LEVELS
 from ..internal.httpd import NsqHTTPError, error_response, go_json_response
+from ..internal.lg import LOG_LEVEL_NUMBERS, LOG_LEVELS
 from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster

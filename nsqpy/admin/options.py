@@ -1,47 +1,122 @@
-"""nsqadmin's options (nsqadmin/options.go), one dataclass with every default in one place.
+"""nsqadmin's options (nsqadmin/options.go), which are also nsqpy-admin's option table.
 
-Strategy: as nsqpy.options for nsqd: field names follow the Go struct's cfg names, durations
-are whole milliseconds (suffix _ms), and the checks nsqadmin.New makes on them live here
-(validate), so the command line, a config file and the tests all go through one door."""
+Strategy: as nsqpy.options for nsqd: one dataclass whose option fields are declared once, with
+flag, default and help, in --help order; internal/optiontable.py generates from it the flags,
+--help, the --config file keys (nsqadmin's cfg names: nsqlookupd_http_addresses,
+nsqd_http_addresses, admin_users) and GET/PUT /config/<opt>'s names. Durations are whole
+milliseconds (suffix _ms), and the checks nsqadmin.New makes on the options live here
+(validate), so the command line, a config file and the tests all go through one door. The
+Graphite flags are refused by name: the admin keeps its own history instead (its
+--sample-interval, --history-window, --refresh-interval are nsqpy's, unknown to /config)."""
 
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from ..internal.netaddr import split_host_port
+from ..internal.optiontable import Table, boolean, duration, log_level, log_prefix, option, repeated
 
 
 @dataclass
 class AdminOptions:
-    """nsqadmin.Options with its defaults (NewOptions); nsqpy-only fields are marked."""
+    """nsqadmin.Options with its defaults (NewOptions), in --help order; nsqpy-only fields
+    are marked [nsqpy]."""
 
-    log_level: str = "info"
-    log_prefix: str = "[nsqadmin] "
-    http_address: str = "0.0.0.0:4171"
-    base_path: str = "/"
-    dev_static_dir: str = ""
-    statsd_prefix: str = "nsq.%s"
-    statsd_counter_format: str = "stats.counters.%s.count"
-    statsd_gauge_format: str = "stats.gauges.%s"
-    statsd_interval_ms: int = 60_000
-    nsqlookupd_http_addresses: list[str] = field(default_factory=list)
-    nsqd_http_addresses: list[str] = field(default_factory=list)
-    http_client_connect_timeout_ms: int = 2_000
-    http_client_request_timeout_ms: int = 5_000
-    http_client_tls_insecure_skip_verify: bool = False
-    http_client_tls_root_ca_file: str = ""
-    http_client_tls_cert: str = ""
-    http_client_tls_key: str = ""
-    allow_config_from_cidr: str = "127.0.0.1/8"
-    notification_http_endpoint: str = ""
-    acl_http_header: str = "X-Forwarded-User"
-    admin_users: list[str] = field(default_factory=list)
+    log_level: str = log_level()
+    log_prefix: str = log_prefix("[nsqadmin] ")
+    http_address: str = option(
+        "http-address", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"
+    )
+    base_path: str = option("base-path", "/", "URL base path")
+    dev_static_dir: str = option("dev-static-dir", "", "(development use only)")
+    statsd_counter_format: str = option(
+        "statsd-counter-format",
+        "stats.counters.%s.count",
+        "The counter stats key formatting applied by the implementation of statsd (unused: no "
+        "Graphite)",
+    )
+    statsd_gauge_format: str = option(
+        "statsd-gauge-format",
+        "stats.gauges.%s",
+        "The gauge stats key formatting applied by the implementation of statsd (unused)",
+    )
+    statsd_prefix: str = option(
+        "statsd-prefix", "nsq.%s", "prefix used for keys sent to statsd (unused)"
+    )
+    statsd_interval_ms: int = duration(
+        "statsd-interval", 60_000, "time interval nsqd is configured to push to statsd"
+    )
+    notification_http_endpoint: str = option(
+        "notification-http-endpoint",
+        "",
+        "HTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent",
+    )
+    http_client_connect_timeout_ms: int = duration(
+        "http-client-connect-timeout", 2_000, "timeout for HTTP connect"
+    )
+    http_client_request_timeout_ms: int = duration(
+        "http-client-request-timeout", 5_000, "timeout for HTTP request"
+    )
+    http_client_tls_insecure_skip_verify: bool = boolean(
+        "http-client-tls-insecure-skip-verify",
+        False,
+        "configure the HTTP client to skip verification of TLS certificates",
+    )
+    http_client_tls_root_ca_file: str = option(
+        "http-client-tls-root-ca-file", "", "path to CA file for the HTTP client"
+    )
+    http_client_tls_cert: str = option(
+        "http-client-tls-cert", "", "path to certificate file for the HTTP client"
+    )
+    http_client_tls_key: str = option(
+        "http-client-tls-key", "", "path to key file for the HTTP client"
+    )
+    allow_config_from_cidr: str = option(
+        "allow-config-from-cidr",
+        "127.0.0.1/8",
+        "A CIDR from which to allow HTTP requests to the /config endpoint",
+    )
+    acl_http_header: str = option(
+        "acl-http-header",
+        "X-Forwarded-User",
+        "HTTP header to check for authenticated admin users",
+    )
+    nsqlookupd_http_addresses: list[str] = repeated(
+        "lookupd-http-address", "lookupd HTTP address (may be given multiple times)"
+    )
+    nsqd_http_addresses: list[str] = repeated(
+        "nsqd-http-address", "nsqd HTTP address (may be given multiple times)"
+    )
+    admin_users: list[str] = repeated(
+        "admin-user",
+        "admin user (may be given multiple times; if specified, only these users will be able "
+        "to perform privileged actions; acl-http-header is used to determine the authenticated "
+        "user)",
+    )
     # nsqpy-only: the admin's own history of depth and rates (no Graphite needed)
-    sample_interval_ms: int = 10_000  #: how often every topic and channel is sampled
-    history_window_ms: int = 3_600_000  #: how far back the charts go
-    refresh_interval_ms: int = 5_000  #: the pages' live refresh (JavaScript)
-    dead_letter_suffix: str = ".dead"  #: nsqpy-d's dead-letter topics: <topic>.<channel><suffix>
+    sample_interval_ms: int = duration(
+        "sample-interval",
+        10_000,
+        "[nsqpy] how often the admin samples every topic and channel for its charts",
+        config_api=False,
+    )
+    history_window_ms: int = duration(
+        "history-window", 3_600_000, "[nsqpy] how far back the charts go", config_api=False
+    )
+    refresh_interval_ms: int = duration(
+        "refresh-interval",
+        5_000,
+        "[nsqpy] live refresh of the pages (JavaScript)",
+        config_api=False,
+    )
+    dead_letter_suffix: str = option(
+        "dead-letter-suffix",
+        ".dead",
+        '[nsqpy] nsqpy-d\'s dead-letter topics are <topic>.<channel><suffix> ("" hides them)',
+        config_api=False,
+    )
 
     def validate(self) -> None:
         """nsqadmin.New's checks; ValueError with nsqadmin's text. Normalizes base_path."""
@@ -84,3 +159,20 @@ def normalize_base_path(p: str) -> str:
     if not p.startswith("/"):
         p = "/" + p
     return posixpath.normpath(p) if p != "/" else "/"
+
+
+#: nsqpy-admin's option table: its click options, Go booleans, cfg names.
+TABLE = Table(
+    AdminOptions,
+    program="nsqpy-admin",
+    go_name="nsqadmin",
+    unimplemented=("graphite-url", "proxy-graphite"),
+    refuse_in_config=False,  # as before the table: graphite_url in a file is ignored
+)
+
+
+def option_by_cfg_name(opts: AdminOptions, name: str) -> tuple[bool, Any]:
+    """nsqadmin's getOptByCfgName: (known, value as Go's JSON has it: durations in
+    nanoseconds, the log level as lg.LogLevel's number); nsqpy's own options are unknown."""
+    value, known = TABLE.value_of_cfg(opts, name)
+    return known, value

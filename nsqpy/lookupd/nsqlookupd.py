@@ -1,6 +1,6 @@
-"""nsqpy-lookupd's core: options, the registration DB and the connected clients.
+"""nsqpy-lookupd's core: the registration DB and the connected clients (options: options.py).
 
-Strategy: as nsqlookupd/nsqlookupd.go and options.go. The core owns the RegistrationDB and
+Strategy: as nsqlookupd/nsqlookupd.go. The core owns the RegistrationDB and
 the connected clients; the transports (protocol_v1.py, http_api.py) call into it, and
 server.py binds them around it."""
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import socket
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..internal.httpd import go_json
 from ..options import NSQ_VERSION
+from .options import LookupdOptions
 from .registration_db import RegistrationDB
 
 
@@ -25,19 +25,6 @@ class Client(Protocol):
 
 
 log = logging.getLogger("nsqpy")
-
-
-@dataclass
-class LookupdOptions:
-    """nsqlookupd's Options (options.go); durations in milliseconds."""
-
-    log_level: str = "info"
-    log_prefix: str = "[nsqlookupd] "
-    tcp_address: str = "0.0.0.0:4160"
-    http_address: str = "0.0.0.0:4161"
-    broadcast_address: str = field(default_factory=socket.gethostname)
-    inactive_producer_timeout_ms: int = 300_000
-    tombstone_lifetime_ms: int = 45_000
 
 
 class NSQLookupd:

@@ -145,6 +145,33 @@ def test_port_shorthands_and_log_lines(tmp_path):
         assert d.stop() == 0
 
 
+def test_tcp_port_shorthand_keeps_an_ipv6_address(tmp_path):
+    """--tcp-port sets the port of --tcp-address=[::1] (given with a port or without one,
+    which once came out as "[::<port>"): the daemon listens on [::1]:<port>, speaks V2."""
+    import socket
+
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    port = probe.getsockname()[1]
+    probe.close()
+    d = Daemon(["--tcp-address=[::1]", f"--tcp-port={port}"], tmp_path / "d")
+    try:
+        assert d.tcp_port == port
+        assert f"TCP: listening on [::1]:{port}" in d.log_text()
+        with socket.create_connection(("::1", port), timeout=5) as s:
+            s.sendall(b"  V2BOGUS\n")
+            reply = b""
+            while b"E_INVALID" not in reply:
+                chunk = s.recv(256)
+                assert chunk, reply
+                reply += chunk
+    finally:
+        assert d.stop() == 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_clean_exit_on_signal_with_clients_connected(tmp_path, sig):
     d = Daemon([], tmp_path / "d")
