@@ -1,4 +1,4 @@
-"""nsqd's HTTP API on httpd's server.
+"""nsqd's HTTP API on the shared HTTP server (internal.http).
 
 Strategy: glue only. Each handler parses the query the way nsqd does (first value of a key),
 calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JSON, or empty),
@@ -18,19 +18,10 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from . import config, stats, wire
-from .internal.httpd import (
-    JSON_TYPE,
-    NSQ_HEADER,
-    HTTPServer,
-    NsqHTTPError,
-    Request,
-    Response,
-    Router,
-    api,
-    first_values,
-    plain_text,
-    serve,
-)
+from .internal.http.request import JSON_TYPE, Request, Response, first_values
+from .internal.http.router import Router
+from .internal.http.server import HTTPServer, serve
+from .internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, plain_text
 from .options import NSQ_VERSION
 from .topic import TopicError
 

@@ -26,7 +26,7 @@ import jinja2
 from aiohttp import web
 
 from ..guid import decode_id
-from ..internal.httpd import NsqHTTPError
+from ..internal.http.v1 import NsqHTTPError
 from ..options import NSQ_VERSION, NSQPY_VERSION
 from . import clusterinfo as ci
 from .cluster import Cluster

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..internal.httpd import NsqHTTPError
+from ..internal.http.v1 import NsqHTTPError
 from ..message_lookup import id_from_query
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ async def answer(lookupd: NSQLookupd, query: dict[str, str]) -> dict[str, Any]:
     answer of the nsqpy-d whose node id is in the ID (see nsqpy.message_lookup.answer), plus
     "producer": that node as /lookup lists it, with its "node_id".
 
-    Raises httpd.NsqHTTPError: 400 MISSING_ARG_ID / INVALID_ID, 404 NODE_NOT_FOUND (no
+    Raises http.v1.NsqHTTPError: 400 MISSING_ARG_ID / INVALID_ID, 404 NODE_NOT_FOUND (no
     active node sent that node id), 409 CONFLICTING_NODE_ID (two nodes sent it: a configuration
     error), 502 NODE_UNREACHABLE (no answer within NODE_TIMEOUT_S), or the node's own error.
     """

@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..internal.httpd import go_json
+from ..internal.gojson import encode as go_json
 from ..options import NSQ_VERSION
 from .registration_db import RegistrationDB
 

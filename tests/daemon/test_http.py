@@ -1085,7 +1085,7 @@ def test_router_redirect_body_escapes_as_go(nsqd):
 
 
 # ----------------------------------------------------------------------------- issue 12: the
-# daemons' own HTTP/1.1 server (httpd on h11): connections as net/http handles them
+# daemons' own HTTP/1.1 server (internal.http.server on h11): connections as net/http handles them
 
 
 def _exchange(d, raw: bytes, answers: int, timeout: float = 10) -> tuple[list[bytes], bool]:
