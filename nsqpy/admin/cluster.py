@@ -100,7 +100,8 @@ class HTTPClient:
                 "(Client.Timeout exceeded while awaiting headers)"
             ) from None
         except aiohttp.ClientConnectorError as e:
-            raise FetchError(f'{verb} "{url}": dial tcp {e.host}:{e.port}: {_reason(e)}') from None
+            where = join_host_port(e.host, e.port or 0)
+            raise FetchError(f'{verb} "{url}": dial tcp {where}: {_reason(e)}') from None
         except aiohttp.ClientError as e:
             raise FetchError(f'{verb} "{url}": {e or type(e).__name__}') from None
 

@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ..internal.netaddr import join_host_port
+
 log = logging.getLogger("nsqpy")
 
 QUEUE_SIZE = 1000
@@ -45,7 +47,7 @@ def admin_action(
     (Unix seconds), user (Basic auth; omitted when empty), remote_ip ("ip:port"), user_agent,
     url (the request's, https when TLS or X-Scheme says so), via (this host's name)."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
-    remote = f"{peer[0]}:{peer[1]}" if peer else ""
+    remote = join_host_port(peer[0], peer[1]) if peer else ""
     scheme = "https" if request.secure or request.headers.get("X-Scheme") == "https" else "http"
     d: dict[str, Any] = {"action": action, "topic": topic}
     if channel:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..internal.http.v1 import NsqHTTPError
+from ..internal.netaddr import dial_address
 from ..message_lookup import id_from_query
 
 if TYPE_CHECKING:
@@ -41,10 +42,7 @@ async def answer(lookupd: NSQLookupd, query: dict[str, str]) -> dict[str, Any]:
     params: dict[str, str] = {k: query[k] for k in ("id", "topic", "body") if k in query}
     import aiohttp  # first lookup only (see the module comment)
 
-    host = peer.broadcast_address
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    url = f"http://{host}:{peer.http_port}/message"
+    url = f"http://{dial_address(peer.broadcast_address, peer.http_port)}/message"
     try:
         timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as session:
