@@ -27,12 +27,12 @@ import logging
 import os
 import re
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import h11
 
+from ..gotime import http_date
 from ..readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
 from .request import HTML_TYPE, TEXT_TYPE, HandlerResult, Request, Response
 from .router import Route, Router
@@ -65,24 +65,6 @@ _REASONS = {
 MAX_HEADER_BYTES = (1 << 20) + 4096
 _DISCARD_LIMIT = 256 << 10
 _EVENTS_PER_PASS = 96
-
-
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_date_cache: list[Any] = [0, ""]
-
-
-def http_date() -> str:
-    """Now as net/http's Date header (RFC 7231 IMF-fixdate), computed once per second."""
-    now = int(time.time())
-    if now != _date_cache[0]:
-        t = time.gmtime(now)
-        _date_cache[1] = (
-            f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
-            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
-        )
-        _date_cache[0] = now
-    return str(_date_cache[1])
 
 
 _HTML_SIGS = tuple(
