@@ -12,7 +12,6 @@ otherwise), the cluster calls, and the audit event for --notification-http-endpo
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,7 +20,7 @@ from aiohttp import web
 
 from ..config import LOG_LEVEL_NUMBERS
 from ..internal.goflag import LOG_LEVELS
-from ..internal.gojson import GoJSONError, GoStruct
+from ..internal.gojson import GoJSONError, GoStruct, unmarshal_strings
 from ..internal.http.aio import error_response, go_json_response
 from ..internal.http.v1 import NsqHTTPError
 from ..wire import is_valid_name
@@ -315,11 +314,11 @@ class AdminAPI:
             if not raw or len(raw) > 1024 * 1024:
                 raise NsqHTTPError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_http_addresses":
-                try:
-                    value = json.loads(raw)
-                except ValueError:
+                try:  # json.Unmarshal into []string (a null element is "")
+                    value = unmarshal_strings(raw)
+                except GoJSONError:
                     raise NsqHTTPError(400, "INVALID_VALUE") from None
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                if value is None:  # Go would store a nil slice; nsqpy-admin keeps a list
                     raise NsqHTTPError(400, "INVALID_VALUE")
                 opts.nsqlookupd_http_addresses = value
                 self.cluster.lookupd = list(value)

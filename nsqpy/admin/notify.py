@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import logging
 import socket
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ..internal.gojson import encode
 from ..internal.netaddr import join_host_port
 
 log = logging.getLogger("nsqpy")
@@ -107,7 +107,7 @@ class Notifier:
                 try:
                     async with session.post(
                         self.endpoint,
-                        data=json.dumps(event, separators=(",", ":")).encode(),
+                        data=encode(event),
                         headers={"Content-Type": "application/json"},
                     ) as resp:
                         await resp.read()

@@ -203,6 +203,37 @@ def anonymous_struct_type(fields: Mapping[str, str]) -> str:
     return "struct { " + "; ".join(parts) + " }"
 
 
+def _parse_whole(raw: bytes) -> Any:
+    """json.Unmarshal's parse: ``raw`` (UTF-8, invalid bytes as U+FFFD) is one JSON value,
+    whitespace around it allowed. Raises GoJSONError with Go's text."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as e:
+        found = _syntax_error(e)
+        if found == _EOF:
+            found = "unexpected end of JSON input"
+        raise GoJSONError(found) from None
+    except _Constant as e:
+        raise GoJSONError(_constant_error(str(e))) from None
+    except RecursionError:
+        raise GoJSONError("exceeded max depth") from None
+
+
+def unmarshal_strings(raw: bytes) -> list[str] | None:
+    """json.Unmarshal(raw, &[]string{}): the list, or None for ``null`` (Go's nil slice).
+    Raises GoJSONError with Go's text (a syntax error, a non-array, a non-string element)."""
+    value = _parse_whole(raw)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise GoJSONError(f"json: cannot unmarshal {_kind(value)} into Go value of type []string")
+    for v in value:
+        if not isinstance(v, str) and v is not None:
+            raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into Go value of type string")
+    return [v if v is not None else "" for v in value]
+
+
 class GoStruct:
     """A Go struct's JSON view: its scalar fields by json name, and the names Go's errors use.
 
@@ -226,19 +257,7 @@ class GoStruct:
     def unmarshal(self, raw: bytes) -> dict[str, Any]:
         """json.Unmarshal(raw, &s): the whole of ``raw`` is one JSON value (whitespace around
         it allowed). Raises GoJSONError with Go's text."""
-        text = raw.decode("utf-8", "replace")
-        try:
-            value = _DECODER.decode(text)
-        except json.JSONDecodeError as e:
-            found = _syntax_error(e)
-            if found == _EOF:
-                found = "unexpected end of JSON input"
-            raise GoJSONError(found) from None
-        except _Constant as e:
-            raise GoJSONError(_constant_error(str(e))) from None
-        except RecursionError:
-            raise GoJSONError("exceeded max depth") from None
-        return self._fields_of(value)
+        return self._fields_of(_parse_whole(raw))
 
     def decode(self, raw: bytes) -> dict[str, Any]:
         """json.NewDecoder(raw).Decode(&s): the first JSON value of ``raw``, what follows it

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsqpy.internal.gojson import GoJSONError, GoStruct, encode, error_body
+from nsqpy.internal.gojson import GoJSONError, GoStruct, encode, error_body, unmarshal_strings
 from nsqpy.protocol_v2 import decode_identify
 
 #: nsqd's identifyDataV2 (nsqd/protocol_v2.go), as protocol_v2.decode_identify reads it
@@ -212,3 +212,20 @@ def test_encode_is_gos_marshal() -> None:
     assert encode("<a&b>\u2028\u2029é") == b'"\\u003ca\\u0026b\\u003e\\u2028\\u2029\xc3\xa9"'
     assert error_body("NOT_FOUND") == b'{"message":"NOT_FOUND"}'
     assert error_body("bad <x>") == b'{"message":"bad \\u003cx\\u003e"}'
+
+
+def test_unmarshal_strings() -> None:
+    """json.Unmarshal into []string (nsqd's and nsqadmin's PUT /config address lists)."""
+    assert unmarshal_strings(b'["a", null, "b"]') == ["a", "", "b"]
+    assert unmarshal_strings(b" null ") is None
+    assert unmarshal_strings(b"[]") == []
+    for raw, text in [
+        (b'"a"', "json: cannot unmarshal string into Go value of type []string"),
+        (b'["a", 1]', "json: cannot unmarshal number into Go value of type string"),
+        (b"[NaN]", "invalid character 'N' looking for beginning of value"),
+        (b"\xef\xbb\xbf[]", "invalid character '\u00ef' looking for beginning of value"),
+        (b"[", "unexpected end of JSON input"),
+    ]:
+        with pytest.raises(GoJSONError) as e:
+            unmarshal_strings(raw)
+        assert str(e.value) == text
