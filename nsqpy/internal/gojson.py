@@ -14,11 +14,14 @@ IDENTIFY) or ``json.NewDecoder(body).Decode(&s)`` (``GoStruct.decode``: the firs
 rest left unread; nsqadmin's POST bodies). The rules, from encoding/json (decode.go, scanner.go,
 Go 1.19-1.21):
 
-- keys match field names case-insensitively (a key's lower case; unknown keys are skipped, and
-  so is anything nested under them), ``null`` leaves a field unset, ``null`` for the whole
-  value leaves every field unset;
-- invalid UTF-8 inside a string becomes U+FFFD, outside one it is a syntax error; a BOM, NaN and
-  Infinity are syntax errors (Python's json would take the last two);
+- keys match field names case-insensitively (bytes.EqualFold: a key's lower case, with "ſ" as
+  "s" and the Kelvin sign as "k"); unknown keys are skipped, and so is anything nested under
+  them; each key is decoded in document order, so of a repeated key the last value wins but
+  every one is type-checked; ``null`` leaves a field as it was, ``null`` for the whole value
+  leaves every field unset;
+- invalid UTF-8 inside a string becomes U+FFFD, outside one it is a syntax error; a lone UTF-16
+  surrogate escape (``"\\ud800"``) becomes U+FFFD; a BOM, NaN and Infinity are syntax errors
+  (Python's json would take all three but the BOM);
 - a value of the wrong JSON kind for its field, a number with a fraction or exponent for an
   integer field, or an integer outside the field's range (int/int64, int32) is a type error; Go
   decodes on and reports the first one;
@@ -27,15 +30,16 @@ Go 1.19-1.21):
   of value`` and its siblings for a syntax error, ``json: cannot unmarshal number into Go struct
   field .action of type string`` for a type error.
 
-Python's json finds a syntax error; its message is mapped onto Go's by what it was expecting.
-Known differences, kept on purpose: a duplicate key counts once (the last one, as a Python dict;
-Go type-checks each); nesting deeper than Python's recursion limit (about 1000 levels) is refused
-with "exceeded max depth" where Go allows 10000.
+Python's json finds a syntax error (objects come back as their pairs, in order); its message is
+mapped onto Go's by what it was expecting. One known difference, kept on purpose: nesting deeper
+than Python's recursion limit (about 1000 levels) is refused with "exceeded max depth" where Go
+allows 10000.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -75,6 +79,7 @@ _INT_RANGES = {
     "int32": (-(2**31), 2**31),
 }
 _KINDS = {"string": str, "bool": bool}
+_ANY = "any"  # Go's interface{}: any value, kept as Python's json gives it
 
 _CONTEXT = {
     "Expecting value": "looking for beginning of value",
@@ -180,7 +185,39 @@ def _float(text: str) -> _Float:
     return f
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_float)
+class _Pairs(list):  # type: ignore[type-arg]
+    """A JSON object as its (key, value) pairs in document order (repeats kept)."""
+
+    __slots__ = ()
+
+
+_DECODER = json.JSONDecoder(
+    parse_constant=_no_constant, parse_float=_float, object_pairs_hook=_Pairs
+)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _fold(key: str) -> str:
+    """bytes.EqualFold's view of a key for ASCII field names: lower case, "ſ" as "s" (the
+    Kelvin sign's lower case is already "k")."""
+    key = key.lower()
+    return key if key.isascii() else key.replace("\u017f", "s")
+
+
+def _go_string(s: str) -> str:
+    """A decoded JSON string as Go holds it: a lone surrogate escape is U+FFFD."""
+    return s if s.isascii() else _LONE_SURROGATE.sub("\ufffd", s)
+
+
+def _plain(v: Any) -> Any:
+    """A parsed value as json.loads gives it (objects as dicts, numbers as int/float)."""
+    if isinstance(v, _Pairs):
+        return {_go_string(k): _plain(x) for k, x in v}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, float):
+        return float(v)
+    return _go_string(v) if type(v) is str else v
 
 
 def _kind(v: Any) -> str:
@@ -191,7 +228,7 @@ def _kind(v: Any) -> str:
         return "number"
     if isinstance(v, str):
         return "string"
-    if isinstance(v, list):
+    if isinstance(v, list) and not isinstance(v, _Pairs):
         return "array"
     return "object"
 
@@ -226,29 +263,29 @@ def unmarshal_strings(raw: bytes) -> list[str] | None:
     value = _parse_whole(raw)
     if value is None:
         return None
-    if not isinstance(value, list):
+    if not isinstance(value, list) or isinstance(value, _Pairs):
         raise GoJSONError(f"json: cannot unmarshal {_kind(value)} into Go value of type []string")
     for v in value:
         if not isinstance(v, str) and v is not None:
             raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into Go value of type string")
-    return [v if v is not None else "" for v in value]
+    return [_go_string(v) if v is not None else "" for v in value]
 
 
 class GoStruct:
     """A Go struct's JSON view: its scalar fields by json name, and the names Go's errors use.
 
     ``fields`` maps each json name (lower case) to its Go type: "string", "bool", "int",
-    "int64" or "int32". ``name`` is the struct's type name as a field error shows it
-    (``identifyDataV2``; "" for an anonymous struct) and ``type_name`` its reflect name as a
-    wrong top-level value's error shows it (``nsqd.identifyDataV2``; for an anonymous struct,
-    anonymous_struct_type's text when None). Results are dicts of the fields present in the
-    body (not null), by json name: str, bool or int values."""
+    "int64", "int32", or "any" (interface{}: any value, as json.loads gives it). ``name`` is
+    the struct's type name as a field error shows it (``identifyDataV2``; "" for an anonymous
+    struct) and ``type_name`` its reflect name as a wrong top-level value's error shows it
+    (``nsqd.identifyDataV2``; for an anonymous struct, anonymous_struct_type's text when None).
+    Results are dicts of the fields present in the body (not null), by json name."""
 
     __slots__ = ("name", "type_name", "fields")
 
     def __init__(self, fields: Mapping[str, str], name: str = "", type_name: str | None = None):
         for t in fields.values():
-            if t not in _INT_RANGES and t not in _KINDS:
+            if t not in _INT_RANGES and t not in _KINDS and t != _ANY:
                 raise ValueError(f"GoStruct: unsupported Go type {t!r}")
         self.fields = dict(fields)
         self.name = name
@@ -280,20 +317,23 @@ class GoStruct:
         out: dict[str, Any] = {}
         if value is None:
             return out
-        if not isinstance(value, dict):
+        if not isinstance(value, _Pairs):
             raise GoJSONError(
                 f"json: cannot unmarshal {_kind(value)} into Go value of type {self.type_name}"
             )
         fields = self.fields
         error = ""
-        for key, v in value.items():
-            name = key.lower()
+        for key, v in value:
+            name = _fold(key)
             go_type = fields.get(name)
             if go_type is None or v is None:
                 continue
+            if go_type == _ANY:
+                out[name] = _plain(v)
+                continue
             bad = self._type_error(v, go_type)
             if bad is None:
-                out[name] = v
+                out[name] = _go_string(v) if type(v) is str else v
             elif not error:  # Go decodes on and reports the first type error
                 error = (
                     f"json: cannot unmarshal {bad} into Go struct field "

@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsqpy.internal.gojson import GoJSONError, GoStruct, encode, error_body, unmarshal_strings
+from nsqpy.lookupd.protocol_v1 import decode_identify as lookupd_decode_identify
+from nsqpy.lookupd.registration_db import PeerInfo
 from nsqpy.protocol_v2 import decode_identify
 
 #: nsqd's identifyDataV2 (nsqd/protocol_v2.go), as protocol_v2.decode_identify reads it
@@ -106,7 +108,6 @@ IDENTIFY_BODIES = [
     b'{"client_id":{"a":1}}',
     b'{"Client_ID":"case","HOSTNAME":"h","User_Agent":"ua"}',
     b'{"client_id":"a\xffb","hostname":"h\xc3"}',
-    b'{"client_id":"\\ud800"}',
     b'{"client_id":"a","client_id":"b"}',
     b'{"client_id":null,"CLIENT_ID":"x"}',
     b'{"unknown_key":[1,2],"x":{"a":null},"deflate_level":6}',
@@ -124,13 +125,30 @@ def test_unmarshal_gives_decode_identifys_verdict(body: bytes) -> None:
     assert _gojson_verdict(body) == _identify_verdict(body)
 
 
+# where protocol_v2.decode_identify (a dict of the last value per lower-cased key) is not Go:
+# Go nsqd 1.3's answers, recorded side by side (IDENTIFY, then /stats for the client_id):
+# repeated keys are each decoded in order, "ſ" folds to "s", a lone surrogate escape is U+FFFD
+# (nsqpy-d kept it, and its /stats?format=json then failed with 500 INTERNAL_ERROR)
+GO_OVER_DECODE_IDENTIFY = {
+    b'{"heartbeat_interval":"x","heartbeat_interval":1000}': "refused",
+    b'{"sample_rate":200,"sample_rate":null}': {"sample_rate": 200},
+    '{"\u017fample_rate":200}'.encode(): {"sample_rate": 200},
+    b'{"client_id":"\\ud800x","hostname":"h"}': {"client_id": "\ufffdx", "hostname": "h"},
+}
+
+
+@pytest.mark.parametrize("body", sorted(GO_OVER_DECODE_IDENTIFY))
+def test_unmarshal_follows_go_where_decode_identify_does_not(body: bytes) -> None:
+    assert _gojson_verdict(body) == GO_OVER_DECODE_IDENTIFY[body]
+
+
 _VALUES = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(2**65), max_value=2**65),
     st.sampled_from([0, -1, 1000, 2**31 - 1, 2**31, -(2**31), 2**63 - 1, 2**63, -(2**63)]),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=8),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=8),
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
@@ -229,3 +247,64 @@ def test_unmarshal_strings() -> None:
         with pytest.raises(GoJSONError) as e:
             unmarshal_strings(raw)
         assert str(e.value) == text
+
+
+# nsqlookupd's PeerInfo (nsqlookupd/registration_db.go, 1.3.0), and nsqpy-d's node_id beyond it
+PEER_INFO = GoStruct(
+    {
+        "remote_address": "string",
+        "hostname": "string",
+        "broadcast_address": "string",
+        "tcp_port": "int",
+        "http_port": "int",
+        "version": "string",
+        "node_id": "any",
+    },
+    name="PeerInfo",
+    type_name="nsqlookupd.PeerInfo",
+)
+
+
+def _peer_by_gojson(body: bytes) -> Any:
+    """What lookupd/protocol_v1.decode_identify's body can become."""
+    peer = PeerInfo("x")
+    try:
+        found = PEER_INFO.unmarshal(body)
+    except GoJSONError:
+        return "refused"
+    node_id = found.pop("node_id", None)
+    if type(node_id) is int and 0 <= node_id < 1024:
+        peer.node_id = node_id
+    for name, value in found.items():
+        setattr(peer, name, value)
+    return (*peer.to_json().values(), peer.node_id)
+
+
+def _peer_by_lookupd(body: bytes) -> Any:
+    peer = PeerInfo("x")
+    try:
+        lookupd_decode_identify(body, peer)
+    except (ValueError, RecursionError):
+        return "refused"
+    return (*peer.to_json().values(), peer.node_id)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        *IDENTIFY_BODIES,
+        *GO_OVER_DECODE_IDENTIFY,
+        b'{"tcp_port":4150,"http_port":4151,"version":"1.3.0","broadcast_address":"h"}',
+        b'{"TCP_PORT":1,"tcp_port":"x"}',
+        b'{"tcp_port":1,"tcp_port":null}',
+        b'{"http_port":1.0}',
+        b'{"http_port":9223372036854775808}',
+        b'{"hostname":"\\ud800","node_id":7}',
+        b'{"node_id":1024}',
+        b'{"node_id":"1"}',
+        b'{"node_id":[1]}',
+        '{"\u017fostname":"x","HOSTNAME":"y"}'.encode(),
+    ],
+)
+def test_one_decoder_serves_lookupds_peer_info(body: bytes) -> None:
+    assert _peer_by_gojson(body) == _peer_by_lookupd(body)
