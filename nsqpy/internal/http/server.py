@@ -181,7 +181,7 @@ class Connection(asyncio.Protocol):
             self.transport is not None
             and not self.transport.is_closing()
             and self.task is None
-            and not self.gate.holds(BACKPRESSURE)
+            and not self.gate.bits & BACKPRESSURE
         ):
             if budget == 0:
                 # bounded work per pass: go on at the loop's next turn, read nothing meanwhile
