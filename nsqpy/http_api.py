@@ -1,4 +1,4 @@
-"""nsqd's HTTP API on httpd's server.
+"""nsqd's HTTP API on the shared HTTP server (internal.http).
 
 Strategy: glue only. Each handler parses the query the way nsqd does (first value of a key),
 calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JSON, or empty),
@@ -11,26 +11,17 @@ The routes that read a body name how much (--max-msg-size for /pub and PUT /conf
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
 from . import config, stats, wire
-from .internal.httpd import (
-    JSON_TYPE,
-    NSQ_HEADER,
-    HTTPServer,
-    NsqHTTPError,
-    Request,
-    Response,
-    Router,
-    api,
-    first_values,
-    plain_text,
-    serve,
-)
+from .internal.gojson import GoJSONError, unmarshal_strings
+from .internal.http.request import JSON_TYPE, Request, Response, first_values
+from .internal.http.router import Router
+from .internal.http.server import HTTPServer, serve
+from .internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, plain_text
 from .options import NSQ_VERSION
 from .topic import TopicError
 
@@ -336,15 +327,10 @@ class HTTPAPI:
             if len(body) >= read_max or not body:
                 raise NsqHTTPError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_tcp_addresses":
-                try:
-                    # as text, as Go's decoder: a BOM or UTF-16 is not JSON there
-                    value = json.loads(body.decode("utf-8", "replace"))
-                except (ValueError, RecursionError):  # RecursionError: nested too deep
+                try:  # json.Unmarshal into []string: null is nil, a null element ""
+                    value = unmarshal_strings(body)
+                except GoJSONError:
                     raise NsqHTTPError(400, "INVALID_VALUE") from None
-                if value is not None and not (
-                    isinstance(value, list) and all(isinstance(v, str) for v in value)
-                ):
-                    raise NsqHTTPError(400, "INVALID_VALUE")
                 opts.nsqlookupd_tcp_addresses = value  # type: ignore[assignment]
                 if self.nsqd.lookup is not None:
                     self.nsqd.lookup.set_addresses(value or [])

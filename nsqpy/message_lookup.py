@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .guid import DecodedID, decode_id
-from .internal.httpd import NsqHTTPError
+from .internal.http.v1 import NsqHTTPError
 from .message import Message, record_body, record_header
 from .wire import is_valid_name
 

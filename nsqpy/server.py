@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from .http_api import start_http
-from .internal.httpd import HTTPServer, close_unix, listen, listen_unix
+from .internal.http.server import HTTPServer, close_unix, listen, listen_unix
 from .internal.netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ClientV2

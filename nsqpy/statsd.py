@@ -16,7 +16,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from . import stats
-from .internal.netaddr import split_host_port
+from .internal.netaddr import join_host_port, split_host_port
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -33,8 +33,7 @@ def resolve_prefix(prefix: str, broadcast_address: str, http_port: int) -> str:
     """nsqd.New's prefix: "%s" -> host key of broadcast_address:http port, a trailing "."."""
     if not prefix:
         return ""
-    host = f"[{broadcast_address}]" if ":" in broadcast_address else broadcast_address
-    out = prefix.replace("%s", host_key(f"{host}:{http_port}"))
+    out = prefix.replace("%s", host_key(join_host_port(broadcast_address, http_port)))
     return out if out.endswith(".") else out + "."
 
 

@@ -24,6 +24,7 @@ from urllib.parse import quote_plus, urlsplit, urlunsplit
 import aiohttp
 
 from ..internal.netaddr import join_host_port
+from ..wire import go_quote
 from . import clusterinfo as ci
 from .clusterinfo import Producer, Stats
 
@@ -84,7 +85,7 @@ class HTTPClient:
             status, data = await self._once(method, url, body)
         if status != 200:
             reason = HTTPStatus(status).phrase if status in _STATUSES else ""
-            text = json.dumps(data.decode("utf-8", "replace"))
+            text = go_quote(data)
             raise FetchError(f"got response {status} {reason} {text}")
         return data
 
@@ -100,7 +101,8 @@ class HTTPClient:
                 "(Client.Timeout exceeded while awaiting headers)"
             ) from None
         except aiohttp.ClientConnectorError as e:
-            raise FetchError(f'{verb} "{url}": dial tcp {e.host}:{e.port}: {_reason(e)}') from None
+            where = join_host_port(e.host, e.port or 0)
+            raise FetchError(f'{verb} "{url}": dial tcp {where}: {_reason(e)}') from None
         except aiohttp.ClientError as e:
             raise FetchError(f'{verb} "{url}": {e or type(e).__name__}') from None
 

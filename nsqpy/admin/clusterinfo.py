@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..internal.netaddr import join_host_port
+from ..internal.netaddr import join_host_port, split_host_port_lenient
 
 Producer = dict[str, Any]
 Stats = dict[str, Any]
@@ -112,13 +112,12 @@ def producer_from_nsqd(info: dict[str, Any], topics: list[str], addr: str) -> Pr
     """GetNSQDProducers/GetNSQDTopicProducers: a Producer from nsqd's /info and the topic names
     of its /stats; a missing broadcast address or hostname falls back to ``addr``'s host (and
     its port for the HTTP port), as nsqadmin does for old nsqds."""
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]")
+    host, port = split_host_port_lenient(addr)
     broadcast = info.get("broadcast_address") or ""
     http_port = int(info.get("http_port") or 0)
     if not broadcast:
         broadcast = host
-        http_port = int(port) if port.isdigit() else 0
+        http_port = port
     return {
         "remote_addresses": None,
         "remote_address": "",

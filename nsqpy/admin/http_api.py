@@ -1,30 +1,31 @@
 """nsqadmin's JSON API (nsqadmin/http.go, v1 endpoints) on aiohttp.
 
 Strategy: glue only. Each handler asks cluster.Cluster (which asks the daemons in parallel)
-and answers nsqadmin's JSON shape through httpd's V1 helpers: Go's field order, "message"
-carrying "WARNING: ..." when some daemon failed, 502 "UPSTREAM_ERROR: ..." only when every
-daemon asked failed. Every destructive action goes through AdminAPI.perform, which the HTML
-forms (pages.py) call too: the ACL check (--admin-user against the --acl-http-header
-header; 403 FORBIDDEN and nothing changed otherwise), the cluster calls, and the audit event
-for --notification-http-endpoint (notify.py)."""
+and answers nsqadmin's JSON shape through internal.http.aio's V1 helpers (internal.gojson's
+bytes): Go's field order, "message" carrying "WARNING: ..." when some daemon failed, 502
+"UPSTREAM_ERROR: ..." only when every daemon asked failed. Every destructive action goes
+through AdminAPI.perform, which the HTML forms (pages.py) call too: the ACL check
+(--admin-user against the --acl-http-header header; 403 FORBIDDEN and nothing changed
+otherwise), the cluster calls, and the audit event for --notification-http-endpoint
+(notify.py)."""
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from ..internal.httpd import NsqHTTPError, error_response, go_json_response
+from ..internal.gojson import GoJSONError, GoStruct, unmarshal_strings
+from ..internal.http.aio import error_response, go_json_response
+from ..internal.http.v1 import NsqHTTPError
 from ..internal.lg import LOG_LEVEL_NUMBERS, LOG_LEVELS
 from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster
 from .clusterinfo import UpstreamError, warn_message
-from .gojson import GoJSONError, decode_struct
 from .notify import Notifier
 from .options import AdminOptions
 
@@ -33,6 +34,8 @@ log = logging.getLogger("nsqpy")
 #: actions POST /api/topics/:topic[/:channel] accepts (replay: nsqpy-d's dead letters, a
 #: channel only)
 TOPIC_CHANNEL_ACTIONS = ("pause", "unpause", "empty", "replay")
+#: nsqadmin's anonymous request structs (all string fields), by their json names
+_BODY_STRUCTS: dict[tuple[str, ...], GoStruct] = {}
 
 
 def upstream(e: UpstreamError) -> NsqHTTPError:
@@ -222,12 +225,16 @@ class AdminAPI:
         return warn_message([ci.err_list(errors)] if errors else []), extra
 
     async def _body(self, request: web.Request, *fields: str) -> dict[str, str]:
-        """The string ``fields`` of the JSON body as nsqadmin's Go decoder reads them; 400
-        with encoding/json's error text otherwise (gojson)."""
+        """The string ``fields`` of the JSON body as nsqadmin's Go decoder reads them ("" when
+        absent or null); 400 with encoding/json's error text otherwise (internal.gojson)."""
+        struct = _BODY_STRUCTS.get(fields)
+        if struct is None:
+            struct = _BODY_STRUCTS[fields] = GoStruct(dict.fromkeys(fields, "string"))
         try:
-            return decode_struct(await request.read(), fields)
+            found = struct.decode(await request.read())
         except GoJSONError as e:
             raise NsqHTTPError(400, str(e)) from None
+        return {f: found.get(f, "") for f in fields}
 
     async def create(self, request: web.Request) -> Any:
         """POST /api/topics {"topic", "channel"?}: create through the lookupds (and the
@@ -306,11 +313,11 @@ class AdminAPI:
             if not raw or len(raw) > 1024 * 1024:
                 raise NsqHTTPError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_http_addresses":
-                try:
-                    value = json.loads(raw)
-                except ValueError:
+                try:  # json.Unmarshal into []string (a null element is "")
+                    value = unmarshal_strings(raw)
+                except GoJSONError:
                     raise NsqHTTPError(400, "INVALID_VALUE") from None
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                if value is None:  # Go would store a nil slice; nsqpy-admin keeps a list
                     raise NsqHTTPError(400, "INVALID_VALUE")
                 opts.nsqlookupd_http_addresses = value
                 self.cluster.lookupd = list(value)

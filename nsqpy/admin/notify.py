@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import logging
 import socket
 import time
@@ -19,6 +18,9 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from ..internal.gojson import encode
+from ..internal.netaddr import join_host_port
 
 log = logging.getLogger("nsqpy")
 
@@ -45,7 +47,7 @@ def admin_action(
     (Unix seconds), user (Basic auth; omitted when empty), remote_ip ("ip:port"), user_agent,
     url (the request's, https when TLS or X-Scheme says so), via (this host's name)."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
-    remote = f"{peer[0]}:{peer[1]}" if peer else ""
+    remote = join_host_port(peer[0], peer[1]) if peer else ""
     scheme = "https" if request.secure or request.headers.get("X-Scheme") == "https" else "http"
     d: dict[str, Any] = {"action": action, "topic": topic}
     if channel:
@@ -105,7 +107,7 @@ class Notifier:
                 try:
                     async with session.post(
                         self.endpoint,
-                        data=json.dumps(event, separators=(",", ":")).encode(),
+                        data=encode(event),
                         headers={"Content-Type": "application/json"},
                     ) as resp:
                         await resp.read()

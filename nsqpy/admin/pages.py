@@ -26,7 +26,8 @@ import jinja2
 from aiohttp import web
 
 from ..guid import decode_id
-from ..internal.httpd import NsqHTTPError
+from ..internal.gotime import date_time, date_time_ms
+from ..internal.http.v1 import NsqHTTPError
 from ..options import NSQ_VERSION, NSQPY_VERSION
 from . import clusterinfo as ci
 from .cluster import Cluster
@@ -67,7 +68,7 @@ def format_rate(r: float | None) -> str:
 
 def format_ts(ts: int | float) -> str:
     """Unix seconds as local "2006-01-02 15:04:05"."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return date_time(ts)
 
 
 def make_env(base_path: str) -> jinja2.Environment:
@@ -491,8 +492,7 @@ def format_ms(ms: Any) -> str:
     """Unix milliseconds as UTC "2006-01-02 15:04:05.000 UTC" ("–" when not a number)."""
     if not isinstance(ms, (int, float)) or isinstance(ms, bool):
         return "–"
-    s, rest = divmod(int(ms), 1000)
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s)) + f".{rest:03d} UTC"
+    return date_time_ms(int(ms), utc=True) + " UTC"
 
 
 def add_routes(app: web.Application, pages: Pages, bp: Callable[[str], str]) -> None:

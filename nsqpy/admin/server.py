@@ -3,7 +3,7 @@
 Strategy: as nsqadmin.New/Main: the options are checked first (ValueError with nsqadmin's
 text), then the listener is bound and "HTTP: listening on <addr>" logged with the real port
 (port 0 picks a free one). The JSON API (http_api) and the pages (pages) share one Cluster
-and one HTTP client session; the routes sit under --base-path, with httpd.go_router's
+and one HTTP client session; the routes sit under --base-path, with http.aio.go_router's
 redirect/405/404 rules around them. The sampler task asks the cluster every
 --sample-interval and records every topic's and channel's totals in the History (it never
 lets an error escape: a failed round is logged and the next one tried)."""
@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..internal.httpd import go_router, start_site
+from ..internal.http.aio import go_router, start_site
 from ..internal.netaddr import format_listen_addr, split_host_port
 from . import clusterinfo as ci
 from . import http_api, pages

@@ -1,8 +1,10 @@
 """Network addresses as NSQ's Go daemons write and read them.
 
 Strategy: one owner for "host:port" in both directions, shared by nsqd, nsqlookupd, statsd and
-the lookup peer: Go's net.SplitHostPort rules for reading ("host:port", "[v6]:port", ":port"),
-and the way nsqd's logs print a bound listener ("127.0.0.1:4150", "[::]:4150")."""
+the lookup peer, nsqpy-admin and the Spark connector: Go's net.SplitHostPort rules for reading
+("host:port", "[v6]:port", ":port"), net.JoinHostPort's for writing ("[v6]:port"), and the way
+nsqd's logs print a bound listener ("127.0.0.1:4150", "[::]:4150"). Nothing else in nsqpy joins
+or splits an address by hand."""
 
 from __future__ import annotations
 
@@ -41,6 +43,23 @@ def is_unix_address(addr: str) -> bool:
 def join_host_port(host: str, port: int) -> str:
     """Go's net.JoinHostPort: ``host:port``, an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def dial_address(host: str, port: int) -> str:
+    """An address to connect to from a host NSQ reported (a broadcast address): as
+    join_host_port, but a host already in brackets (``[::1]``) is kept as it is."""
+    if host.startswith("[") and host.endswith("]"):
+        return f"{host}:{port}"
+    return join_host_port(host, port)
+
+
+def split_host_port_lenient(addr: str) -> tuple[str, int]:
+    """split_host_port as Go code that ignores its error reads it: ("", 0) for an address
+    net.SplitHostPort refuses (nsqadmin's fallback for an nsqd without a broadcast address)."""
+    try:
+        return split_host_port(addr)
+    except ValueError:
+        return "", 0
 
 
 def format_listen_addr(sockname: tuple) -> str:

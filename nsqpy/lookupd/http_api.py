@@ -1,12 +1,12 @@
-"""nsqlookupd's HTTP API on httpd's server.
+"""nsqlookupd's HTTP API on the shared HTTP server (internal.http).
 
 Strategy: glue only, as nsqlookupd/http.go (1.3): each handler reads the raw query the way Go's
 url.ParseQuery does (a bad query is 400 INVALID_REQUEST; the first value of a key counts),
-calls the registration DB and answers in the V1 shape (httpd.api: 200 with the raw body or
+calls the registration DB and answers in the V1 shape (http.v1.api: 200 with the raw body or
 JSON, errors as {"message": TEXT}). JSON is written as Go's encoding/json writes it: struct
 fields in declaration order, map keys sorted, empty slices as []. Where Go iterates a map
 (topics, channels, /debug's entries), the order here is sorted; producers come in the order
-they registered. The router's redirects, OPTIONS and 405 come from httpd.Router.
+they registered. The router's redirects, OPTIONS and 405 come from http.router.Router.
 nsqlookupd's /debug/pprof routes (Go runtime profiles) are not served. Handlers are synchronous
 but GET /message (beyond nsqlookupd), which asks an nsqpy-d and so is a coroutine."""
 
@@ -14,29 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..internal.httpd import (
-    JSON_TYPE,
-    NSQ_HEADER,
-    NsqHTTPError,
-    Request,
-    Response,
-    Router,
-    api,
-    go_json,
-    parse_go_query,
-    plain_text,
-)
+from ..internal.http.request import Request, Response, parse_go_query
+from ..internal.http.router import Router
+from ..internal.http.v1 import NsqHTTPError, api, json_answer, plain_text
 from ..options import NSQ_VERSION
 from ..wire import is_valid_name
 from .registration_db import Registration
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
-
-
-def go_json_response(data: Any) -> Response:
-    """A 200 V1 JSON answer in Go's encoding (httpd.go_json)."""
-    return Response(200, go_json(data), {**NSQ_HEADER, "Content-Type": JSON_TYPE})
 
 
 def _params(request: Request) -> dict[str, list[str]]:
@@ -77,16 +63,16 @@ class LookupdHTTP:
 
     def info(self, request: Request) -> Any:
         """GET /info: {"version": "1.3.0"}."""
-        return go_json_response({"version": NSQ_VERSION})
+        return json_answer({"version": NSQ_VERSION})
 
     def topics(self, request: Request) -> Any:
         """GET /topics: {"topics": [every topic registration's name]}."""
-        return go_json_response({"topics": self.db.topics()})
+        return json_answer({"topics": self.db.topics()})
 
     def channels(self, request: Request) -> Any:
         """GET /channels?topic=T: {"channels": [names]}; 400 MISSING_ARG_TOPIC."""
         topic = _get(_params(request), "topic", "MISSING_ARG_TOPIC")
-        return go_json_response({"channels": self.db.channels(topic)})
+        return json_answer({"channels": self.db.channels(topic)})
 
     def lookup(self, request: Request) -> Any:
         """GET /lookup?topic=T: {"channels": [...], "producers": [peer...]}, only active and
@@ -99,7 +85,7 @@ class LookupdHTTP:
         producers = db.active_producers(
             topic, lk.inactive_producer_timeout_ns, lk.tombstone_lifetime_ns
         )
-        return go_json_response(
+        return json_answer(
             {
                 "channels": db.channels(topic),
                 "producers": [p.to_json() for p in producers],
@@ -118,7 +104,7 @@ class LookupdHTTP:
             node["tombstones"] = tombstones
             node["topics"] = topics
             out.append(node)
-        return go_json_response({"producers": out})
+        return json_answer({"producers": out})
 
     def debug(self, request: Request) -> Any:
         """GET /debug: {"category:key:subkey": [producer...]} for registrations that have
@@ -144,7 +130,7 @@ class LookupdHTTP:
                         "version": peer.version,
                     }
                 )
-        return go_json_response(dict(sorted(data.items())))
+        return json_answer(dict(sorted(data.items())))
 
     def topic_create(self, request: Request) -> Any:
         """POST /topic/create?topic=T: 200 empty; 400 MISSING_ARG_TOPIC / INVALID_ARG_TOPIC."""

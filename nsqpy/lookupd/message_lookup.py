@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..internal.httpd import NsqHTTPError
+from ..internal.http.v1 import NsqHTTPError
+from ..internal.netaddr import dial_address
 from ..message_lookup import id_from_query
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ async def answer(lookupd: NSQLookupd, query: dict[str, str]) -> dict[str, Any]:
     answer of the nsqpy-d whose node id is in the ID (see nsqpy.message_lookup.answer), plus
     "producer": that node as /lookup lists it, with its "node_id".
 
-    Raises httpd.NsqHTTPError: 400 MISSING_ARG_ID / INVALID_ID, 404 NODE_NOT_FOUND (no
+    Raises http.v1.NsqHTTPError: 400 MISSING_ARG_ID / INVALID_ID, 404 NODE_NOT_FOUND (no
     active node sent that node id), 409 CONFLICTING_NODE_ID (two nodes sent it: a configuration
     error), 502 NODE_UNREACHABLE (no answer within NODE_TIMEOUT_S), or the node's own error.
     """
@@ -41,10 +42,7 @@ async def answer(lookupd: NSQLookupd, query: dict[str, str]) -> dict[str, Any]:
     params: dict[str, str] = {k: query[k] for k in ("id", "topic", "body") if k in query}
     import aiohttp  # first lookup only (see the module comment)
 
-    host = peer.broadcast_address
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    url = f"http://{host}:{peer.http_port}/message"
+    url = f"http://{dial_address(peer.broadcast_address, peer.http_port)}/message"
     try:
         timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -10,7 +10,7 @@ import logging
 import socket
 from typing import Protocol
 
-from ..internal.httpd import go_json
+from ..internal.gojson import encode as go_json
 from ..options import NSQ_VERSION
 from .options import LookupdOptions
 from .registration_db import RegistrationDB

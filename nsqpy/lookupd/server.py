@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..internal.httpd import HTTPServer, listen, serve
+from ..internal.http.server import HTTPServer, listen, serve
 from ..internal.netaddr import format_listen_addr, split_host_port
 from .http_api import build_router
 from .nsqlookupd import NSQLookupd

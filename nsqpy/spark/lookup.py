@@ -15,6 +15,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from nsqpy.internal.netaddr import dial_address
+
 ACCEPT = "application/vnd.nsq; version=1.0"
 
 
@@ -31,18 +33,13 @@ def _lookup_url(lookupd: str, topic: str) -> str:
 def producer_address(producer: dict[str, Any]) -> str:
     """``broadcast_address:tcp_port`` (IPv6 in brackets), as NSQ clients connect."""
     host = str(producer.get("broadcast_address") or producer.get("address") or "")
-    port = int(producer["tcp_port"])
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
+    return dial_address(host, int(producer["tcp_port"]))
 
 
 def producer_http_address(producer: dict[str, Any]) -> str:
     """``broadcast_address:http_port``: where that nsqd answers /stats."""
     host = str(producer.get("broadcast_address") or producer.get("address") or "")
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{int(producer['http_port'])}"
+    return dial_address(host, int(producer["http_port"]))
 
 
 #: TCP address -> HTTP address of every producer any lookup has seen (for /stats)

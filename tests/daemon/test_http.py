@@ -1085,7 +1085,7 @@ def test_router_redirect_body_escapes_as_go(nsqd):
 
 
 # ----------------------------------------------------------------------------- issue 12: the
-# daemons' own HTTP/1.1 server (httpd on h11): connections as net/http handles them
+# daemons' own HTTP/1.1 server (internal.http.server on h11): connections as net/http handles them
 
 
 def _exchange(d, raw: bytes, answers: int, timeout: float = 10) -> tuple[list[bytes], bool]:
@@ -1233,3 +1233,14 @@ def test_message_route(nsqd, lookupd):
         assert_err(raw_http(d, "GET", "/message"), 400, "MISSING_ARG_ID")
         code, _, h = raw_http(d, "POST", "/message?id=1")
         assert code == 405 and h["allow"] == "GET, OPTIONS"
+
+
+def test_config_addresses_decode_as_go_unmarshal(nsqd):
+    """PUT /config/nsqlookupd_tcp_addresses reads its body as json.Unmarshal into []string:
+    a null element is "" (Go nsqd 1.3 answers ["127.0.0.1:1",""] side by side), a number, a
+    BOM or NaN is 400 INVALID_VALUE."""
+    put = "/config/nsqlookupd_tcp_addresses"
+    assert nsqd.http("PUT", put, b'["127.0.0.1:1", null]')[:2] == (200, b'["127.0.0.1:1",""]')
+    for body in (b'["127.0.0.1:1", 1]', b"\xef\xbb\xbf[]", b"[NaN]", b"[] []"):
+        assert nsqd.http("PUT", put, body)[:2] == (400, b'{"message":"INVALID_VALUE"}'), body
+    assert nsqd.http("PUT", put, b" [] ")[:2] == (200, b"[]")

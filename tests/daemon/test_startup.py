@@ -78,7 +78,7 @@ def test_nsqd_imports_no_aiohttp_before_it_answers(tmp_path: Path) -> None:
             f"--data-path={tmp_path}",
         ],
     )
-    assert "nsqpy.internal.httpd" in mods and "h11" in mods
+    assert "nsqpy.internal.http.server" in mods and "h11" in mods
     assert _heavy(mods) == []
 
 

@@ -510,7 +510,11 @@ def test_compare_finds_what_differs() -> None:
 def test_go_json_error_texts() -> None:
     """nsqadmin's 400 texts for bodies Go's encoding/json refuses (the recorded ones are
     checked against Go above; these are the neighbours)."""
-    from nsqpy.admin.gojson import GoJSONError, decode_struct
+    from nsqpy.internal.gojson import GoJSONError, GoStruct
+
+    def decode_struct(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
+        found = GoStruct(dict.fromkeys(fields, "string")).decode(raw)
+        return {f: found.get(f, "") for f in fields}
 
     def err(raw: bytes, *fields: str) -> str:
         with pytest.raises(GoJSONError) as e:

@@ -1,26 +1,21 @@
-"""httpd's rules on aiohttp, for nsqpy-admin (the daemons serve through httpd's own h11 server).
+"""The HTTP layer's rules on aiohttp, for nsqpy-admin (the daemons serve on http.server's h11).
 
-Strategy: an adapter only. The rules (V1 error shape, Go's JSON, httprouter's redirect, OPTIONS
-and 405 answers) live in httpd; this module reads aiohttp's route table into httpd.fixed_path's
-terms and wraps the answers in aiohttp Responses. httpd forwards the names nsqpy-admin imports
-(error_response, go_json_response, go_router, start_site) here on first use, so importing httpd
-never imports aiohttp."""
+Strategy: an adapter only. The rules live elsewhere: the V1 error shape and Go's JSON in
+internal.gojson, httprouter's redirect, OPTIONS and 405 answers in http.router; this module reads
+aiohttp's route table into router.fixed_path's terms and wraps the answers in aiohttp Responses.
+nsqpy-admin imports it by name; nothing the daemons import leads here, so they never load
+aiohttp."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from aiohttp import web
 
-from .httpd import (
-    JSON_TYPE,
-    allow_header,
-    fixed_path,
-    go_json,
-    redirect_parts,
-)
+from ..gojson import encode, error_body
+from .request import JSON_TYPE
+from .router import allow_header, fixed_path, redirect_parts
 
 # as aiohttp has always written it for nsqpy-admin (the daemons write Go's X-Nsq-Content-Type)
 NSQ_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
@@ -30,15 +25,15 @@ def error_response(code: int, text: str, headers: dict[str, str] | None = None) 
     """RespondV1 for an error: ``{"message": text}`` with status ``code``."""
     return web.Response(
         status=code,
-        body=json.dumps({"message": text}, separators=(",", ":")).encode(),
+        body=error_body(text),
         headers={**NSQ_HEADER, "Content-Type": JSON_TYPE, **(headers or {})},
     )
 
 
 def go_json_response(data: Any) -> web.Response:
-    """A 200 V1 JSON answer with Go's encoding (httpd.go_json)."""
+    """A 200 V1 JSON answer with Go's encoding (gojson.encode)."""
     return web.Response(
-        status=200, body=go_json(data), headers={**NSQ_HEADER, "Content-Type": JSON_TYPE}
+        status=200, body=encode(data), headers={**NSQ_HEADER, "Content-Type": JSON_TYPE}
     )
 
 
@@ -80,7 +75,7 @@ def _fixed_path(app: web.Application, method: str, path: str) -> str | None:
 
 @web.middleware
 async def go_router(request: web.Request, handler: Any) -> web.StreamResponse:
-    """httprouter's behaviour around the routes (see httpd's module comment)."""
+    """httprouter's behaviour around the routes (see http.router's module docstring)."""
     try:
         return await handler(request)
     except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
