@@ -5,8 +5,9 @@ budget is spent (go on at the loop's next turn), its peer does not read the repl
 (``pause_writing``), a command waits on something slow (AUTH's query). Each reason is one bit;
 the transport's ``pause_reading`` is called when the first bit is set and ``resume_reading`` when
 the last one is cleared, so no reason's end can restart reading that another reason still
-holds. nsqpy-d's V2 connection (client_v2.py), the HTTP server's connection (internal/http/server.py)
-and nsqpy-lookupd's V1 connection (lookupd/protocol_v1.py) all read through one.
+holds. nsqpy-d's V2 connection (client_v2.py), the HTTP server's connection
+(internal/http/server.py) and nsqpy-lookupd's V1 connection (lookupd/protocol_v1.py) all read
+through one.
 
 A gate without a transport (before ``connection_made``, or after the connection is lost) only
 keeps its bits. Transport errors on pause/resume (a transport already closing) are ignored: the
