@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from .message import ATTEMPTS_START, HEADER_LENGTH, ID_LENGTH
 from .message import decode_record as decode_message  # noqa: F401  (re-exported)
-from .message import encode_record as encode_message  # noqa: F401  (re-exported)
+from .message import encode_record as encode_message
 
 MAGIC_V2 = b"  V2"
 
@@ -62,8 +62,6 @@ MAX_LINE_LENGTH = 16 * 1024
 
 _LEN = struct.Struct(">i")
 _FRAME_HEADER = struct.Struct(">ii")  # size (frame type + data), frame type
-# size, frame type, timestamp (ns), attempts: then the 16-byte ID and the body follow.
-_MESSAGE_HEADER = struct.Struct(">iiqH")
 _SIZE_TYPE = struct.Struct(">ii")
 _ATTEMPTS = struct.Struct(">H")
 # where append_record_frame patches the attempts: after the frame header, at the record's own
@@ -216,13 +214,11 @@ def append_message_frame(
         [4-byte size][4-byte frame type = 2][8-byte timestamp, ns][2-byte attempts]
         [16-byte hex message ID][body]
 
-    size = 4 + 26 + len(body). All integers big-endian.
+    size = 4 + 26 + len(body). All integers big-endian. The frame's data is the record
+    (message.encode_record: message.py owns that layout).
     """
-    out += _MESSAGE_HEADER.pack(
-        4 + MSG_HEADER_LENGTH + len(body), FRAME_TYPE_MESSAGE, timestamp_ns, attempts
-    )
-    out += msg_id
-    out += body
+    out += _SIZE_TYPE.pack(4 + MSG_HEADER_LENGTH + len(body), FRAME_TYPE_MESSAGE)
+    out += encode_message(timestamp_ns, attempts, msg_id, body)
 
 
 def append_record_frame(out: bytearray, record: bytes, attempts: int) -> None:
