@@ -20,10 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from nsqpy.diskqueue import DiskQueue
+from nsqpy.message import HEADER_LENGTH
 
 MAX_BYTES_PER_FILE = 100 * 1024 * 1024  # nsqd's --max-bytes-per-file default
-MIN_MSG_SIZE = 26  # nsqd: message ID + timestamp + attempts
-MAX_MSG_SIZE = 1024 * 1024 + 26  # nsqd: --max-msg-size default + header
+MIN_MSG_SIZE = HEADER_LENGTH  # nsqd: message ID + timestamp + attempts
+MAX_MSG_SIZE = 1024 * 1024 + HEADER_LENGTH  # nsqd: --max-msg-size default + header
 
 
 @dataclass

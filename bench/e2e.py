@@ -20,7 +20,6 @@ from nsqpy import wire
 from . import harness, proto
 from .target import Target
 
-_BUF_SIZE = 1 << 20
 SUB, PUB = 0, 1
 
 
@@ -51,7 +50,8 @@ def percentile(sorted_values: list[int], q: float) -> int:
 
 
 def _publisher(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig) -> dict[str, Any]:
-    sock = proto.connect(addr, "e2e-pub")
+    client = proto.connect(addr, "e2e-pub")
+    sock = client.sock
     try:
         topic = cfg.topic.encode()
         pad = b"x" * max(0, cfg.size - 8)
@@ -72,7 +72,7 @@ def _publisher(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig) 
         i, counts, stop = ctx.index, ctx.counts, ctx.stop
         sendall = sock.sendall
         monotonic_ns = time.monotonic_ns
-        acks = _Acks(sock)
+        acks = _Acks(client)
         sent = commands = 0
         last_send_ns = start_ns
         while sent < limit and not stop[i]:
@@ -103,44 +103,35 @@ def _publisher(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig) 
         acks.wait_for(commands, timeout=10)
         return {"sent": sent, "acked_commands": acks.count, "last_send_ns": last_send_ns}
     finally:
-        sock.close()
+        client.close()
 
 
 class _Acks:
     """Counts the OK frames coming back to a pipelining publisher, without blocking."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = bytearray()
+    def __init__(self, client: proto.WireClient) -> None:
+        self.client = client
         self.count = 0
 
     def poll(self) -> None:
         while True:
             try:
-                data = self.sock.recv(65536, socket.MSG_DONTWAIT)
+                self.client.fill(socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return
-            if not data:
-                raise proto.ProtocolError("connection closed by server")
-            self._feed(data)
+            self._take()
 
-    def _feed(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos = 0
-        while len(buf) - pos >= 8:
-            size, ftype = proto.FRAME_HEADER.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < size:
-                break
-            body = bytes(buf[pos + 8 : pos + 4 + size])
-            pos += 4 + size
-            if ftype == proto.FRAME_RESPONSE and body == proto.HEARTBEAT:
-                self.sock.sendall(proto.NOP)
-            elif ftype == proto.FRAME_RESPONSE and body == b"OK":
+    def _take(self) -> None:
+        client = self.client
+        buf = client.buf
+        for ftype, start, end in client.frames():
+            client.pos = end
+            if ftype == proto.FRAME_RESPONSE and buf[start:end] == proto.HEARTBEAT:
+                client.send(proto.NOP)
+            elif ftype == proto.FRAME_RESPONSE and buf[start:end] == b"OK":
                 self.count += 1
             else:
-                raise proto.ProtocolError(f"publish answered {ftype} {body!r}")
-        del buf[:pos]
+                raise proto.ProtocolError(f"publish answered {ftype} {bytes(buf[start:end])!r}")
 
     def wait_for(self, commands: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -148,55 +139,45 @@ class _Acks:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise proto.ProtocolError(f"only {self.count}/{commands} publishes acknowledged")
-            self.sock.settimeout(left)
-            data = self.sock.recv(65536)
-            if not data:
-                raise proto.ProtocolError("connection closed by server")
-            self._feed(data)
+            self.client.sock.settimeout(left)
+            self.client.fill()
+            self._take()
 
 
 def _subscriber(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig) -> dict[str, Any]:
     identify = {}
     if cfg.output_buffer_timeout is not None:
         identify["output_buffer_timeout"] = cfg.output_buffer_timeout
-    sock = proto.connect(addr, "e2e-sub", **identify)
+    client = proto.connect(addr, "e2e-sub", **identify)
     try:
-        proto.subscribe(sock, cfg.topic, cfg.channel)
-        sock.sendall(proto.rdy(cfg.rdy))
-        sock.settimeout(0.05)
+        proto.subscribe(client, cfg.topic, cfg.channel)
+        client.send(proto.rdy(cfg.rdy))
+        client.sock.settimeout(0.05)
         start_ns = ctx.ready()
         warm_ns = start_ns + int(cfg.warmup * 1e9)
         i, counts, stop = ctx.index, ctx.counts, ctx.stop
-        buf = bytearray(_BUF_SIZE)
-        mv = memoryview(buf)
-        have = 0
         received = stale = warm = 0
         lat = array("q")
         pub_times = array("q") if cfg.samples else None
-        unpack_from = proto.FRAME_HEADER.unpack_from
         stamp_from = proto.STAMP.unpack_from
-        recv_into, sendall = sock.recv_into, sock.sendall
+        fill, send = client.fill, client.send
         monotonic_ns = time.monotonic_ns
         fin_join = b"\nFIN ".join
+        id_start, id_end, body_start = proto.MSG_ID_START, proto.MSG_ID_END, proto.MSG_BODY_START
         while not stop[i]:
             try:
-                n = recv_into(mv[have:])
+                fill()
             except TimeoutError:
                 continue
             t = monotonic_ns()
-            if n == 0:
-                raise proto.ProtocolError("connection closed by server")
-            have += n
-            pos = 0
+            buf = client.buf
             ids = []
-            while have - pos >= 8:
-                size, ftype = unpack_from(buf, pos)
-                end = pos + 4 + size
-                if end > have:
-                    break
+            end = client.pos
+            for ftype, start, end in client.frames():
                 if ftype == 2:
-                    ids.append(mv[pos + 18 : pos + 34])
-                    ts = stamp_from(buf, pos + 34)[0] if size >= 38 else 0
+                    ids.append(buf[start + id_start : start + id_end])
+                    b = start + body_start
+                    ts = stamp_from(buf, b)[0] if end - b >= 8 else 0
                     if ts < start_ns:
                         stale += 1
                     else:
@@ -208,24 +189,14 @@ def _subscriber(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig)
                         else:
                             warm += 1
                 elif ftype == 0:
-                    if mv[pos + 8 : end] == proto.HEARTBEAT:
-                        sendall(proto.NOP)
+                    if buf[start:end] == proto.HEARTBEAT:
+                        send(proto.NOP)
                 else:
-                    raise proto.ProtocolError(f"error frame: {bytes(mv[pos + 8 : end])!r}")
-                pos = end
+                    raise proto.ProtocolError(f"error frame: {bytes(buf[start:end])!r}")
+            client.pos = end
             if ids:
-                sendall(b"FIN " + fin_join(ids) + b"\n")
+                send(b"FIN " + fin_join(ids) + b"\n")
                 counts[i] = received
-                ids = []
-            if pos:
-                rest = bytes(mv[pos:have])
-                have = len(rest)
-                buf[:have] = rest
-            elif have == len(buf):
-                mv.release()
-                buf.extend(bytes(len(buf)))
-                mv = memoryview(buf)
-        mv.release()
         if cfg.samples and pub_times is not None:
             with open(cfg.samples, "w") as f:
                 f.write("publish_ms,latency_ms\n")
@@ -245,7 +216,7 @@ def _subscriber(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig)
             "mean_ns": sum(values) / len(values) if values else 0,
         }
     finally:
-        sock.close()
+        client.close()
 
 
 def run_e2e(target: Target, cfg: E2EConfig) -> dict[str, Any]:

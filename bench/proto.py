@@ -1,19 +1,22 @@
 """The client side of the TCP V2 protocol, as lean as the benchmark needs it.
 
-Strategy: blocking sockets (TCP_NODELAY), commands pre-encoded once with nsqpy.wire's encoders,
-frames parsed in place with one precompiled struct over a bytearray, never one object per frame
-on the hot paths. A connection says hello as NSQ's bench tools do (magic, then IDENTIFY with
+Strategy: every connection is an nsqpy.wire_client.WireClient (blocking socket, TCP_NODELAY,
+one receive buffer); commands are pre-encoded once with nsqpy.wire's encoders; the hot loops
+walk the frames in place with wire.iter_frames and take IDs at message.py's offsets, never one
+object per frame. A connection says hello as NSQ's bench tools do (magic, then IDENTIFY with
 client_id, hostname and user_agent only, so the server keeps its default output buffering)."""
 
 from __future__ import annotations
 
-import json
-import socket
 import struct
 
-from nsqpy import wire
+from nsqpy import message, wire
+from nsqpy.wire_client import NOP as NOP
+from nsqpy.wire_client import WireClient
+from nsqpy.wire_client import WireError as ProtocolError
 
-FRAME_HEADER = struct.Struct(">ii")  # size (frame type + data), frame type
+__all__ = ["NOP", "ProtocolError", "WireClient"]
+
 LEN = struct.Struct(">i")
 STAMP = struct.Struct(">q")
 
@@ -21,67 +24,40 @@ FRAME_RESPONSE = wire.FRAME_TYPE_RESPONSE
 FRAME_ERROR = wire.FRAME_TYPE_ERROR
 FRAME_MESSAGE = wire.FRAME_TYPE_MESSAGE
 
-#: Offsets inside a message frame, counted from the frame's first byte: 4-byte size, 4-byte
-#: type, 8-byte timestamp, 2-byte attempts, 16-byte ID, body.
-MSG_ID_START = 18
-MSG_ID_END = 34
-MSG_BODY_START = 34
+#: Offsets inside a message frame's data (a record: message.py's layout), counted from the
+#: data_start that wire.iter_frames yields.
+MSG_ID_START = message.ID_START
+MSG_ID_END = message.ID_END
+MSG_BODY_START = message.BODY_START
 
 OK_FRAME = wire.encode_response(wire.OK)
 HEARTBEAT = wire.HEARTBEAT
-NOP = b"NOP\n"
 
-
-class ProtocolError(Exception):
-    """The server answered with an error frame, or closed the connection, or sent garbage."""
+#: Receive buffer of a consuming connection (grown when one frame does not fit).
+BUF_SIZE = 1 << 20
 
 
 def connect(
     addr: tuple[str, int], role: str, timeout: float = 10, **identify: object
-) -> socket.socket:
+) -> WireClient:
     """Open a V2 connection and IDENTIFY (the reply is read; it must be OK or JSON)."""
-    sock = socket.create_connection(addr, timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client = WireClient.connect(addr, timeout=timeout, buffer_size=BUF_SIZE)
     fields: dict[str, object] = {
         "client_id": role,
         "hostname": role,
         "user_agent": f"nsqpy-bench/{role}",
         **identify,
     }
-    sock.sendall(wire.MAGIC_V2 + wire.encode_command(b"IDENTIFY", body=json.dumps(fields).encode()))
-    ftype, data = read_frame(sock)
-    if ftype != FRAME_RESPONSE:
-        raise ProtocolError(f"IDENTIFY: {data!r}")
-    return sock
+    try:
+        client.identify(fields)
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
-def read_frame(sock: socket.socket) -> tuple[int, bytes]:
-    """One whole frame, answering heartbeats with NOP on the way (slow path: setup only)."""
-    while True:
-        head = recv_exactly(sock, 8)
-        size, ftype = FRAME_HEADER.unpack(head)
-        data = recv_exactly(sock, size - 4)
-        if ftype == FRAME_RESPONSE and data == HEARTBEAT:
-            sock.sendall(NOP)
-            continue
-        return ftype, data
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ProtocolError("connection closed by server")
-        buf += chunk
-    return bytes(buf)
-
-
-def subscribe(sock: socket.socket, topic: str, channel: str) -> None:
-    sock.sendall(wire.encode_command(b"SUB", topic.encode(), channel.encode()))
-    ftype, data = read_frame(sock)
-    if (ftype, data) != (FRAME_RESPONSE, wire.OK):
-        raise ProtocolError(f"SUB {topic} {channel}: {data!r}")
+def subscribe(client: WireClient, topic: str, channel: str) -> None:
+    client.sub(topic, channel)
 
 
 def rdy(count: int) -> bytes:

@@ -1,6 +1,7 @@
 r"""reader: NSQ's bench_reader. Each connection SUBs to --topic/--channel (before the start), sends
-RDY --rdy at the start, and FINs every message it receives. Frames are parsed in place in one
-receive buffer; the FINs for everything one recv brought are sent as one buffer of
+RDY --rdy at the start, and FINs every message it receives. Frames are walked in place in the
+connection's receive buffer (nsqpy.wire.iter_frames through its WireClient; IDs at message.py's
+offsets); the FINs for everything one recv brought are sent as one buffer of
 "FIN <id>\n" lines (bench_reader batches through a 4 KiB bufio.Writer to the same effect).
 
 What it reads: the messages already queued for the channel (what `writer` left in the topic,
@@ -11,7 +12,6 @@ the start to the last message received."""
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +19,6 @@ from typing import Any
 from . import harness, proto
 from .target import Target
 from .writer import WriterConfig, run_writer
-
-_BUF_SIZE = 1 << 20
 
 
 @dataclass
@@ -38,61 +36,45 @@ class ReaderConfig:
     name: str = "reader"
 
 
-def _consume(sock: socket.socket, ctx: harness.ConnContext, rdy_count: int) -> tuple[int, int, int]:
+def _consume(
+    client: proto.WireClient, ctx: harness.ConnContext, rdy_count: int
+) -> tuple[int, int, int]:
     """Receive and FIN until stopped. Returns (messages, bytes of bodies, last message time)."""
     i = ctx.index
     counts, stop = ctx.counts, ctx.stop
-    buf = bytearray(_BUF_SIZE)
-    mv = memoryview(buf)
-    have = 0
     count = 0
     body_bytes = 0
     last_ns = 0
-    unpack_from = proto.FRAME_HEADER.unpack_from
-    recv_into, sendall = sock.recv_into, sock.sendall
+    fill, send = client.fill, client.send
     monotonic_ns = time.monotonic_ns
     fin_join = b"\nFIN ".join
-    sock.settimeout(0.1)
-    sendall(proto.rdy(rdy_count))
+    id_start, id_end, body_start = proto.MSG_ID_START, proto.MSG_ID_END, proto.MSG_BODY_START
+    heartbeat = proto.HEARTBEAT
+    client.sock.settimeout(0.1)
+    send(proto.rdy(rdy_count))
     while not stop[i]:
         try:
-            n = recv_into(mv[have:])
+            fill()
         except TimeoutError:
             continue
-        if n == 0:
-            raise proto.ProtocolError("connection closed by server")
-        have += n
-        pos = 0
+        buf = client.buf
         ids = []
-        while have - pos >= 8:
-            size, ftype = unpack_from(buf, pos)
-            end = pos + 4 + size
-            if end > have:
-                break
+        end = client.pos
+        for ftype, start, end in client.frames():
             if ftype == 2:
-                ids.append(mv[pos + 18 : pos + 34])
-                body_bytes += size - 30
+                ids.append(buf[start + id_start : start + id_end])
+                body_bytes += end - start - body_start
             elif ftype == 0:
-                if mv[pos + 8 : end] == proto.HEARTBEAT:
-                    sendall(proto.NOP)
+                if buf[start:end] == heartbeat:
+                    send(proto.NOP)
             else:
-                raise proto.ProtocolError(f"error frame: {bytes(mv[pos + 8 : end])!r}")
-            pos = end
+                raise proto.ProtocolError(f"error frame: {bytes(buf[start:end])!r}")
+        client.pos = end
         if ids:
-            sendall(b"FIN " + fin_join(ids) + b"\n")
+            send(b"FIN " + fin_join(ids) + b"\n")
             count += len(ids)
             counts[i] = count
             last_ns = monotonic_ns()
-            ids = []
-        if pos:
-            rest = bytes(mv[pos:have])
-            have = len(rest)
-            buf[:have] = rest
-        elif have == len(buf):  # one frame larger than the buffer: grow it
-            mv.release()
-            buf.extend(bytes(len(buf)))
-            mv = memoryview(buf)
-    mv.release()
     return count, body_bytes, last_ns
 
 
@@ -125,14 +107,14 @@ def run_reader(target: Target, cfg: ReaderConfig) -> dict[str, Any]:
     addr = target.tcp
 
     def conn(ctx: harness.ConnContext) -> dict[str, Any]:
-        sock = proto.connect(addr, "reader")
+        client = proto.connect(addr, "reader")
         try:
-            proto.subscribe(sock, cfg.topic, cfg.channel)
+            proto.subscribe(client, cfg.topic, cfg.channel)
             ctx.ready()
-            count, body_bytes, last_ns = _consume(sock, ctx, cfg.rdy)
+            count, body_bytes, last_ns = _consume(client, ctx, cfg.rdy)
             return {"count": count, "bytes": body_bytes, "last_ns": last_ns}
         finally:
-            sock.close()
+            client.close()
 
     n = cfg.concurrency
     res = harness.run(

@@ -27,30 +27,6 @@ class WriterConfig:
     name: str = "writer"
 
 
-def _await_ok(sock: Any, buf: bytearray) -> bytearray:
-    """Read until one OK frame has been consumed from ``buf`` + the socket; heartbeats on the
-    way are answered with NOP. Returns the bytes received past that OK (usually none)."""
-    while True:
-        pos = 0
-        while len(buf) - pos >= 8:
-            size, ftype = proto.FRAME_HEADER.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < size:
-                break
-            data = bytes(buf[pos + 8 : pos + 4 + size])
-            pos += 4 + size
-            if ftype == proto.FRAME_RESPONSE and data == proto.HEARTBEAT:
-                sock.sendall(proto.NOP)
-                continue
-            if ftype != proto.FRAME_RESPONSE or data != b"OK":
-                raise proto.ProtocolError(f"MPUB answered {ftype} {data!r}")
-            return buf[pos:]
-        del buf[:pos]
-        more = sock.recv(4096)
-        if not more:
-            raise proto.ProtocolError("connection closed by server")
-        buf += more
-
-
 def run_writer(target: Target, cfg: WriterConfig) -> dict[str, Any]:
     n = cfg.concurrency
     per_conn = -(-cfg.count // n)
@@ -61,26 +37,30 @@ def run_writer(target: Target, cfg: WriterConfig) -> dict[str, Any]:
 
     def conn(ctx: harness.ConnContext) -> dict[str, Any]:
         share = shares[ctx.index]
-        sock = proto.connect(addr, "writer")
+        client = proto.connect(addr, "writer")
         try:
             start_ns = ctx.ready()
             deadline = start_ns + runfor_ns
             i = ctx.index
             counts, stop = ctx.counts, ctx.stop
-            sendall, recv = sock.sendall, sock.recv
+            send, fill = client.send, client.fill
             ok = proto.OK_FRAME
+            n_ok = len(ok)
             batch = cfg.batch_size
             sent = 0
             last_ns = start_ns
             monotonic_ns = time.monotonic_ns
             max_rtt = 0
-            pending = bytearray()
             while sent < share and not stop[i]:
                 k = batch if share - sent >= batch else share - sent
-                sendall(full if k == batch else proto.mpub_frame(cfg.topic, cfg.size, k))
-                data = recv(4096)
-                if pending or data != ok:
-                    pending = _await_ok(sock, pending + data)
+                send(full if k == batch else proto.mpub_frame(cfg.topic, cfg.size, k))
+                # the usual answer: one recv brings exactly the OK frame (fill() first drops
+                # what was consumed, so the buffer then holds that frame alone)
+                fill()
+                if client.have == n_ok and client.buf[:n_ok] == ok:
+                    client.pos = n_ok
+                else:  # anything else (heartbeats, a split OK, an error) the slow way
+                    client.expect_ok()
                 sent += k
                 counts[i] = sent
                 now = monotonic_ns()
@@ -91,7 +71,7 @@ def run_writer(target: Target, cfg: WriterConfig) -> dict[str, Any]:
                     break
             return {"count": sent, "last_ns": last_ns, "max_rtt_ns": max_rtt}
         finally:
-            sock.close()
+            client.close()
 
     procs = cfg.processes or harness.default_processes(n)
     res = harness.run(

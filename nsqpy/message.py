@@ -1,11 +1,11 @@
-"""One message in flight or deferred.
+"""The message record's layout (its one owner), and one message in flight or deferred.
 
 Strategy: a queued message is not an object at all but its record, one immutable ``bytes`` in
-nsqd's message layout (wire.encode_message: 8-byte timestamp, 2-byte attempts, 16-byte ID,
-body), the same bytes a diskqueue stores. A topic hands the same record to every channel (no
-copy), a spill writes it as is, and CPython's garbage collector never walks it. A Message
-object (``__slots__``, small) exists only while a message is in flight or deferred, where the
-channel needs its timeout and owner."""
+nsqd's message layout (encode_record: 8-byte timestamp, 2-byte attempts, 16-byte ID, body), the
+same bytes a diskqueue stores and a message frame carries (wire.py frames it). A topic hands
+the same record to every channel (no copy), a spill writes it as is, and CPython's garbage
+collector never walks it. A Message object (``__slots__``, small) exists only while a message
+is in flight or deferred, where the channel needs its timeout and owner."""
 
 from __future__ import annotations
 
@@ -19,13 +19,41 @@ from typing import Any
 #   [8:10]   attempts   uint16 big-endian, deliveries so far
 #   [10:26]  id         16 ASCII hex bytes
 #   [26:]    body
-HEADER_LENGTH = 26
+#
+# Every other module names these offsets instead of writing the numbers.
+TIMESTAMP_START = 0
+ATTEMPTS_START = 8
+ID_START = 10
+ID_END = 26
+ID_LENGTH = ID_END - ID_START
+#: ``record[ID_SLICE]`` is the ID (also a C-level ``operator.itemgetter(ID_SLICE)``).
+ID_SLICE = slice(ID_START, ID_END)
+#: 8-byte timestamp + 2-byte attempts + 16-byte ID: nsqd's minValidMsgLength; the body starts
+#: here.
+HEADER_LENGTH = ID_END
+BODY_START = HEADER_LENGTH
+#: ``record[BODY_SLICE]`` is the body. (A prebuilt slice costs one global lookup where
+#: ``record[a:b]`` with named bounds costs two and a slice object.)
+BODY_SLICE = slice(BODY_START, None)
 _TS_ATTEMPTS = struct.Struct(">qH")
 
 
 def encode_record(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
-    """A record from its parts (``msg_id`` must be 16 bytes)."""
+    """A record from its parts (``msg_id`` must be 16 bytes): nsqd's Message.WriteTo, the
+    bytes a diskqueue stores and a message frame carries."""
     return b"".join((_TS_ATTEMPTS.pack(timestamp_ns, attempts), msg_id, body))
+
+
+def decode_record(data: bytes | bytearray | memoryview) -> tuple[int, int, bytes, bytes]:
+    """Inverse of :func:`encode_record`: ``(timestamp_ns, attempts, id, body)`` (nsqd's
+    decodeMessage).
+
+    Raises ValueError when ``data`` is shorter than the 26-byte header.
+    """
+    if len(data) < HEADER_LENGTH:
+        raise ValueError(f"invalid message buffer size ({len(data)})")
+    ts, attempts = _TS_ATTEMPTS.unpack_from(data, 0)
+    return ts, attempts, bytes(data[ID_SLICE]), bytes(data[BODY_SLICE])
 
 
 def fresh_header(timestamp_ns: int) -> bytes:
@@ -36,16 +64,17 @@ def fresh_header(timestamp_ns: int) -> bytes:
 
 def with_attempts(record: bytes, attempts: int) -> bytes:
     """The record with its attempt count replaced."""
-    return b"".join((_TS_ATTEMPTS.pack(record_header(record)[0], attempts), record[10:]))
+    return b"".join((_TS_ATTEMPTS.pack(record_header(record)[0], attempts), record[ID_START:]))
 
 
 def record_id(record: bytes) -> bytes:
     """The 16-byte hex ID of a record."""
-    return record[10:26]
+    return record[ID_SLICE]
 
 
 def record_body(record: bytes) -> bytes:
-    return record[26:]
+    """The body of a record (after the 26-byte header)."""
+    return record[BODY_SLICE]
 
 
 def record_header(record: bytes) -> tuple[int, int]:
@@ -78,7 +107,7 @@ class Message:
     def __init__(self, record: bytes) -> None:
         ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
         self.record = record
-        self.id = record[10:26]
+        self.id = record[ID_SLICE]
         self.timestamp: int = ts
         self.attempts: int = attempts
         self.client: Any = None
@@ -88,13 +117,14 @@ class Message:
 
     @property
     def body(self) -> bytes:
-        return self.record[26:]
+        return self.record[BODY_SLICE]
 
     def to_record(self) -> bytes:
         """The record with the current attempt count (what goes back to a queue or disk)."""
         return b"".join(
-            (_TS_ATTEMPTS.pack(self.timestamp, self.attempts), memoryview(self.record)[10:])
+            (_TS_ATTEMPTS.pack(self.timestamp, self.attempts), memoryview(self.record)[ID_START:])
         )
 
     def __repr__(self) -> str:
-        return f"Message(id={self.id!r}, attempts={self.attempts}, {len(self.record) - 26} bytes)"
+        size = len(self.record) - BODY_START
+        return f"Message(id={self.id!r}, attempts={self.attempts}, {size} bytes)"

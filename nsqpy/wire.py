@@ -6,14 +6,22 @@ client cannot make us buffer more than --max-body-size), and drops consumed byte
 `del buf[:n]` per compaction, never per frame. Error types carry nsqd's E_* codes and texts and
 whether nsqd treats them as fatal (error frame, then close) or not (error frame, go on).
 
+One owner per layout: this module owns the frames (``[4-byte size][4-byte type][data]``, and
+:func:`iter_frames` to walk a buffer of them); a message frame's data is a message record, whose
+layout message.py owns (encode_message/decode_message here are message.py's functions).
+
 Source of truth: https://nsq.io/clients/tcp_protocol_spec.html and nsqd/protocol_v2.go (1.3)."""
 
 from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
+
+from .message import ATTEMPTS_START, HEADER_LENGTH, ID_LENGTH
+from .message import decode_record as decode_message  # noqa: F401  (re-exported)
+from .message import encode_record as encode_message
 
 MAGIC_V2 = b"  V2"
 
@@ -21,9 +29,12 @@ FRAME_TYPE_RESPONSE = 0
 FRAME_TYPE_ERROR = 1
 FRAME_TYPE_MESSAGE = 2
 
-MSG_ID_LENGTH = 16
-#: 8-byte timestamp + 2-byte attempts + 16-byte ID (nsqd's minValidMsgLength).
-MSG_HEADER_LENGTH = 26
+#: A frame's header: 4-byte size (of type + data), 4-byte frame type; the data follows.
+FRAME_HEADER_LENGTH = 8
+
+#: message.py's record layout, under the names this module has always exported.
+MSG_ID_LENGTH = ID_LENGTH
+MSG_HEADER_LENGTH = HEADER_LENGTH
 _FIN_LINE_LENGTH = 21  # b"FIN " + 16-byte ID + b"\n"
 # take_fins compares every 21st byte of a run of FIN lines with these (at most this many lines
 # are checked at once; a longer run is taken in several calls).
@@ -51,11 +62,10 @@ MAX_LINE_LENGTH = 16 * 1024
 
 _LEN = struct.Struct(">i")
 _FRAME_HEADER = struct.Struct(">ii")  # size (frame type + data), frame type
-# size, frame type, timestamp (ns), attempts: then the 16-byte ID and the body follow.
-_MESSAGE_HEADER = struct.Struct(">iiqH")
 _SIZE_TYPE = struct.Struct(">ii")
 _ATTEMPTS = struct.Struct(">H")
-_MESSAGE_BODY_HEADER = struct.Struct(">qH")
+# where append_record_frame patches the attempts: after the frame header, at the record's own
+_FRAME_ATTEMPTS = FRAME_HEADER_LENGTH + ATTEMPTS_START
 
 _NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
 
@@ -204,23 +214,21 @@ def append_message_frame(
         [4-byte size][4-byte frame type = 2][8-byte timestamp, ns][2-byte attempts]
         [16-byte hex message ID][body]
 
-    size = 4 + 26 + len(body). All integers big-endian.
+    size = 4 + 26 + len(body). All integers big-endian. The frame's data is the record
+    (message.encode_record: message.py owns that layout).
     """
-    out += _MESSAGE_HEADER.pack(
-        4 + MSG_HEADER_LENGTH + len(body), FRAME_TYPE_MESSAGE, timestamp_ns, attempts
-    )
-    out += msg_id
-    out += body
+    out += _SIZE_TYPE.pack(4 + MSG_HEADER_LENGTH + len(body), FRAME_TYPE_MESSAGE)
+    out += encode_message(timestamp_ns, attempts, msg_id, body)
 
 
 def append_record_frame(out: bytearray, record: bytes, attempts: int) -> None:
-    """Append the message frame of a stored ``record`` (see :func:`encode_message`: the frame's
+    """Append the message frame of a stored ``record`` (message.py's layout: the frame's
     payload is the record itself) with ``attempts`` written over the record's own count: the
     8-byte size and type, the record in one copy, the 2 attempt bytes patched in place."""
     start = len(out)
     out += _SIZE_TYPE.pack(len(record) + 4, FRAME_TYPE_MESSAGE)
     out += record
-    _ATTEMPTS.pack_into(out, start + 16, attempts)
+    _ATTEMPTS.pack_into(out, start + _FRAME_ATTEMPTS, attempts)
 
 
 def append_record_frames(out: bytearray, msgs: Iterable[Any]) -> None:
@@ -233,24 +241,7 @@ def append_record_frames(out: bytearray, msgs: Iterable[Any]) -> None:
         start = len(out)
         out += pack(len(record) + 4, FRAME_TYPE_MESSAGE)
         out += record
-        patch(out, start + 16, m.attempts)
-
-
-def encode_message(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
-    """The message's payload as nsqd stores it in a diskqueue record: timestamp, attempts, ID,
-    body (no frame header)."""
-    return _MESSAGE_BODY_HEADER.pack(timestamp_ns, attempts) + msg_id + body
-
-
-def decode_message(data: bytes | bytearray) -> tuple[int, int, bytes, bytes]:
-    """Inverse of :func:`encode_message`: ``(timestamp_ns, attempts, id, body)``.
-
-    Raises ValueError when ``data`` is shorter than the 26-byte header.
-    """
-    if len(data) < MSG_HEADER_LENGTH:
-        raise ValueError(f"invalid message buffer size ({len(data)})")
-    ts, attempts = _MESSAGE_BODY_HEADER.unpack_from(data, 0)
-    return ts, attempts, bytes(data[10:26]), bytes(data[26:])
+        patch(out, start + _FRAME_ATTEMPTS, m.attempts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,6 +266,32 @@ def encode_mpub(topic: bytes, bodies: list[bytes]) -> bytes:
     return encode_command(b"MPUB", topic, body=b"".join(parts))
 
 
+def iter_frames(
+    buf: bytes | bytearray | memoryview, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[int, int, int]]:
+    """``(frame_type, data_start, data_end)`` for each whole frame in ``buf[start:stop]``, in
+    order, without copying: the frame's data is ``buf[data_start:data_end]`` (for a message
+    frame, a record: its ID is at ``data_start + message.ID_START``, its body at
+    ``data_start + message.BODY_START``).
+
+    Frames lie back to back, so the bytes consumed are those up to the last ``data_end``
+    yielded (``start`` when none is): what remains is the partial tail of a frame, to be kept
+    until more bytes arrive. Raises ValueError at a frame whose size field is below 4 (it
+    cannot hold its type: the stream is not V2 frames)."""
+    end = len(buf) if stop is None else stop
+    unpack = _FRAME_HEADER.unpack_from
+    pos = start
+    while end - pos >= 8:
+        size, ftype = unpack(buf, pos)
+        if size < 4:
+            raise ValueError(f"bad frame size {size} at offset {pos}")
+        data_end = pos + 4 + size
+        if data_end > end:
+            return
+        yield ftype, pos + 8, data_end
+        pos = data_end
+
+
 class FrameReader:
     """Client-side frame splitter: feed bytes, get ``(frame_type, data)`` tuples."""
 
@@ -286,12 +303,8 @@ class FrameReader:
         buf += data
         frames = []
         pos = 0
-        while len(buf) - pos >= 8:
-            size, ftype = _FRAME_HEADER.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < size:
-                break
-            frames.append((ftype, bytes(buf[pos + 8 : pos + 4 + size])))
-            pos += 4 + size
+        for ftype, start, pos in iter_frames(buf):
+            frames.append((ftype, bytes(buf[start:pos])))
         if pos:
             del buf[:pos]
         return frames

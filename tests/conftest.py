@@ -11,15 +11,16 @@ import json
 import os
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nsqpy import wire
+from nsqpy.message import decode_record
 from nsqpy.testing import Nsqd, Nsqlookupd
 from nsqpy.testing import wait_for as wait_for  # re-exported for the test modules
+from nsqpy.wire_client import WireClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,36 +37,18 @@ class Daemon(Nsqd):
         return RawClient(self.tcp_port, **kw)
 
 
-class RawClient:
-    """A blocking TCP V2 client for exact-byte tests (every read has a timeout)."""
+class RawClient(WireClient):
+    """A blocking TCP V2 client for exact-byte tests (nsqpy.wire_client.WireClient on
+    127.0.0.1:``port``; every read has a timeout; heartbeats come out as frames, unanswered)."""
 
     def __init__(self, port: int, timeout: float = 5, magic: bytes = wire.MAGIC_V2) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock.settimeout(timeout)
-        self.reader = wire.FrameReader()
-        self.pending: list[tuple[int, bytes]] = []
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        super().__init__(sock, timeout=timeout, answer_heartbeats=False)
         if magic:
-            self.sock.sendall(magic)
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+            self.send(magic)
 
     def cmd(self, name: bytes, *params: bytes, body: bytes | None = None) -> None:
-        self.send(wire.encode_command(name, *params, body=body))
-
-    def read_frame(self, timeout: float | None = None) -> tuple[int, bytes]:
-        """The next frame; raises socket.timeout, or ConnectionError on EOF."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self.sock.gettimeout())
-        while not self.pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no frame")
-            self.sock.settimeout(left)
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by server")
-            self.pending.extend(self.reader.feed(data))
-        return self.pending.pop(0)
+        self.command(name, *params, body=body)
 
     def read_non_heartbeat(self, timeout: float | None = None) -> tuple[int, bytes]:
         while True:
@@ -79,9 +62,9 @@ class RawClient:
     def read_message(self, timeout: float | None = None) -> tuple[int, int, bytes, bytes]:
         ftype, data = self.read_non_heartbeat(timeout)
         assert ftype == wire.FRAME_TYPE_MESSAGE, (ftype, data)
-        return wire.decode_message(data)
+        return decode_record(data)
 
-    def identify(self, **fields: object) -> bytes:
+    def identify(self, **fields: object) -> bytes:  # type: ignore[override]
         self.cmd(b"IDENTIFY", body=json.dumps(fields).encode())
         ftype, data = self.read_non_heartbeat()
         assert ftype == wire.FRAME_TYPE_RESPONSE, data
@@ -91,7 +74,7 @@ class RawClient:
         self.cmd(b"SUB", topic.encode(), channel.encode())
         self.expect_response()
         if rdy is not None:
-            self.cmd(b"RDY", str(rdy).encode())
+            self.rdy(rdy)
 
     def pub(self, topic: str, body: bytes) -> None:
         self.cmd(b"PUB", topic.encode(), body=body)
@@ -109,9 +92,6 @@ class RawClient:
             return False
         except OSError:
             return True
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def pack_len(n: int) -> bytes:

@@ -1,24 +1,28 @@
-"""A small blocking NSQ TCP V2 client for the Spark driver and executors.
+"""The NSQ TCP V2 client of the Spark driver and executors, on nsqpy.wire_client.
 
-Strategy: one socket per connection, frames split by nsqpy.wire.FrameReader, commands encoded by
-nsqpy.wire's client-side encoders. Request/response calls (IDENTIFY, SUB, PUB, MPUB) read until
-their answer and reply to heartbeats on the way; a consumer's socket is otherwise read by its
-owner (the source's I/O thread) through `read_available`, which also answers heartbeats with NOP.
-Every send goes through one lock per connection, so the driver thread (FIN) and the I/O thread
-(TOUCH, NOP) can share a connection. Every blocking call has a timeout."""
+Strategy: each NSQConnection wraps one nsqpy.wire_client.WireClient (the blocking client of the
+wire that bench and the tests use too: one socket, one receive buffer, frames walked with
+nsqpy.wire.iter_frames) and adds what the connector needs: an address string, nsqd's IDENTIFY
+settings, an ``alive`` flag, NSQError with nsqd's E_* code, and the batching Producer.
+Request/response calls (IDENTIFY, SUB, PUB, MPUB) read until their answer and reply to
+heartbeats on the way; a consumer's socket is otherwise read by its owner (the source's I/O
+thread) through `read_available`, which also answers heartbeats with NOP. Every send goes
+through the WireClient's lock, so the driver thread (FIN) and the I/O thread (TOUCH, NOP) can
+share a connection. Every blocking call has a timeout."""
 
 from __future__ import annotations
 
 import json
 import socket
 import struct
-import threading
 import time
 from collections import deque
 from typing import Any
 
 from nsqpy import wire
 from nsqpy.internal.netaddr import split_host_port
+from nsqpy.message import decode_record
+from nsqpy.wire_client import ConnectionClosed, WireClient
 
 USER_AGENT = "nsqpy-spark/0.1"
 
@@ -92,22 +96,18 @@ class NSQConnection:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.client_id = client_id or socket.gethostname().split(".")[0]
         self.sock: socket.socket | None = None
+        self.wire: WireClient | None = None
         self.settings: dict[str, Any] = {}
         self.alive = False
         self.last_recv = 0.0
-        self._reader = wire.FrameReader()
-        self._frames: deque[tuple[int, bytes]] = deque()
-        self._send_lock = threading.Lock()
 
     # ------------------------------------------------------------------ set-up
 
     def connect(self) -> dict[str, Any]:
         """Connect, send the magic and IDENTIFY (feature negotiation); returns nsqd's settings."""
         host, port = parse_address(self.address)
-        sock = socket.create_connection((host, port), timeout=self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.timeout)
-        self.sock = sock
+        self.wire = WireClient.connect((host, port), timeout=self.timeout, buffer_size=1 << 18)
+        self.sock = self.wire.sock
         self.alive = True
         self.last_recv = time.monotonic()
         try:
@@ -121,9 +121,7 @@ class NSQConnection:
                 fields["msg_timeout"] = int(self.msg_timeout_ms)
             if self.heartbeat_interval_ms is not None:
                 fields["heartbeat_interval"] = int(self.heartbeat_interval_ms)
-            sock.sendall(
-                wire.MAGIC_V2 + wire.encode_command(b"IDENTIFY", body=json.dumps(fields).encode())
-            )
+            self.wire.command(b"IDENTIFY", body=json.dumps(fields).encode())
             data = self._response()
             self.settings = json.loads(data) if data.startswith(b"{") else {}
         except BaseException:
@@ -138,15 +136,14 @@ class NSQConnection:
     # ------------------------------------------------------------------ sending
 
     def send(self, data: bytes) -> None:
-        sock = self.sock
-        if sock is None or not self.alive:
+        client = self.wire
+        if client is None or not self.alive:
             raise ConnectionError(f"connection to {self.address} is closed")
-        with self._send_lock:
-            try:
-                sock.sendall(data)
-            except OSError:
-                self.alive = False
-                raise
+        try:
+            client.send(data)
+        except OSError:
+            self.alive = False
+            raise
 
     def sub(self, topic: str, channel: str) -> None:
         self.send(wire.encode_command(b"SUB", topic.encode(), channel.encode()))
@@ -196,59 +193,47 @@ class NSQConnection:
         """One ``recv`` (call when the socket is readable): the whole frames it completed.
 
         Heartbeats are answered (NOP) and left out. Raises ConnectionError on EOF."""
-        sock = self.sock
-        if sock is None:
+        client = self.wire
+        if client is None:
             raise ConnectionError(f"connection to {self.address} is closed")
         try:
-            data = sock.recv(1 << 18)
+            client.fill()
         except (BlockingIOError, InterruptedError, TimeoutError):
             return []
         except OSError as e:
             self.alive = False
+            if isinstance(e, ConnectionClosed):
+                raise ConnectionError(f"{self.address} closed the connection") from e
             raise ConnectionError(f"{self.address}: {e}") from e
-        if not data:
-            self.alive = False
-            raise ConnectionError(f"{self.address} closed the connection")
         self.last_recv = time.monotonic()
         out = []
-        for frame in self._reader.feed(data):
-            if frame == (wire.FRAME_TYPE_RESPONSE, wire.HEARTBEAT):
+        buf = client.buf
+        for ftype, start, end in client.frames():
+            client.pos = end
+            data = bytes(buf[start:end])
+            if ftype == wire.FRAME_TYPE_RESPONSE and data == wire.HEARTBEAT:
                 self.nop()
             else:
-                out.append(frame)
+                out.append((ftype, data))
         return out
 
     def read_frame(self, timeout: float | None = None) -> tuple[int, bytes]:
         """The next frame other than a heartbeat (answered with NOP), waiting at most
         ``timeout`` s (default: the connection's timeout)."""
-        sock = self.sock
-        if sock is None:
+        client = self.wire
+        if client is None:
             raise ConnectionError(f"connection to {self.address} is closed")
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while not self._frames:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no answer from {self.address}")
-            sock.settimeout(left)
-            try:
-                data = sock.recv(1 << 18)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                self.alive = False
-                raise ConnectionError(f"{self.address}: {e}") from e
-            finally:
-                sock.settimeout(self.timeout)
-            if not data:
-                self.alive = False
-                raise ConnectionError(f"{self.address} closed the connection")
-            self.last_recv = time.monotonic()
-            for frame in self._reader.feed(data):
-                if frame == (wire.FRAME_TYPE_RESPONSE, wire.HEARTBEAT):
-                    self.nop()
-                else:
-                    self._frames.append(frame)
-        return self._frames.popleft()
+        try:
+            frame = client.read_frame(self.timeout if timeout is None else timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no answer from {self.address}") from None
+        except OSError as e:
+            self.alive = False
+            if isinstance(e, ConnectionClosed):
+                raise ConnectionError(f"{self.address} closed the connection") from e
+            raise ConnectionError(f"{self.address}: {e}") from e
+        self.last_recv = time.monotonic()
+        return frame
 
     def _response(self) -> bytes:
         ftype, data = self.read_frame()
@@ -268,16 +253,16 @@ class NSQConnection:
 
     def close(self) -> None:
         self.alive = False
-        sock, self.sock = self.sock, None
-        if sock is not None:
+        client, self.wire, self.sock = self.wire, None, None
+        if client is not None:
             try:
-                sock.close()
+                client.close()
             except OSError:
                 pass
 
 
 def decode_message_frame(data: bytes, conn: NSQConnection) -> Message:
-    ts, attempts, msg_id, body = wire.decode_message(data)
+    ts, attempts, msg_id, body = decode_record(data)
     return Message(msg_id, body, ts, attempts, conn)
 
 

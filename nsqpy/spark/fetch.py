@@ -25,7 +25,6 @@ import logging
 import os
 import resource
 import selectors
-import struct
 import threading
 import time
 from collections import OrderedDict
@@ -34,14 +33,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..message import BODY_START, HEADER_LENGTH, ID_LENGTH, ID_SLICE
+from ..wire import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT, iter_frames
 from .client import NSQConnection
 from .lookup import lookup_producers
 from .spool import SCHEMA, Spool
 
 log = logging.getLogger("nsqpy.spark")
 
-_FRAME = struct.Struct(">ii")
-_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", "S16")])
+# message.py's record header (timestamp, attempts, ID: HEADER_LENGTH bytes) as a numpy dtype
+_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", f"S{ID_LENGTH}")])
+assert _HEADER.itemsize == HEADER_LENGTH
 _FIN = np.frombuffer(b"FIN ", np.uint8)
 _SUSPECTS_MAX = 200_000
 
@@ -525,28 +527,27 @@ class _Node(threading.Thread):
             return
         rest = self._rest.pop(conn, b"")
         buf = rest + data if rest else data
-        unpack = _FRAME.unpack_from
         n = len(buf)
         pos = 0
         headers: list[bytes] = []
         bodies: list[bytes] = []
         nop = False
-        while n - pos >= 8:
-            size, ftype = unpack(buf, pos)
-            end = pos + 4 + size
-            if end > n:
-                break
-            if ftype == 2:
-                headers.append(buf[pos + 8 : pos + 34])
-                bodies.append(buf[pos + 34 : end])
-            elif ftype == 0:
-                if buf[pos + 8 : end] == b"_heartbeat_":
-                    nop = True
-            else:
-                with self.f.cond:
-                    self.f.counters["nsqd_errors"] += 1
-                log.debug("nsq source: %s: %r", conn.address, buf[pos + 8 : end][:200])
-            pos = end
+        try:
+            for ftype, start, pos in iter_frames(buf):
+                if ftype == FRAME_TYPE_MESSAGE:
+                    body = start + BODY_START
+                    headers.append(buf[start:body])
+                    bodies.append(buf[body:pos])
+                elif ftype == FRAME_TYPE_RESPONSE:
+                    if buf[start:pos] == HEARTBEAT:
+                        nop = True
+                else:
+                    with self.f.cond:
+                        self.f.counters["nsqd_errors"] += 1
+                    log.debug("nsq source: %s: %r", conn.address, buf[start:pos][:200])
+        except ValueError as e:  # not V2 frames: nothing more can be read from this stream
+            self._drop(conn, str(e))
+            return
         if pos < n:
             self._rest[conn] = buf[pos:]
         if nop:
@@ -555,10 +556,12 @@ class _Node(threading.Thread):
         if not bodies:
             return
         if self.f.suspects:
-            ids = [h[10:26] for h in headers]
+            ids = [h[ID_SLICE] for h in headers]
             keep = set(self.f.drop_suspects(conn, ids))
             if len(keep) < len(ids):
-                pairs = [(h, b) for h, b in zip(headers, bodies, strict=True) if h[10:26] in keep]
+                pairs = [
+                    (h, b) for h, b in zip(headers, bodies, strict=True) if h[ID_SLICE] in keep
+                ]
                 headers = [h for h, _ in pairs]
                 bodies = [b for _, b in pairs]
                 if not bodies:

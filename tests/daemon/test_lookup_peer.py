@@ -377,16 +377,17 @@ async def test_register_and_unregister_leave_before_the_metadata_write(
     import asyncio
 
     from nsqpy import nsqd as nsqd_mod
+    from nsqpy import storage as storage_mod
     from nsqpy.options import Options
 
     events: list[str] = []
-    real_write = nsqd_mod.write_sync_file
+    real_write = storage_mod.write_sync_file
 
     def recording_write(path: str, data: bytes, fsync: bool = True) -> None:
         real_write(path, data, fsync)
         events.append("nsqd.dat written: " + data.decode())
 
-    monkeypatch.setattr(nsqd_mod, "write_sync_file", recording_write)
+    monkeypatch.setattr(storage_mod, "write_sync_file", recording_write)
     n = nsqd_mod.NSQD(Options(data_path=str(tmp_path), nsqlookupd_tcp_addresses=[recorder.address]))
     n.open()
     n.start_loops()

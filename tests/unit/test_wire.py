@@ -1052,3 +1052,58 @@ def test_long_mpub_taken_in_steps() -> None:
         while p.next_command() is None:
             assert p.more_work
     assert ei.value.desc == f"MPUB failed to read message({n}) body size"
+
+
+# --------------------------------------------------------------------------------------------
+# One owner per layout: message.py's record offsets, wire.iter_frames
+
+
+def test_record_offsets_name_the_layout() -> None:
+    from nsqpy import message
+
+    rec = message.encode_record(7, 3, b"0123456789abcdef", b"body")
+    assert rec[message.ID_SLICE] == rec[message.ID_START : message.ID_END] == b"0123456789abcdef"
+    assert rec[message.BODY_SLICE] == rec[message.BODY_START :] == b"body"
+    assert message.HEADER_LENGTH == wire.MSG_HEADER_LENGTH == 26
+    assert message.ID_LENGTH == wire.MSG_ID_LENGTH == 16
+    assert struct.unpack_from(">H", rec, message.ATTEMPTS_START)[0] == 3
+    assert struct.unpack_from(">q", rec, message.TIMESTAMP_START)[0] == 7
+    # wire's record codec is message.py's, not a copy
+    assert wire.encode_message is message.encode_record
+    assert wire.decode_message is message.decode_record
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.binary(max_size=40)), max_size=8))
+def test_iter_frames_walks_whole_frames_and_leaves_the_tail(frames: list) -> None:
+    data = b"".join(wire.encode_frame(t, d) for t, d in frames)
+    prefix = b"junk"
+    buf = bytearray(prefix + data)
+    for cut in range(len(data) + 1):
+        got = list(wire.iter_frames(buf, len(prefix), len(prefix) + cut))
+        whole = [(t, bytes(buf[s:e])) for t, s, e in got]
+        assert whole == frames[: len(whole)]
+        consumed = got[-1][2] if got else len(prefix)
+        # what is left is less than the next frame: a partial tail
+        if len(whole) < len(frames):
+            nxt = len(wire.encode_frame(*frames[len(whole)]))
+            assert len(prefix) + cut - consumed < nxt
+        else:
+            assert consumed == len(prefix) + cut
+
+
+def test_iter_frames_message_offsets() -> None:
+    from nsqpy import message
+
+    out = bytearray()
+    wire.append_message_frame(out, 5, 2, b"f" * 16, b"xyz")
+    ((ftype, start, end),) = list(wire.iter_frames(out))
+    assert ftype == wire.FRAME_TYPE_MESSAGE
+    assert out[start + message.ID_START : start + message.ID_END] == b"f" * 16
+    assert out[start + message.BODY_START : end] == b"xyz"
+
+
+@pytest.mark.parametrize("size", [-5, 0, 3])
+def test_iter_frames_refuses_a_size_below_4(size: int) -> None:
+    with pytest.raises(ValueError):
+        list(wire.iter_frames(struct.pack(">ii", size, 0) + b"rest"))
