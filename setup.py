@@ -33,6 +33,7 @@ COMPILED_MODULES = [
     "nsqpy/msg_index.py",
     "nsqpy/backed_queue.py",
     "nsqpy/backend_reads.py",
+    "nsqpy/channel_store.py",
     "nsqpy/topic.py",
     "nsqpy/channel.py",
 ]

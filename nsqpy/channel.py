@@ -32,19 +32,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .backed_queue import BackedQueue, StorageHooks
-from .backend_reads import BackendReads
+from .backed_queue import StorageHooks
+from .channel_store import READ_AHEAD, ChannelError, ChannelStore
 from .message import Message, record_id
-from .pqueue import InFlightQueue, TimeoutQueue
+from .pqueue import InFlightQueue
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
 
 log = logging.getLogger("nsqpy")
 
-#: Backend records read per batch when a channel's backlog is on disk (one read chunk holds
-#: about 290 records of 200 bytes); they wait in the channel's read ahead until handed out.
-READ_AHEAD = 256
+__all__ = ["READ_AHEAD", "Channel", "ChannelError", "ChannelStore", "Consumer"]
 
 
 class Consumer(Protocol):
@@ -80,11 +78,7 @@ class Consumer(Protocol):
         ...
 
 
-class ChannelError(Exception):
-    """FIN/REQ/TOUCH on a message the channel cannot act on; text is nsqd's."""
-
-
-class Channel(BackedQueue):
+class Channel(ChannelStore):
     """One channel of a topic.
 
     Counters (as in nsqd's /stats): ``message_count``, ``requeue_count``, ``timeout_count``.
@@ -92,30 +86,22 @@ class Channel(BackedQueue):
     """
 
     __slots__ = (
-        "_clock_ns",
-        "_deferred_pq",
         "_disk_turn",
         "_dispatching",
         "_in_flight_pq",
         "_on_dead_letter",
         "_on_empty",
         "_rand",
-        "_reads",
         "_ready",
         "clients",
         "dead_letter_count",
-        "deferred",
         "e2e",
         "ephemeral",
-        "exiting",
-        "in_flight",
         "max_attempts",
         "max_msg_timeout_ns",
-        "message_count",
         "paused",
         "requeue_count",
         "timeout_count",
-        "topic_name",
     )
 
     def __init__(
@@ -131,18 +117,12 @@ class Channel(BackedQueue):
         backend: DiskQueue | None = None,
         hooks: StorageHooks | None = None,
     ) -> None:
-        super().__init__(name, mem_queue_size, backend, hooks)
-        self.topic_name = topic_name
+        super().__init__(topic_name, name, clock_ns, mem_queue_size, backend, hooks)
         self.ephemeral = name.endswith("#ephemeral")
         self.paused = False
-        self.exiting = False
         self.clients: dict[int, Consumer] = {}
         self._ready: deque[Consumer] = deque()
-        self.in_flight: dict[bytes, Message] = {}
         self._in_flight_pq = InFlightQueue()
-        self.deferred: dict[bytes, Message] = {}
-        self._deferred_pq = TimeoutQueue()
-        self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
         # Dead letters (beyond nsqd): a message coming back (REQ, timeout, disconnect) after
@@ -154,33 +134,15 @@ class Channel(BackedQueue):
         # is set, else None (then FIN does no extra work).
         self.e2e: Any = None
         self.max_msg_timeout_ns = max_msg_timeout_ms * 1_000_000
-        self._clock_ns = clock_ns
         self._on_empty = on_last_client_gone
         self._dispatching = False
         self._rand = rand
         self._disk_turn = False
-        # Backend records read and not yet finished (read ahead, read floor: backend_reads.py).
-        self._reads = BackendReads()
-        if backend is not None:
-            backend.read_floor = self._reads.floor
 
     # ---------------------------------------------------------------- state
 
     def __repr__(self) -> str:
         return f"Channel({self.topic_name}:{self.name})"
-
-    @property
-    def depth(self) -> int:
-        """Messages waiting for a consumer: memory, read ahead and the backend."""
-        backend = self.backend
-        n = len(self._queue) + len(self._reads.ahead)
-        return n + (backend.depth if backend is not None else 0)
-
-    @property
-    def backend_depth(self) -> int:
-        """Messages waiting on disk (the read ahead included)."""
-        backend = self.backend
-        return len(self._reads.ahead) + (backend.depth if backend is not None else 0)
 
     # ---------------------------------------------------------------- producers side
 
@@ -202,34 +164,6 @@ class Channel(BackedQueue):
         self._enqueue_many(records, in_order)
         if self._ready:
             self._dispatch()
-
-    def put_deferred(self, record: bytes, delay_ms: int) -> None:
-        """Hold a message back for ``delay_ms`` ms (DPUB), then queue it."""
-        self.message_count += 1
-        self._start_deferred(Message(record), delay_ms)
-        if self._hooks is not None and self.backend is not None:
-            self._hooks.deferred(self.topic_name, self.name, record, delay_ms)
-
-    def _spilled(self, records: list[bytes]) -> None:
-        # A record written again (a requeue, a timeout) no longer needs its earlier copy.
-        reads = self._reads
-        if reads.refs:
-            for r in records:
-                reads.release(record_id(r))
-
-    def _read_backend(self) -> bytes | None:
-        """The next backend record to hand out, or None if there is none to read now."""
-        reads = self._reads
-        while True:
-            rec = reads.take(self.in_flight)
-            if rec is not None:
-                return rec
-            positions: list[int] = []
-            records: list[bytes] = []
-            file_num = self._next_backend_records("CHANNEL", READ_AHEAD, records, positions)
-            if not records:
-                return None
-            reads.fill(file_num, records, positions)
 
     # ---------------------------------------------------------------- consumers side
 
@@ -375,22 +309,6 @@ class Channel(BackedQueue):
         self._dispatch()
         return True
 
-    def process_deferred(self, now_ns: int | None = None) -> bool:
-        """Queue deferred messages that are due; True if any were ("dirty")."""
-        if self.exiting or not self.deferred:
-            return False
-        due = self._deferred_pq.pop_due(self._clock_ns() if now_ns is None else now_ns)
-        if not due:
-            return False
-        deferred = self.deferred
-        for msg in due:
-            del deferred[msg.id]
-        self._requeue_all(due)
-        if self._hooks is not None and self.backend is not None:
-            self._hooks.deferred_done(self.topic_name, self.name, [m.id for m in due])
-        self._dispatch()
-        return True
-
     def locate(self, msg_id: bytes) -> tuple[str, Message | bytes, tuple[int, int] | None] | None:
         """Where the message ``msg_id`` is in this channel: ("in_flight", Message, None),
         ("deferred", Message, None), ("memory", record, None), ("disk", record, (file number,
@@ -474,10 +392,6 @@ class Channel(BackedQueue):
             self._reads.forget()
         return deferred
 
-    def restore_deferred(self, record: bytes, delay_ms: int) -> None:
-        """Put back a deferred message kept across a restart (not counted again)."""
-        self._start_deferred(Message(record), max(0, delay_ms))
-
     # ---------------------------------------------------------------- internals
 
     def set_dead_letter(
@@ -513,24 +427,6 @@ class Channel(BackedQueue):
         del self.in_flight[msg_id]
         msg.client = None
         return msg
-
-    def _requeue_all(self, msgs: list[Message]) -> None:
-        """Timed-out or due messages go back to the queue; a backend failure is logged (nothing
-        else can be done from the queue-scan loop) and the messages stay in memory."""
-        records = [m.to_record() for m in msgs]
-        try:
-            self._enqueue_many(records)
-        except OSError as e:
-            log.error("CHANNEL(%s): failed to write message to backend - %s", self.name, e)
-            self._mem_extend(records)
-
-    def _start_deferred(self, msg: Message, delay_ms: int) -> None:
-        if msg.id in self.deferred:
-            raise ChannelError("ID already deferred")
-        pri = self._clock_ns() + delay_ms * 1_000_000
-        msg.pri = pri
-        self.deferred[msg.id] = msg
-        self._deferred_pq.push(msg, pri)
 
     def _dispatch(self) -> None:
         """Hand queued messages to ready consumers until one side runs out."""

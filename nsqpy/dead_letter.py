@@ -11,7 +11,8 @@ DeadLetters; the channel calls it back through Channel.set_dead_letter."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from . import wire
 from .message import with_attempts
@@ -19,7 +20,23 @@ from .topic import TopicError
 
 if TYPE_CHECKING:
     from .channel import Channel
-    from .nsqd import NSQD
+    from .options import Options
+    from .topic import Topic
+
+
+class DeadLetterHost(Protocol):
+    """What DeadLetters needs of its NSQD (nsqd.py): the options, the topics, and the call
+    that hands every backend's buffered writes to the OS."""
+
+    opts: Options
+    topics: dict[str, Topic]
+
+    def get_topic(self, name: str) -> Topic: ...
+
+    def get_existing_topic(self, name: str) -> Topic: ...
+
+    def flush_backends(self) -> None: ...
+
 
 log = logging.getLogger("nsqpy")
 
@@ -28,8 +45,10 @@ class DeadLetters:
     """The dead-letter policy of one NSQD: ``max_attempts`` holds the channels' own values,
     ``(topic, channel) -> n`` (0: off for that channel), persisted in nsqd.dat."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: DeadLetterHost, metadata_changed: Callable[[], None]) -> None:
         self.nsqd = nsqd
+        #: Called when a channel's own max attempts change (nsqd.dat keeps them).
+        self._metadata_changed = metadata_changed
         self.max_attempts: dict[tuple[str, str], int] = {}
 
     def topic_name(self, topic: str, channel: str) -> str:
@@ -48,7 +67,7 @@ class DeadLetters:
         ch = t.channels.get(channel) if t is not None else None
         if ch is not None:
             self.apply(ch)
-        self.nsqd.storage.metadata_changed()
+        self._metadata_changed()
 
     def apply(self, ch: Channel) -> None:
         """Give ``ch`` its max attempts and the callback that takes its dead letters."""

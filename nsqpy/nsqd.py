@@ -73,7 +73,7 @@ class NSQD:
         self._tasks: list[asyncio.Task[None]] = []
         self.scanner = QueueScanner(opts, self.channels, lambda: self.channels_version)
         self.storage = Storage(self)
-        self.dead_letters = DeadLetters(self)
+        self.dead_letters = DeadLetters(self, self.storage.metadata_changed)
         # The names the transports and server.py call stay on NSQD, bound to their owners
         # (flush_backends runs before every publish's answer: one call, no extra hop).
         self.data_path = self.storage.data_path

@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import wire
 from .deferred_journal import DeferredJournal
@@ -39,8 +39,24 @@ from .message import HEADER_LENGTH, encode_record, record_body, record_header, r
 from .options import NSQ_VERSION
 
 if TYPE_CHECKING:
-    from .nsqd import NSQD
+    from .dead_letter import DeadLetters
+    from .options import Options
     from .topic import Topic
+
+
+class StorageHost(Protocol):
+    """What Storage needs of its NSQD (nsqd.py): options, topics, health, dead letters."""
+
+    opts: Options
+    topics: dict[str, Topic]
+    dead_letters: DeadLetters
+
+    def get_topic(self, name: str) -> Topic: ...
+
+    def is_healthy(self) -> bool: ...
+
+    def set_health(self, err: Exception | None) -> None: ...
+
 
 log = logging.getLogger("nsqpy")
 
@@ -58,7 +74,7 @@ class Storage:
     Implements backed_queue.StorageHooks for the topics and channels. ``loading`` is True while
     nsqd.dat and the journal are being replayed (nothing is written or journaled then)."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: StorageHost) -> None:
         self.nsqd = nsqd
         self.opts = nsqd.opts
         self.data_path = self.opts.data_path or "."

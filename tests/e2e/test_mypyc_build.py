@@ -32,6 +32,7 @@ COMPILED = [
     "msg_index",
     "backed_queue",
     "backend_reads",
+    "channel_store",
     "topic",
     "channel",
 ]
