@@ -130,15 +130,14 @@ class DaemonProcess:
         for line in self.proc.stderr:
             if len(self.lines) < self._max_lines:
                 self.lines.append(line.rstrip("\n"))
-            if self._ready.is_set():
+            lst = parse_listening(line) if "listening on" in line else None
+            if lst is None:
                 continue
-            lst = parse_listening(line)
-            if lst is not None:
-                self.addresses[lst.kind] = lst.address
-                setattr(self, f"{lst.kind.lower()}_port", lst.port)
-                if self._listening():
-                    self.ready_at = len(self.lines)
-                    self._ready.set()
+            self.addresses[lst.kind] = lst.address
+            setattr(self, f"{lst.kind.lower()}_port", lst.port)
+            if not self._ready.is_set() and self._listening():
+                self.ready_at = len(self.lines)
+                self._ready.set()
         self._ready.set()
 
     def _listening(self) -> bool:

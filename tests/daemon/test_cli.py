@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT, Daemon
 
 from nsqpy.cli import normalize_go_flags
+from nsqpy.testing import DaemonProcess
 
 
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
@@ -170,37 +171,17 @@ def test_starts_quickly(tmp_path):
         d.stop()
 
 
-def _start_on_unix_sockets(cmd: list[str], d, timeout: float = 15) -> subprocess.Popen:
-    """``cmd`` (an nsqd) on unix sockets d/tcp.sock and d/http.sock; returns once its HTTP
-    socket answers /ping (bounded)."""
-    import http.client
-    import socket as so
-
-    p = subprocess.Popen(
+def _start_on_unix_sockets(cmd: list[str], d, timeout: float = 15) -> DaemonProcess:
+    """``cmd`` (an nsqd) on unix sockets d/tcp.sock and d/http.sock (nsqpy.testing's launcher
+    reads both from its "listening on" lines); returns once its HTTP socket answers /ping."""
+    p = DaemonProcess(
         [*cmd, f"--tcp-address={d}/tcp.sock", f"--http-address={d}/http.sock", f"--data-path={d}"],
         cwd=d,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        start_timeout=timeout,
     )
-    deadline = time.monotonic() + timeout
-    while True:
-        assert p.poll() is None, p.stderr.read() if p.stderr else ""
-        try:
-            s = so.socket(so.AF_UNIX)
-            s.settimeout(2)
-            s.connect(f"{d}/http.sock")
-            c = http.client.HTTPConnection("nsqd")
-            c.sock = s
-            c.request("GET", "/ping")
-            if c.getresponse().read() == b"OK":
-                s.close()
-                return p
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "no /ping on the unix socket"
-        time.sleep(0.02)
+    assert p.addresses == {"TCP": f"{d}/tcp.sock", "HTTP": f"{d}/http.sock"}, p.addresses
+    assert unix_http(f"{d}/http.sock", "GET", "/ping") == (200, b"OK")
+    return p
 
 
 def unix_http(path: str, method: str, url: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -250,9 +231,9 @@ def test_unix_socket_addresses_as_nsqd(tmp_path):
         code, body = unix_http(f"{tmp_path}/http.sock", "GET", "/stats?format=json&topic=ux")
         assert __import__("json").loads(body)["topics"][0]["depth"] == 2
     finally:
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=15)
-    assert p.returncode == 0, err
+        code = p.stop(15)
+    err = p.log_text()
+    assert code == 0, err
     assert f"TCP: listening on {tmp_path}/tcp.sock" in err
     assert f"HTTP: listening on {tmp_path}/http.sock" in err
     assert f"TCP: closing {tmp_path}/tcp.sock" in err
