@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis_budget import scale_examples
 
 from nsqpy import wire
 from nsqpy.testing import Nsqd, Nsqlookupd
@@ -191,3 +192,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if kind in KINDS:
             item.add_marker(getattr(pytest.mark, kind))
+    scale_examples(items)
