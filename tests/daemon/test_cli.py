@@ -10,9 +10,9 @@ import time
 
 import pytest
 from conftest import ROOT, Daemon
+from unixsock import start_on_unix_sockets, unix_http, unix_pub
 
 from nsqpy.cli import normalize_go_flags
-from nsqpy.testing import DaemonProcess
 
 
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
@@ -171,57 +171,11 @@ def test_starts_quickly(tmp_path):
         d.stop()
 
 
-def _start_on_unix_sockets(cmd: list[str], d, timeout: float = 15) -> DaemonProcess:
-    """``cmd`` (an nsqd) on unix sockets d/tcp.sock and d/http.sock (nsqpy.testing's launcher
-    reads both from its "listening on" lines); returns once its HTTP socket answers /ping."""
-    p = DaemonProcess(
-        [*cmd, f"--tcp-address={d}/tcp.sock", f"--http-address={d}/http.sock", f"--data-path={d}"],
-        cwd=d,
-        start_timeout=timeout,
-    )
-    assert p.addresses == {"TCP": f"{d}/tcp.sock", "HTTP": f"{d}/http.sock"}, p.addresses
-    assert unix_http(f"{d}/http.sock", "GET", "/ping") == (200, b"OK")
-    return p
-
-
-def unix_http(path: str, method: str, url: str, body: bytes = b"") -> tuple[int, bytes]:
-    import http.client
-    import socket as so
-
-    s = so.socket(so.AF_UNIX)
-    s.settimeout(5)
-    s.connect(path)
-    c = http.client.HTTPConnection("nsqd")
-    c.sock = s
-    c.request(method, url, body=body or None)
-    r = c.getresponse()
-    out = r.status, r.read()
-    s.close()
-    return out
-
-
-def unix_pub(path: str, topic: bytes, body: bytes) -> bytes:
-    import socket as so
-
-    s = so.socket(so.AF_UNIX)
-    s.settimeout(5)
-    s.connect(path)
-    s.sendall(b"  V2PUB " + topic + b"\n" + len(body).to_bytes(4, "big") + body)
-    reply = b""
-    while len(reply) < 10:
-        chunk = s.recv(64)
-        if not chunk:
-            break
-        reply += chunk
-    s.close()
-    return reply
-
-
 def test_unix_socket_addresses_as_nsqd(tmp_path):
     """nsqd's --tcp-address/--http-address <path> form (util.TypeOfAddr: not host:port means a
     unix socket): both listeners on socket files, /info's ports -1, PUB over the socket, the
     files removed at exit; a path that exists already is FATAL, as Go's net.Listen("unix")."""
-    p = _start_on_unix_sockets([sys.executable, "-m", "nsqpy"], tmp_path)
+    p = start_on_unix_sockets([sys.executable, "-m", "nsqpy"], tmp_path)
     try:
         code, body = unix_http(f"{tmp_path}/http.sock", "GET", "/info")
         info = __import__("json").loads(body)
