@@ -194,6 +194,7 @@ class LookupPeer:
             self._wake.set()
             await asyncio.wait([task], timeout=2 * self.io_timeout_s)
         self._disconnect()
+        self._unanswered.clear()
 
     # ------------------------------------------------------------ the peer's task
 
@@ -216,11 +217,20 @@ class LookupPeer:
                 log.debug("LOOKUPD(%s): sending heartbeat", self.addr)
                 self._queue.append(_PING)
             while self._unanswered and not self._closing:
+                if self._reader is None:  # a round trip lost the connection under them
+                    self._queue.extendleft(reversed(self._unanswered))
+                    self._unanswered.clear()
+                    break
                 cmd = self._unanswered[0]
                 try:
                     await self._read_reply()
                 except LookupdError as e:
                     log.error("LOOKUPD(%s): %s - %s", self.addr, _cmd_text(cmd), e)
+                    # nsqd sends one command at a time: only this one met the dead
+                    # connection; those written behind it go through a new one (which
+                    # sends the whole state first), not wait for the next PING
+                    self._unanswered.popleft()
+                    self._queue.extendleft(reversed(self._unanswered))
                     self._unanswered.clear()
                     break
                 if self._unanswered:
@@ -317,9 +327,9 @@ class LookupPeer:
             raise
 
     def _disconnect(self) -> None:
+        """Close the connection; the commands awaiting a reply stay for the task to settle."""
         self.connected = False
         self._ready = False
-        self._unanswered.clear()
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None

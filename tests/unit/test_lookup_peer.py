@@ -42,26 +42,32 @@ class FakeLookupd:
         self.closed_at: list[float] = []
         self.mute: set[str] = set()
         self.writers: list[asyncio.StreamWriter] = []
+        self.dropped: set[int] = set()
         loop.serve(HOST, PORT, self.handle)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn: list[tuple[float, str]] = []
+        idx = len(self.conns)
         self.conns.append(conn)
         self.writers.append(writer)
         try:
             self.magics.append(await reader.readexactly(4))
-            while line := await reader.readline():
+            while (line := await reader.readline()) and idx not in self.dropped:
                 text = line.rstrip(b"\n").decode()
                 reply = b"OK"
                 if text == "IDENTIFY":
                     (n,) = _SIZE.unpack(await reader.readexactly(4))
                     await reader.readexactly(n)
                     reply = self.identify_reply
+                if idx in self.dropped:
+                    break
                 conn.append((self.loop.time(), text))
                 if text in self.mute:
                     self.mute.discard(text)
                 else:
                     writer.write(_SIZE.pack(len(reply)) + reply)
+            while idx in self.dropped and await reader.read(65536):
+                pass  # what a dropped connection still gets goes nowhere
         finally:
             self.closed_at.append(self.loop.time())
 
@@ -72,8 +78,12 @@ class FakeLookupd:
         return [round(at, 6) for at, t in self.conns[conn] if t == name]
 
     def drop(self) -> None:
+        """Close every connection as a TCP peer's close looks from the other end: the peer's
+        next read finds EOF, its writes still succeed (and are never read)."""
+        self.dropped.update(range(len(self.writers)))
         for w in self.writers:
-            w.close()
+            if not w.is_closing():
+                w.write_eof()
 
 
 class Node:
@@ -292,3 +302,30 @@ def test_close_is_bounded_with_a_reply_outstanding() -> None:
         return loop.time() - t0
 
     assert run_virtual(main) <= 2 * IO_TIMEOUT_S
+
+
+def test_commands_written_behind_the_lost_one_reconnect_at_once() -> None:
+    """Two notifications in a row on a connection the lookupd dropped: the first meets the dead
+    connection and is lost; the second goes through a new connection (IDENTIFY, the whole
+    state, then itself), as nsqd's lookupLoop sends one command at a time. Not left for the
+    next PING, 15 s later."""
+
+    async def main(loop: VirtualTimeLoop) -> FakeLookupd:
+        lk, node = FakeLookupd(loop), Node()
+        node.topics["t1"] = []
+        peer = new_peer(node)
+        await until(1)
+        lk.drop()
+        await until(2)
+        node.add(peer, "t4")
+        node.add(peer, "t5")  # written behind t4, before t4's reply is found missing
+        await until(3)
+        await peer.close()
+        return lk
+
+    lk = run_virtual(main)
+    assert len(lk.conns) == 2
+    assert lk.commands(1) == [
+        "IDENTIFY", "REGISTER t1", "REGISTER t4", "REGISTER t5", "REGISTER t5"
+    ]  # fmt: skip
+    assert {at for at, _ in lk.conns[1]} == {2.0}
