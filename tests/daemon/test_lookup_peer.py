@@ -5,7 +5,7 @@ the IDENTIFY JSON, "OK" for everything else) captures exactly what nsqpy-d sends
 IDENTIFY's body, REGISTER/UNREGISTER as topics and channels come and go, the whole state after a
 reconnect. The end-to-end tests at the bottom use the real nsqpy-lookupd. These check the wiring
 in a real process; the timing (PING every 15 s, the 1 s dial and reply deadlines, reconnects)
-is checked on a virtual clock in tests/unit/test_lookup_peer.py.
+is checked on a virtual clock in tests/unit/test_lookup_peer_timing.py.
 """
 
 from __future__ import annotations
