@@ -53,3 +53,13 @@ def test_every_module_has_a_docstring() -> None:
         if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"), str(p)))
     ]
     assert not missing, "modules without a docstring:\n" + "\n".join(missing)
+
+
+def test_test_file_names_are_unique_across_folders() -> None:
+    """tests/ is not a package (pytest's rootdir imports): two test files of one name in two
+    folders stop the whole suite's collection ("import file mismatch")."""
+    seen: dict[str, list[str]] = {}
+    for p in (ROOT / "tests").rglob("*.py"):
+        seen.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    dupes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not dupes, dupes
