@@ -5,9 +5,8 @@ Strategy: one launcher for every NSQ daemon, nsqpy's or Go's (any command line t
 nsqadmin, which logs only the HTTP line). The daemon listens on loopback with ports picked by
 the OS (port 0); the real ports are read from those log lines on stderr (parse_listening, the
 one parser of them in this repository), which a thread keeps draining so the daemon never
-blocks on a full pipe. On Linux the
-child gets PR_SET_PDEATHSIG, so a test run that dies (even by SIGKILL) takes its daemons with
-it: no process is left behind. Every wait is bounded."""
+blocks on a full pipe. On Linux the child gets PR_SET_PDEATHSIG, so a test run that dies (even
+by SIGKILL) takes its daemons with it: no process is left behind. Every wait is bounded."""
 
 from __future__ import annotations
 
