@@ -2,23 +2,22 @@
 
 Strategy: the cost of nsqpy-d's HTTP server per request, with as little client as possible:
 one raw socket, one POST /pub at a time (HTTP/1.1 keep-alive), the answer read up to its
-Content-Length before the next is sent. Each run starts a fresh daemon (startup.py's way: the
-installed console script, free loopback ports, a temporary --data-path; --variant code trees
-alternate with it), publishes --count messages of --size bytes (bounded by --max-seconds) and
-stops it. The figure is the median of --runs runs per variant."""
+Content-Length before the next is sent. Each run starts a fresh daemon (the installed console
+script through nsqpy.testing's launcher: loopback, port 0, a temporary --data-path; --variant
+code trees alternate with it), publishes --count messages of --size bytes (bounded by
+--max-seconds) and stops it. The figure is the median of --runs runs per variant."""
 
 from __future__ import annotations
 
 import os
 import socket
 import statistics
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from .startup import _ping_once, _stop, free_port, script
+from nsqpy.testing import Nsqd
+
+from .startup import script
 
 
 def _read_answer(sock: socket.socket, buf: bytearray) -> int:
@@ -48,50 +47,44 @@ def _read_answer(sock: socket.socket, buf: bytearray) -> int:
 
 def one_run(pythonpath: str, count: int, size: int, max_seconds: float) -> dict[str, Any]:
     """One fresh nsqpy-d, ``count`` PUBs in a row; {"count", "seconds", "per_s"}."""
-    tcp, http = free_port(), free_port()
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-    with tempfile.TemporaryDirectory(prefix="bench-httppub-") as tmp:
-        argv = [
-            script("nsqpy-d"),
-            f"--tcp-address=127.0.0.1:{tcp}",
-            f"--http-address=127.0.0.1:{http}",
-            f"--data-path={tmp}",
-            f"--mem-queue-size={count + 1}",
-        ]
-        with open(Path(tmp) / "stderr.log", "wb") as err:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env
-            )
-            try:
-                deadline = time.perf_counter() + 30
-                while not _ping_once(http, deadline):
-                    if proc.poll() is not None or time.perf_counter() > deadline:
-                        raise RuntimeError("nsqpy-d did not start")
-                    time.sleep(0.01)
-                body = b"x" * size
-                request = (
-                    b"POST /pub?topic=http_bench HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                with socket.create_connection(("127.0.0.1", http), timeout=10) as sock:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    buf = bytearray()
-                    sock.sendall(request)  # the topic is created outside the timed part
-                    _read_answer(sock, buf)
-                    t0 = time.perf_counter()
-                    stop_at = t0 + max_seconds
-                    done = 0
-                    while done < count and time.perf_counter() < stop_at:
-                        sock.sendall(request)
-                        status = _read_answer(sock, buf)
-                        if status != 200:
-                            raise RuntimeError(f"PUB answered {status}")
-                        done += 1
-                    seconds = time.perf_counter() - t0
-            finally:
-                _stop(proc)
+    d = Nsqd(
+        [f"--mem-queue-size={count + 1}"],
+        cmd=script("nsqpy-d"),
+        https=False,
+        env=env,
+        start_timeout=30,
+        wait_ping=True,
+        max_lines=10_000,
+    )
+    try:
+        body = b"x" * size
+        request = (
+            b"POST /pub?topic=http_bench HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        with socket.create_connection(("127.0.0.1", d.http_port), timeout=10) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            buf = bytearray()
+            sock.sendall(request)  # the topic is created outside the timed part
+            _read_answer(sock, buf)
+            t0 = time.perf_counter()
+            stop_at = t0 + max_seconds
+            done = 0
+            while done < count and time.perf_counter() < stop_at:
+                sock.sendall(request)
+                status = _read_answer(sock, buf)
+                if status != 200:
+                    raise RuntimeError(f"PUB answered {status}")
+                done += 1
+            seconds = time.perf_counter() - t0
+    finally:
+        try:
+            d.stop(10)
+        except AssertionError:
+            pass  # it did not exit on SIGTERM and was killed; the figure stands
     return {"count": done, "seconds": seconds, "per_s": done / seconds if seconds else 0.0}
 
 

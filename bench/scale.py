@@ -20,43 +20,12 @@ import argparse
 import asyncio
 import http.client
 import os
-import re
 import resource
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 from nsqpy import wire
-
-_LISTEN = re.compile(r"(TCP|HTTP): listening on \S+:(\d+)")
-
-
-def start_daemon(data: str) -> tuple[subprocess.Popen, int, int]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nsqpy",
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            f"--data-path={data}",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    ports: dict[str, int] = {}
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 15
-    for line in proc.stderr:
-        m = _LISTEN.search(line)
-        if m:
-            ports[m.group(1)] = int(m.group(2))
-        if len(ports) == 2 or time.monotonic() > deadline:
-            break
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain
-    return proc, ports["TCP"], ports["HTTP"]
+from nsqpy.testing import Nsqd
 
 
 def cpu_seconds(pid: int) -> float:
@@ -160,65 +129,65 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     rows = []
-    with tempfile.TemporaryDirectory() as data:
-        proc, tcp, http_port = start_daemon(data)
-        try:
-            t0 = time.monotonic()
-            create(http_port, range(args.topics))
-            rows.append(
-                (
-                    "create topics + channels over HTTP",
-                    f"{args.topics} topics, {2 * args.topics} channels",
-                    f"{time.monotonic() - t0:.1f} s",
-                )
+    # nsqpy.testing's launcher: loopback, ports from its log lines, a temporary data dir
+    daemon = Nsqd(https=False, max_lines=10_000)
+    proc, tcp, http_port = daemon.proc, daemon.tcp_port, daemon.http_port
+    try:
+        t0 = time.monotonic()
+        create(http_port, range(args.topics))
+        rows.append(
+            (
+                "create topics + channels over HTTP",
+                f"{args.topics} topics, {2 * args.topics} channels",
+                f"{time.monotonic() - t0:.1f} s",
             )
+        )
 
-            def publish() -> None:
-                c = __import__("socket").create_connection(("127.0.0.1", tcp), timeout=10)
-                c.sendall(wire.MAGIC_V2)
-                for i in range(args.topics):
-                    c.sendall(wire.encode_command(b"PUB", b"t%d" % i, body=b"hello %d" % i))
-                fr = wire.FrameReader()
-                oks = 0
-                while oks < args.topics:
-                    oks += sum(1 for f in fr.feed(c.recv(65536)) if f[1] == b"OK")
-                c.close()
+        def publish() -> None:
+            c = __import__("socket").create_connection(("127.0.0.1", tcp), timeout=10)
+            c.sendall(wire.MAGIC_V2)
+            for i in range(args.topics):
+                c.sendall(wire.encode_command(b"PUB", b"t%d" % i, body=b"hello %d" % i))
+            fr = wire.FrameReader()
+            oks = 0
+            while oks < args.topics:
+                oks += sum(1 for f in fr.feed(c.recv(65536)) if f[1] == b"OK")
+            c.close()
 
-            idle_cpu_hook[0] = lambda: idle_cpu(proc.pid, args.idle_seconds)
-            got, elapsed = asyncio.run(
-                consumers(tcp, args.topics, time.monotonic() + args.timeout, publish)
+        idle_cpu_hook[0] = lambda: idle_cpu(proc.pid, args.idle_seconds)
+        got, elapsed = asyncio.run(
+            consumers(tcp, args.topics, time.monotonic() + args.timeout, publish)
+        )
+        rows.append(
+            (
+                "deliver one message per channel",
+                f"{2 * args.topics} consumer connections",
+                f"{got}/{2 * args.topics} delivered in {elapsed:.2f} s",
             )
-            rows.append(
-                (
-                    "deliver one message per channel",
-                    f"{2 * args.topics} consumer connections",
-                    f"{got}/{2 * args.topics} delivered in {elapsed:.2f} s",
-                )
+        )
+        rows.append(
+            (
+                "idle daemon CPU",
+                f"{2 * args.topics} idle connections, {2 * args.topics} channels",
+                f"{idle_cpu_hook[1]:.1f}% of a core",
             )
-            rows.append(
-                (
-                    "idle daemon CPU",
-                    f"{2 * args.topics} idle connections, {2 * args.topics} channels",
-                    f"{idle_cpu_hook[1]:.1f}% of a core",
-                )
+        )
+        extra = max(0, args.idle_channels // 2 - args.topics)
+        create(http_port, range(args.topics, args.topics + extra))
+        n_channels = 2 * (args.topics + extra)
+        time.sleep(1)
+        rows.append(
+            (
+                "idle daemon CPU",
+                f"{n_channels} channels, no connections",
+                f"{idle_cpu(proc.pid, args.idle_seconds):.1f}% of a core",
             )
-            extra = max(0, args.idle_channels // 2 - args.topics)
-            create(http_port, range(args.topics, args.topics + extra))
-            n_channels = 2 * (args.topics + extra)
-            time.sleep(1)
-            rows.append(
-                (
-                    "idle daemon CPU",
-                    f"{n_channels} channels, no connections",
-                    f"{idle_cpu(proc.pid, args.idle_seconds):.1f}% of a core",
-                )
-            )
-            with open(f"/proc/{proc.pid}/status") as f:
-                rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
-            rows.append(("daemon resident memory", f"{n_channels} channels", f"{rss // 1024} MiB"))
-        finally:
-            proc.terminate()
-            proc.wait(120)
+        )
+        with open(f"/proc/{proc.pid}/status") as f:
+            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+        rows.append(("daemon resident memory", f"{n_channels} channels", f"{rss // 1024} MiB"))
+    finally:
+        daemon.stop(120)
     print("| step | scale | result |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -28,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nsqpy.testing import terminate
 
 GO_BIN = Path(os.environ.get("NSQ_GO_BIN", "/opt/nsq-go/bin"))
 PY_DAEMONS = ("nsqpy-d", "nsqpy-lookupd")
@@ -151,13 +152,7 @@ def one_run(daemon: str, pythonpath: str, timeout: float) -> tuple[float, float]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    terminate(proc, 10)  # SIGTERM, SIGKILL after 10 s
 
 
 def available(daemons: tuple[str, ...]) -> tuple[list[str], list[str]]:

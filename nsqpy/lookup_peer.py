@@ -22,6 +22,11 @@ task sends it, one round trip at a time. As nsqd 1.3 (nsqd/lookup.go, nsqd/looku
   the topic hands out messages, so that no channel misses what is published meanwhile; nsqd
   makes that call blocking, here the topic holds its messages until the answer is in.
 
+Timing: every deadline and tick reads the running loop's clock (``loop.time()``, asyncio's
+timers through ``asyncio.wait_for``), never the wall clock, and the intervals are the peer's
+``ping_interval_s`` and ``io_timeout_s``; so tests run a peer on a loop with a virtual clock
+(nsqpy.testing.virtual_time) and see 15 s of PINGs and 1 s deadlines pass at once.
+
 Wire (nsq.io TCP protocol for nsqlookupd): commands are "NAME params...\n", IDENTIFY followed by
 a 4-byte big-endian body size and the JSON body; every reply is a 4-byte big-endian size and
 the data ("OK", the IDENTIFY JSON, or an "E_..." error text)."""
@@ -128,7 +133,8 @@ class LookupPeer:
     """One lookupd: its connection, pending commands and the info its IDENTIFY reply gave.
 
     ``info`` holds the reply's ``tcp_port``, ``http_port``, ``version`` and
-    ``broadcast_address`` once identified (empty before).
+    ``broadcast_address`` once identified (empty before). ``ping_interval_s`` (seconds between
+    PINGs) and ``io_timeout_s`` (the dial, write and read deadline) default to nsqd's.
     """
 
     def __init__(
@@ -137,7 +143,12 @@ class LookupPeer:
         max_body_size: int,
         identity: Callable[[], dict[str, Any]],
         state: Callable[[], list[bytes]],
+        *,
+        ping_interval_s: float = PING_INTERVAL_S,
+        io_timeout_s: float = IO_TIMEOUT_S,
     ) -> None:
+        self.ping_interval_s = ping_interval_s
+        self.io_timeout_s = io_timeout_s
         self.addr = addr
         self.info: dict[str, Any] = {}
         self.connected = False
@@ -181,8 +192,9 @@ class LookupPeer:
         if task is not None:
             task.cancel()
             self._wake.set()
-            await asyncio.wait([task], timeout=2 * IO_TIMEOUT_S)
+            await asyncio.wait([task], timeout=2 * self.io_timeout_s)
         self._disconnect()
+        self._unanswered.clear()
 
     # ------------------------------------------------------------ the peer's task
 
@@ -192,7 +204,7 @@ class LookupPeer:
             await self._ensure_connected()  # nsqd's Command(nil): start the connection
         except LookupdError:
             pass
-        next_ping = loop.time() + PING_INTERVAL_S
+        next_ping = loop.time() + self.ping_interval_s
         while not self._closing:
             if not self._queue and not self._unanswered:
                 try:
@@ -201,15 +213,24 @@ class LookupPeer:
                     pass
             self._wake.clear()
             if loop.time() >= next_ping:
-                next_ping = loop.time() + PING_INTERVAL_S
+                next_ping = loop.time() + self.ping_interval_s
                 log.debug("LOOKUPD(%s): sending heartbeat", self.addr)
                 self._queue.append(_PING)
             while self._unanswered and not self._closing:
+                if self._reader is None:  # a round trip lost the connection under them
+                    self._queue.extendleft(reversed(self._unanswered))
+                    self._unanswered.clear()
+                    break
                 cmd = self._unanswered[0]
                 try:
                     await self._read_reply()
                 except LookupdError as e:
                     log.error("LOOKUPD(%s): %s - %s", self.addr, _cmd_text(cmd), e)
+                    # nsqd sends one command at a time: only this one met the dead
+                    # connection; those written behind it go through a new one (which
+                    # sends the whole state first), not wait for the next PING
+                    self._unanswered.popleft()
+                    self._queue.extendleft(reversed(self._unanswered))
                     self._unanswered.clear()
                     break
                 if self._unanswered:
@@ -232,7 +253,7 @@ class LookupPeer:
         try:
             host, port = split_host_port(self.addr)
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host or None, port), IO_TIMEOUT_S
+                asyncio.open_connection(host or None, port), self.io_timeout_s
             )
         except (OSError, ValueError, TimeoutError) as e:
             raise LookupdError(f"dial tcp {self.addr}: {e or 'i/o timeout'}") from None
@@ -271,33 +292,33 @@ class LookupPeer:
         self._ready = True
 
     async def _round_trip(self, cmd: bytes) -> bytes:
-        """Write ``cmd`` and read its reply (4-byte size + data), each within IO_TIMEOUT_S.
+        """Write ``cmd`` and read its reply (4-byte size + data), each within io_timeout_s.
         Only called with no reply outstanding for an earlier command."""
         writer = self._writer
         if writer is None:
             raise LookupdError("not connected")
         try:
             writer.write(cmd)
-            await asyncio.wait_for(writer.drain(), IO_TIMEOUT_S)
+            await asyncio.wait_for(writer.drain(), self.io_timeout_s)
         except (OSError, TimeoutError) as e:
             self._disconnect()
             raise LookupdError(str(e) or type(e).__name__) from None
         return await self._read_reply()
 
     async def _read_reply(self) -> bytes:
-        """Read the next reply (4-byte big-endian size + data) within IO_TIMEOUT_S for each
+        """Read the next reply (4-byte big-endian size + data) within io_timeout_s for each
         part. Raises LookupdError (and disconnects) on EOF, a timeout or an oversized reply."""
         reader = self._reader
         if reader is None:
             raise LookupdError("not connected")
         try:
-            head = await asyncio.wait_for(reader.readexactly(4), IO_TIMEOUT_S)
+            head = await asyncio.wait_for(reader.readexactly(4), self.io_timeout_s)
             (size,) = _SIZE.unpack(head)
             if size > self._max_body_size or size < 0:
                 raise LookupdError(
                     f"response body size ({size}) is greater than limit ({self._max_body_size})"
                 )
-            return await asyncio.wait_for(reader.readexactly(size), IO_TIMEOUT_S)
+            return await asyncio.wait_for(reader.readexactly(size), self.io_timeout_s)
         except (OSError, EOFError, TimeoutError, asyncio.IncompleteReadError) as e:
             self._disconnect()
             raise LookupdError(str(e) or type(e).__name__) from None
@@ -306,9 +327,9 @@ class LookupPeer:
             raise
 
     def _disconnect(self) -> None:
+        """Close the connection; the commands awaiting a reply stay for the task to settle."""
         self.connected = False
         self._ready = False
-        self._unanswered.clear()
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis_budget import scale_examples
 
 from nsqpy import wire
 from nsqpy.message import decode_record
@@ -171,3 +172,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if kind in KINDS:
             item.add_marker(getattr(pytest.mark, kind))
+    scale_examples(items)

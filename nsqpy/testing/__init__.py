@@ -5,6 +5,24 @@ available to any pytest run)."""
 
 from __future__ import annotations
 
-from .process import DaemonProcess, Nsqd, Nsqlookupd, wait_for
+from .process import (
+    DaemonProcess,
+    Listening,
+    NsqAdmin,
+    Nsqd,
+    Nsqlookupd,
+    parse_listening,
+    terminate,
+    wait_for,
+)
 
-__all__ = ["DaemonProcess", "Nsqd", "Nsqlookupd", "wait_for"]
+__all__ = [
+    "DaemonProcess",
+    "Listening",
+    "NsqAdmin",
+    "Nsqd",
+    "Nsqlookupd",
+    "parse_listening",
+    "terminate",
+    "wait_for",
+]

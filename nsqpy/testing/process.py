@@ -1,17 +1,19 @@
 """NSQ daemons as child processes, for test suites and benchmarks.
 
 Strategy: one launcher for every NSQ daemon, nsqpy's or Go's (any command line that logs
-"TCP: listening on H:P" / "HTTP: listening on H:P" as NSQ's daemons do). The daemon listens on
-loopback with ports picked by the OS (port 0); the real ports are read from those log lines on
-stderr, which a thread keeps draining so the daemon never blocks on a full pipe. On Linux the
-child gets PR_SET_PDEATHSIG, so a test run that dies (even by SIGKILL) takes its daemons with
-it: no process is left behind. Every wait is bounded."""
+"TCP: listening on H:P" / "HTTP: listening on H:P" as NSQ's daemons do: nsqd, nsqlookupd, and
+nsqadmin, which logs only the HTTP line). The daemon listens on loopback with ports picked by
+the OS (port 0); the real ports are read from those log lines on stderr (parse_listening, the
+one parser of them in this repository), which a thread keeps draining so the daemon never
+blocks on a full pipe. On Linux the child gets PR_SET_PDEATHSIG, so a test run that dies (even
+by SIGKILL) takes its daemons with it: no process is left behind. Every wait is bounded."""
 
 from __future__ import annotations
 
 import ctypes
 import http.client
 import json
+import os
 import re
 import shlex
 import signal
@@ -23,10 +25,35 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-_LISTEN_RE = re.compile(r"(TCP|HTTPS|HTTP): listening on (\S+):(\d+)")
+_LISTEN_RE = re.compile(r"\b(TCP|HTTPS|HTTP): listening on (\S+)")
 _PR_SET_PDEATHSIG = 1
+
+
+class Listening(NamedTuple):
+    """One "KIND: listening on ADDRESS" log line: ``kind`` is "TCP", "HTTP" or "HTTPS";
+    ``address`` as logged (``host:port``, ``[v6]:port`` or a unix socket path)."""
+
+    kind: str
+    address: str
+
+    @property
+    def port(self) -> int:
+        """The port of a ``host:port`` address; 0 for a unix socket path."""
+        host, sep, port = self.address.rpartition(":")
+        return int(port) if sep and host and port.isdigit() else 0
+
+
+def parse_listening(line: str) -> Listening | None:
+    """The listener a daemon's log line announces, or None when it announces none.
+
+    nsqd, nsqlookupd and nsqadmin (Go's and nsqpy's) log ``TCP: listening on ADDR``,
+    ``HTTP: listening on ADDR``, ``HTTPS: listening on ADDR`` once each listener is bound
+    (Go: nsqd/nsqd.go, nsqlookupd/nsqlookupd.go, nsqadmin/nsqadmin.go; nsqpy: server.py,
+    lookupd/server.py, admin/server.py)."""
+    m = _LISTEN_RE.search(line)
+    return Listening(m.group(1), m.group(2)) if m else None
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -41,11 +68,15 @@ class DaemonProcess:
     """A running NSQ daemon: ``argv`` is started and its listening ports read from stderr.
 
     ``tcp_port``, ``http_port`` (and ``https_port`` when it logs one), ``host`` (what its
-    addresses are reached at), ``lines`` (stderr so far). Raises RuntimeError when the process
-    does not log both ports within ``start_timeout`` seconds (its log is in the message).
+    addresses are reached at), ``addresses`` (kind -> address as logged, unix socket paths
+    included), ``lines`` (stderr so far; ``ready_at`` is how many there were when the last
+    listener needed was logged). ``listens`` names the listeners to wait for (default: the
+    class's, "TCP" and "HTTP"). Raises RuntimeError when the process does not log them all
+    within ``start_timeout`` seconds (its log is in the message).
     """
 
     name = "daemon"
+    listens: tuple[str, ...] = ("TCP", "HTTP")
 
     def __init__(
         self,
@@ -57,10 +88,15 @@ class DaemonProcess:
         start_timeout: float = 15.0,
         wait_ping: bool = False,
         max_lines: int = 100_000,
+        listens: Sequence[str] | None = None,
     ) -> None:
         self.argv = list(argv)
         self.host = host
+        if listens is not None:
+            self.listens = tuple(listens)
         self.lines: list[str] = []
+        self.addresses: dict[str, str] = {}
+        self.ready_at = 0
         self.tcp_port = 0
         self.http_port = 0
         self.https_port = 0
@@ -79,7 +115,7 @@ class DaemonProcess:
         )
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
-        if not self._ready.wait(start_timeout) or not (self.tcp_port and self.http_port):
+        if not self._ready.wait(start_timeout) or not self._listening():
             self.kill()
             raise RuntimeError(
                 f"{self.name} did not start ({shlex.join(self.argv)}):\n"
@@ -93,20 +129,18 @@ class DaemonProcess:
         for line in self.proc.stderr:
             if len(self.lines) < self._max_lines:
                 self.lines.append(line.rstrip("\n"))
-            if self._ready.is_set():
+            lst = parse_listening(line) if "listening on" in line else None
+            if lst is None:
                 continue
-            m = _LISTEN_RE.search(line)
-            if m:
-                port = int(m.group(3))
-                if m.group(1) == "TCP":
-                    self.tcp_port = port
-                elif m.group(1) == "HTTP":
-                    self.http_port = port
-                else:
-                    self.https_port = port
-                if self.tcp_port and self.http_port:
-                    self._ready.set()
+            self.addresses[lst.kind] = lst.address
+            setattr(self, f"{lst.kind.lower()}_port", lst.port)
+            if not self._ready.is_set() and self._listening():
+                self.ready_at = len(self.lines)
+                self._ready.set()
         self._ready.set()
+
+    def _listening(self) -> bool:
+        return all(k in self.addresses for k in self.listens)
 
     # ------------------------------------------------------------ addresses
 
@@ -133,14 +167,9 @@ class DaemonProcess:
     def stop(self, timeout: float = 10) -> int:
         """SIGTERM and wait; returns the exit code. Raises AssertionError (after a SIGKILL) if
         it does not exit within ``timeout`` seconds."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise AssertionError(f"{self.name} did not exit on SIGTERM") from None
+        if not terminate(self.proc, timeout):
+            self._reader.join(5)
+            raise AssertionError(f"{self.name} did not exit on SIGTERM")
         self._reader.join(5)
         return self.proc.returncode
 
@@ -153,13 +182,34 @@ class DaemonProcess:
 
     # ------------------------------------------------------------ HTTP
 
+    @property
+    def url(self) -> str:
+        """``http://host:http_port``."""
+        return f"http://{self.http_address}"
+
     def http(
-        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 10,
     ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers) of one request to the HTTP port; redirects not followed."""
+        """(status, body, headers) of one request to the HTTP port; redirects not followed.
+        A dict body is sent as JSON (Content-Type application/json unless given), a str
+        UTF-8 encoded, bytes as they are."""
+        hdrs = dict(headers or {})
+        data: bytes | None
+        if isinstance(body, dict):
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = body
         conn = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
         try:
-            conn.request(method, path, body=body)
+            conn.request(method, path, body=data, headers=hdrs)
             r = conn.getresponse()
             return r.status, r.read(), dict(r.getheaders())
         finally:
@@ -300,6 +350,71 @@ class Nsqlookupd(DaemonProcess):
         if code != 200:
             return []
         return json.loads(body).get("producers") or []
+
+
+class NsqAdmin(DaemonProcess):
+    """An nsqadmin (nsqpy-admin unless ``cmd`` names another, e.g. Go's nsqadmin) on ``host``
+    with an ephemeral HTTP port (it has no TCP listener); ``args`` are extra flags (the
+    lookupd or nsqd addresses it watches). The child is unbuffered (PYTHONUNBUFFERED=1 added
+    to ``env``, default this process's environment)."""
+
+    name = "nsqadmin"
+    listens = ("HTTP",)
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        cmd: str | Sequence[str] | None = None,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> None:
+        base = _command(cmd, "nsqpy.admin")
+        env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+        super().__init__([*base, f"--http-address={host}:0", *args], host=host, env=env, **kw)
+
+    @property
+    def port(self) -> int:
+        return self.http_port
+
+    def http(
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 20,
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """As DaemonProcess.http, but a str body is a form (Content-Type
+        application/x-www-form-urlencoded unless given), as nsqadmin's pages post."""
+        if isinstance(body, str):
+            headers = {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
+        return super().http(method, path, body, headers, timeout)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        """GET ``path`` and decode its JSON; AssertionError unless 200."""
+        code, body, _ = self.http("GET", path, **kw)
+        assert code == 200, (path, code, body)
+        return json.loads(body)
+
+    def log(self, last: int = 60) -> str:
+        """The last ``last`` lines of its stderr."""
+        return "\n".join(self.lines[-last:])
+
+
+def terminate(proc: subprocess.Popen[Any], timeout: float = 10) -> bool:
+    """SIGTERM ``proc`` and wait up to ``timeout`` s; SIGKILL if it has not exited. True when it
+    exited on SIGTERM (or had already exited)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+            return False
+    return True
 
 
 def _command(cmd: str | Sequence[str] | None, module: str) -> list[str]:

@@ -1,6 +1,7 @@
-"""nsqpy-admin: clusterinfo aggregation (unit), the history, and nsqadmin's JSON API against a
-real cluster: one nsqpy-lookupd and two nsqpy-d on 127.0.0.1 (ephemeral ports), the admin as
-its own process (``python -m nsqpy.admin``), checked against the daemons' own /stats.
+"""nsqpy-admin: nsqadmin's JSON API and pages against a real cluster: one nsqpy-lookupd and two
+nsqpy-d on 127.0.0.1 (ephemeral ports), the admin as its own process (``python -m nsqpy.admin``,
+nsqpy.testing's NsqAdmin), checked against the daemons' own /stats. Clusterinfo's aggregation,
+the history and the options are checked in process in tests/unit/test_admin_units.py.
 
 The cluster is module-scoped (starting processes is the slow part on a 2-core machine); every
 test that changes the cluster uses its own topic. Every wait polls a condition with a bound.
@@ -13,7 +14,6 @@ import http.server
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -21,364 +21,26 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from admin_cluster import (  # noqa: F401 (cluster_fixture, admin_fixture: the fixtures)
+    Admin,
+    Cluster,
+    admin_fixture,
+    admin_over,
+    cluster_fixture,
+    consume,
+    dead_letter,
+    pub_both,
+)
 from conftest import ROOT, RawClient, wait_for
 
 from nsqpy import guid
 from nsqpy.admin import clusterinfo as ci
-from nsqpy.admin.history import History, sparkline
-from nsqpy.admin.options import AdminOptions, normalize_base_path
-from nsqpy.testing import Nsqd, Nsqlookupd
+from nsqpy.testing import Nsqd
 
-_LISTEN_RE = re.compile(r"HTTP: listening on (\S+):(\d+)")
-
-
-# ---------------------------------------------------------------------------- harness
-
-
-class Admin:
-    """A running nsqpy-admin process on 127.0.0.1:0 (port read from "HTTP: listening on");
-    ``cmd`` runs another nsqadmin (Go's binary) instead."""
-
-    def __init__(
-        self, args: list[str], start_timeout: float = 15, cmd: list[str] | None = None
-    ) -> None:
-        base = cmd or [sys.executable, "-m", "nsqpy.admin"]
-        self.argv = [*base, "--http-address=127.0.0.1:0", *args]
-        self.lines: list[str] = []
-        self.port = 0
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        threading.Thread(target=self._drain, daemon=True).start()
-        if not self._ready.wait(start_timeout) or not self.port:
-            self.proc.kill()
-            self.proc.wait(5)
-            raise RuntimeError(
-                f"nsqpy-admin did not start ({shlex.join(self.argv)}):\n{self.log()}"
-            )
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            m = _LISTEN_RE.search(line)
-            if m and not self.port:
-                self.port = int(m.group(2))
-                self._ready.set()
-        self._ready.set()
-
-    def log(self) -> str:
-        return "\n".join(self.lines[-60:])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def http(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 20,
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers); a dict body is sent as JSON, a str as a form, bytes as
-        they are."""
-        data = None
-        hdrs = dict(headers or {})
-        if isinstance(body, dict):
-            data = json.dumps(body).encode()
-            hdrs.setdefault("Content-Type", "application/json")
-        elif isinstance(body, str):
-            data = body.encode()
-            hdrs.setdefault("Content-Type", "application/x-www-form-urlencoded")
-        elif isinstance(body, bytes):
-            data = body
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request(method, path, body=data, headers=hdrs)
-            r = conn.getresponse()
-            return r.status, r.read(), dict(r.getheaders())
-        finally:
-            conn.close()
-
-    def get(self, path: str, **kw: Any) -> Any:
-        code, body, _ = self.http("GET", path, **kw)
-        assert code == 200, (path, code, body)
-        return json.loads(body)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise AssertionError("nsqpy-admin did not exit on SIGTERM") from None
-        return self.proc.returncode
-
-
-class Cluster:
-    """nsqpy-lookupd + two nsqpy-d registered with it (broadcasting 127.0.0.1, node ids 101
-    and 102)."""
-
-    def __init__(self) -> None:
-        self.lookupd = Nsqlookupd([])
-        flags = [
-            f"--lookupd-tcp-address={self.lookupd.tcp_address}",
-            "--broadcast-address=127.0.0.1",
-        ]
-        # distinct node ids: nsqpy-lookupd routes GET /message?id= by the ID's node id
-        self.nodes = [Nsqd([*flags, f"--node-id={i}"], https=False) for i in (101, 102)]
-
-    def stop(self) -> None:
-        for n in self.nodes:
-            if n.alive():
-                os.kill(n.pid, signal.SIGCONT)
-            n.stop()
-        self.lookupd.stop()
-
-    def node(self, addr: str) -> Nsqd:
-        return next(n for n in self.nodes if n.http_address == addr)
-
-    def wait_registered(self, topic: str, n: int = 2) -> None:
-        wait_for(lambda: len(self.lookupd.producers(topic)) == n, 10, what=f"{topic} on {n} nodes")
-
-    def topic_stats(self, node: Nsqd, topic: str) -> dict[str, Any] | None:
-        for t in node.stats(topic=topic).get("topics") or []:
-            if t["topic_name"] == topic:
-                return t
-        return None
-
-    def channel_stats(self, node: Nsqd, topic: str, channel: str) -> dict[str, Any] | None:
-        t = self.topic_stats(node, topic)
-        for c in (t or {}).get("channels") or []:
-            if c["channel_name"] == channel:
-                return c
-        return None
-
-
-def consume(node: Nsqd, topic: str, channel: str, n: int, requeue: int = 0) -> RawClient:
-    """Subscribe on ``node`` with a user agent, take ``n`` messages, FIN all but ``requeue``
-    of them (those are REQ'd); the connection stays open (the caller closes it)."""
-    c = RawClient(node.tcp_port)
-    c.identify(user_agent="admin-test/1.0", client_id="tester", hostname="tester-host")
-    c.sub(topic, channel, rdy=n)
-    ids = [c.read_message(10)[2] for _ in range(n)]
-    c.cmd(b"RDY", b"0")  # before any FIN: nothing more is sent, nothing stays in flight
-    for i, msg_id in enumerate(ids):
-        c.cmd(b"REQ" if i < requeue else b"FIN", msg_id, *([b"0"] if i < requeue else []))
-    return c
-
-
-@pytest.fixture(scope="module", name="cluster")
-def cluster_fixture() -> Iterator[Cluster]:
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-def admin_over(cluster: Cluster, request_timeout: str) -> Iterator[Admin]:
-    """An nsqpy-admin over the cluster's lookupd, sampling and refreshing every second; stopped
-    (and must exit 0) at the end."""
-    a = Admin(
-        [
-            f"--lookupd-http-address={cluster.lookupd.http_address}",
-            f"--http-client-request-timeout={request_timeout}",
-            "--sample-interval=1s",
-            "--refresh-interval=1s",
-        ]
-    )
-    yield a
-    assert a.stop() == 0, a.log()
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[Admin]:
-    yield from admin_over(cluster, "1s")
-
-
-def pub_both(cluster: Cluster, topic: str, n1: int, n2: int) -> None:
-    a, b = cluster.nodes
-    a.mpub(topic, [b"a%d" % i for i in range(n1)])
-    b.mpub(topic, [b"b%d" % i for i in range(n2)])
-    cluster.wait_registered(topic)
-
-
-# ---------------------------------------------------------------------------- unit: clusterinfo
-
-
-def _lookupd_node(port: int, version: str = "1.3.0", topics=("b", "a"), tomb=(False, True)):
-    return {
-        "remote_address": f"127.0.0.1:{port + 1000}",
-        "hostname": "h",
-        "broadcast_address": "127.0.0.1",
-        "tcp_port": port,
-        "http_port": port + 1,
-        "version": version,
-        "tombstones": list(tomb),
-        "topics": list(topics),
-    }
-
-
-def test_merge_lookupd_nodes_unions_by_tcp_address_and_marks_old_versions() -> None:
-    a = {"producers": [_lookupd_node(4150), _lookupd_node(5150, "1.2.1")]}
-    b = {"producers": [_lookupd_node(4150)]}
-    nodes = ci.merge_lookupd_nodes([("lk1:4161", a), ("lk2:4161", b)])
-    assert [ci.http_address(p) for p in nodes] == ["127.0.0.1:4151", "127.0.0.1:5151"]
-    first = nodes[0]
-    assert list(first) == [
-        "remote_addresses", "remote_address", "hostname", "broadcast_address", "tcp_port",
-        "http_port", "version", "topics", "out_of_date",
-    ]  # fmt: skip
-    assert first["remote_addresses"] == ["lk1:4161/127.0.0.1:5150", "lk2:4161/127.0.0.1:5150"]
-    assert first["topics"] == [
-        {"topic": "a", "tombstoned": True},
-        {"topic": "b", "tombstoned": False},
-    ]
-    assert not first["out_of_date"] and nodes[1]["out_of_date"]
-    assert ci.find_producer(nodes, "127.0.0.1:5151") is nodes[1]
-    assert ci.find_producer(nodes, "127.0.0.1:1") is None
-
-
-def test_version_key_orders_semver() -> None:
-    assert ci.version_key("1.3.0") > ci.version_key("1.3.0-rc1") > ci.version_key("1.2.1")
-    assert ci.version_key("garbage") < ci.version_key("0.0.1")
-
-
-def _nsqd_stats(depth: int, msgs: int, chan_depth: int, paused: bool = False, clients=None):
-    return {
-        "version": "1.3.0",
-        "topics": [
-            {
-                "topic_name": "t",
-                "depth": depth,
-                "backend_depth": 1,
-                "message_count": msgs,
-                "paused": False,
-                "channels": [
-                    {
-                        "channel_name": "c",
-                        "depth": chan_depth,
-                        "backend_depth": 0,
-                        "in_flight_count": 2,
-                        "deferred_count": 1,
-                        "message_count": msgs,
-                        "requeue_count": 3,
-                        "timeout_count": 4,
-                        "client_count": len(clients or []),
-                        "clients": clients,
-                        "paused": paused,
-                        "e2e_processing_latency": {
-                            "count": 10,
-                            "percentiles": [{"quantile": 0.99, "value": 5.0}],
-                        },
-                    }
-                ],
-                "e2e_processing_latency": {"count": 0, "percentiles": None},
-            },
-            {"topic_name": "other", "depth": 7, "backend_depth": 0, "message_count": 7},
-        ],
-    }
-
-
-def test_topic_aggregation_sums_nodes_and_merges_channels() -> None:
-    client = {"hostname": "z", "remote_address": "1.2.3.4:5", "connect_ts": 100, "tls": True}
-    rows = ci.node_topic_stats(_nsqd_stats(5, 10, 3, clients=[client]), "n2:1", "host-b", now=160)
-    rows += ci.node_topic_stats(_nsqd_stats(2, 4, 1, paused=True), "n1:1", "host-a", now=160)
-    rows.sort(key=lambda t: (t["hostname"], t["node"]))
-    assert [r["topic_name"] for r in rows] == ["t", "other", "t", "other"] or len(rows) == 4
-    total = ci.aggregate_topic("t", rows)
-    assert (total["node"], total["depth"], total["message_count"]) == ("*", 7, 14)
-    assert total["memory_depth"] == 5 and total["backend_depth"] == 2
-    assert [n["node"] for n in total["nodes"]] == ["n1:1", "n2:1"]  # sorted by hostname
-    (chan,) = total["channels"]
-    assert chan["node"] == "*" and chan["depth"] == 4 and chan["paused"] is True
-    assert chan["in_flight_count"] == 4 and chan["requeue_count"] == 6
-    assert [n["node"] for n in chan["nodes"]] == ["n1:1", "n2:1"]
-    assert chan["clients"][0]["node"] == "n2:1"
-    assert chan["clients"][0]["connected"] == 60 * 1_000_000_000
-    assert chan["e2e_processing_latency"]["count"] == 20
-    assert chan["e2e_processing_latency"]["percentiles"][0]["max"] == 5.0
-    assert list(total) == [
-        "node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth",
-        "message_count", "nodes", "channels", "paused", "e2e_processing_latency",
-    ]  # fmt: skip
-    # by channel name for one topic, "topic:channel" across topics
-    assert list(ci.aggregate_channels(rows, "t")) == ["c"]
-    assert list(ci.aggregate_channels(rows)) == ["t:c"]
-    counter = ci.counter_stats(ci.aggregate_channels(rows))
-    assert counter == {
-        "t:c:n1:1": {"node": "n1:1", "topic_name": "t", "channel_name": "c", "message_count": 4},
-        "t:c:n2:1": {"node": "n2:1", "topic_name": "t", "channel_name": "c", "message_count": 10},
-    }
-    assert ci.node_totals([r for r in rows if r["node"] == "n2:1"]) == (17, 1)
-
-
-def test_prometheus_plain_samples() -> None:
-    text = "# HELP nsq_topics Topics\n# TYPE nsq_topics gauge\nnsq_topics 3.0\n"
-    text += 'nsq_topic_depth{topic="a"} 5.0\nnsq_healthy 1\nbad x\n'
-    assert ci.prometheus_plain_samples(text) == {"nsq_topics": 3.0, "nsq_healthy": 1.0}
-
-
-def test_empty_topic_and_messages() -> None:
-    assert ci.aggregate_topic("nope", [])["nodes"] is None
-    assert ci.warn_message([]) == ""
-    assert ci.warn_message(["a\nb", "c"]) == "WARNING: a\nb; c"
-    assert str(ci.all_failed("nsqd", ["x", "y"])) == "failed to query any nsqd: x\ny"
-    # a pre-1.0 envelope and a missing topic list
-    assert ci.node_topic_stats({"data": {"topics": None}}, "n", "h") == []
-
-
-def test_history_ring_is_bounded_and_rates_follow_counts() -> None:
-    h = History(interval=10, window=60)
-    for i in range(20):
-        h.record(1000 + 10 * i, {("topic", "t"): (i, 100 * i)})
-    assert len(h.series[("topic", "t")]) == h.maxlen == 7
-    assert h.last_rate(("topic", "t")) == 10.0
-    h.record(1200, {("topic", "t"): (0, 5)})  # counter went back (node restarted)
-    assert h.last_rate(("topic", "t")) == 0.5
-    h.record(1250, {("topic", "u"): (1, 1)})
-    assert ("topic", "t") in h.series
-    h.record(1261, {("topic", "u"): (1, 1)})  # t not seen for more than the window
-    assert ("topic", "t") not in h.series
-    svg = sparkline(h.depths(("topic", "u")), "u <depth>")
-    assert svg.startswith("<svg") and "u &lt;depth&gt;" in svg and "<polyline" in svg
-    assert "no samples" in sparkline([], "x")
-    assert 'data-samples="1"' in sparkline([(5.0, 3.0)], "one")
-
-
-def test_options_validate() -> None:
-    with pytest.raises(ValueError, match="required"):
-        AdminOptions().validate()
-    with pytest.raises(ValueError, match="not both"):
-        AdminOptions(nsqd_http_addresses=["a:1"], nsqlookupd_http_addresses=["b:1"]).validate()
-    with pytest.raises(ValueError, match="missing port"):
-        AdminOptions(nsqd_http_addresses=["nohost"]).validate()
-    assert [normalize_base_path(p) for p in ("", "admin", "/a/b/", "/")] == [
-        "/",
-        "/admin",
-        "/a/b",
-        "/",
-    ]
-
-
-# ---------------------------------------------------------------------------- CLI
+# the cluster, the admin and their helpers: tests/admin_cluster.py (shared with the browser tests)
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -661,6 +323,9 @@ def test_stopped_node_is_an_error_on_its_row(cluster: Cluster, admin: Admin) -> 
     for n in cluster.nodes:
         n.post("/channel/create", topic=topic, channel="c")
     n1, n2 = cluster.nodes
+    # the topics hand their messages to the new channel first: depths stay put from here on
+    for n in cluster.nodes:
+        wait_for(lambda n=n: (cluster.topic_stats(n, topic) or {}).get("depth") == 0, 10)
     os.kill(n1.pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
@@ -776,30 +441,6 @@ def test_nsqd_addresses_without_lookupd_and_base_path(cluster: Cluster) -> None:
         assert not any(cluster.topic_stats(n, topic)["paused"] for n in cluster.nodes)
     finally:
         assert a.stop() == 0, a.log()
-
-
-def dead_letter(cluster: Cluster, node: Nsqd, topic: str, channel: str, n: int) -> None:
-    """Make ``n`` dead letters of ``topic``/``channel`` on nsqpy-d ``node``: the channel with
-    max_attempts=1, ``n`` messages delivered once and REQ'd (each then moves to the
-    dead-letter topic)."""
-    node.post("/topic/create", topic=topic)
-    node.post("/channel/create", topic=topic, channel=channel, max_attempts="1")
-    node.mpub(topic, [b"dl-%d" % i for i in range(n)])
-    c = RawClient(node.tcp_port)
-    try:
-        c.sub(topic, channel, rdy=n)
-        ids = [c.read_message(10)[2] for _ in range(n)]
-        c.cmd(b"RDY", b"0")
-        for msg_id in ids:
-            c.cmd(b"REQ", msg_id, b"0")
-
-        def counted() -> bool:
-            stats = cluster.channel_stats(node, topic, channel) or {}
-            return stats.get("dead_letter_count") == n
-
-        wait_for(counted, 10, what=f"{n} dead letters")
-    finally:
-        c.close()
 
 
 def test_dead_letters_counts_replay_acl_and_audit(cluster: Cluster) -> None:

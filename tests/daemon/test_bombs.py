@@ -242,31 +242,3 @@ def test_large_identify_decoded_aside(nsqd):
             frame, _ = read_frame(s)
             assert frame == b"\0\0\0\1E_BAD_BODY IDENTIFY failed to decode JSON body"
             assert s.recv(10) == b""
-
-
-def test_codecs_inflate_in_bounded_steps():
-    """take(limit) inflates at most limit bytes (snappy: whole chunks, at most 64 KiB past
-    it) and keeps the rest compressed; pending says whether any is left."""
-    from nsqpy.compression import DeflateCodec, SnappyCodec
-
-    d = DeflateCodec(6)
-    d.feed(deflate(repeat(b"\0" * 1024, 8 * 1024 * 1024)))
-    sizes = []
-    while d.pending:
-        sizes.append(len(d.take(65536)))
-    assert max(sizes) == 65536 and sum(sizes) == 8 * 1024 * 1024
-    s = SnappyCodec()
-    s.feed(bytes(cramjam.snappy.compress(b"\0" * (2 * 1024 * 1024))))
-    total = 0
-    while s.pending:
-        got = len(s.take(100_000))
-        assert 0 < got <= 100_000 + 65536
-        total += got
-    assert total == 2 * 1024 * 1024
-    # a chunk stating more than 64 KiB uncompressed is refused before it is inflated
-    from nsqpy.compression import CompressionError
-
-    bad = SnappyCodec()
-    bad.feed(b"\x00\x09\x00\x00" + b"\0\0\0\0" + b"\x81\x80\x08" + b"\0\0")  # states 131073
-    with pytest.raises(CompressionError):
-        bad.take(65536)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from conftest import ROOT, Daemon
+from unixsock import start_on_unix_sockets, unix_http, unix_pub
 
 from nsqpy.cli import normalize_go_flags
 
@@ -197,77 +198,11 @@ def test_starts_quickly(tmp_path):
         d.stop()
 
 
-def _start_on_unix_sockets(cmd: list[str], d, timeout: float = 15) -> subprocess.Popen:
-    """``cmd`` (an nsqd) on unix sockets d/tcp.sock and d/http.sock; returns once its HTTP
-    socket answers /ping (bounded)."""
-    import http.client
-    import socket as so
-
-    p = subprocess.Popen(
-        [*cmd, f"--tcp-address={d}/tcp.sock", f"--http-address={d}/http.sock", f"--data-path={d}"],
-        cwd=d,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + timeout
-    while True:
-        assert p.poll() is None, p.stderr.read() if p.stderr else ""
-        try:
-            s = so.socket(so.AF_UNIX)
-            s.settimeout(2)
-            s.connect(f"{d}/http.sock")
-            c = http.client.HTTPConnection("nsqd")
-            c.sock = s
-            c.request("GET", "/ping")
-            if c.getresponse().read() == b"OK":
-                s.close()
-                return p
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "no /ping on the unix socket"
-        time.sleep(0.02)
-
-
-def unix_http(path: str, method: str, url: str, body: bytes = b"") -> tuple[int, bytes]:
-    import http.client
-    import socket as so
-
-    s = so.socket(so.AF_UNIX)
-    s.settimeout(5)
-    s.connect(path)
-    c = http.client.HTTPConnection("nsqd")
-    c.sock = s
-    c.request(method, url, body=body or None)
-    r = c.getresponse()
-    out = r.status, r.read()
-    s.close()
-    return out
-
-
-def unix_pub(path: str, topic: bytes, body: bytes) -> bytes:
-    import socket as so
-
-    s = so.socket(so.AF_UNIX)
-    s.settimeout(5)
-    s.connect(path)
-    s.sendall(b"  V2PUB " + topic + b"\n" + len(body).to_bytes(4, "big") + body)
-    reply = b""
-    while len(reply) < 10:
-        chunk = s.recv(64)
-        if not chunk:
-            break
-        reply += chunk
-    s.close()
-    return reply
-
-
 def test_unix_socket_addresses_as_nsqd(tmp_path):
     """nsqd's --tcp-address/--http-address <path> form (util.TypeOfAddr: not host:port means a
     unix socket): both listeners on socket files, /info's ports -1, PUB over the socket, the
     files removed at exit; a path that exists already is FATAL, as Go's net.Listen("unix")."""
-    p = _start_on_unix_sockets([sys.executable, "-m", "nsqpy"], tmp_path)
+    p = start_on_unix_sockets([sys.executable, "-m", "nsqpy"], tmp_path)
     try:
         code, body = unix_http(f"{tmp_path}/http.sock", "GET", "/info")
         info = __import__("json").loads(body)
@@ -277,9 +212,9 @@ def test_unix_socket_addresses_as_nsqd(tmp_path):
         code, body = unix_http(f"{tmp_path}/http.sock", "GET", "/stats?format=json&topic=ux")
         assert __import__("json").loads(body)["topics"][0]["depth"] == 2
     finally:
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=15)
-    assert p.returncode == 0, err
+        code = p.stop(15)
+    err = p.log_text()
+    assert code == 0, err
     assert f"TCP: listening on {tmp_path}/tcp.sock" in err
     assert f"HTTP: listening on {tmp_path}/http.sock" in err
     assert f"TCP: closing {tmp_path}/tcp.sock" in err

@@ -8,19 +8,15 @@ promtool is installed.
 
 from __future__ import annotations
 
-import math
 import platform
 import shutil
 import subprocess
 
 import pytest
 from conftest import Daemon, wait_for
-from prometheus_client.core import SummaryMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from nsqpy.metrics import _add_summary
 from nsqpy.options import NSQ_VERSION, NSQPY_VERSION
-from nsqpy.quantile import E2ELatency
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -131,31 +127,6 @@ def test_metrics_e2e_latency_is_a_summary(daemon_factory):
     finally:
         c.close()
         p.close()
-
-
-def test_summary_count_and_sum_outlive_the_window():
-    # the quantiles cover the window; _count and _sum are counters since start (client_golang's
-    # Summary): once the window has moved past every FIN the quantiles are NaN, the totals stay
-    now = [10_000_000_000]
-    e2e = E2ELatency(1000, [0.5], clock_ns=lambda: now[0])  # a 1 s window
-    for lat_ms in (10, 20, 30):
-        e2e.insert(now[0] - lat_ms * 1_000_000)
-    fam = SummaryMetricFamily("x_seconds", "test", labels=["topic"])
-    _add_summary(fam, ["topic"], ["t"], [e2e], [0.5])
-    got = {(s.name, s.labels.get("quantile")): s.value for s in fam.samples}
-    assert got == {
-        ("x_seconds", "0.5"): 0.02,
-        ("x_seconds_count", None): 3,
-        ("x_seconds_sum", None): pytest.approx(0.06),
-    }
-    now[0] += 5_000_000_000  # five windows later
-    e2e.insert(now[0] - 40_000_000)
-    now[0] += 5_000_000_000
-    fam = SummaryMetricFamily("x_seconds", "test", labels=["topic"])
-    _add_summary(fam, ["topic"], ["t"], [e2e], [0.5])
-    got = {(s.name, s.labels.get("quantile")): s.value for s in fam.samples}
-    assert math.isnan(got.pop(("x_seconds", "0.5")))
-    assert got == {("x_seconds_count", None): 4, ("x_seconds_sum", None): pytest.approx(0.1)}
 
 
 def test_metrics_without_e2e_has_no_latency_samples(nsqd):

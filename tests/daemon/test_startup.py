@@ -2,67 +2,38 @@
 
 Start-up time itself is measured by ``python -m bench startup``, never here; these tests keep
 the heavy imports out of the path from exec to the first answer: the daemons run with
-``-X importtime``, and every module imported by the time the "HTTP: listening" line is logged
+``-X importtime``, and every module imported by the time the "listening on" lines are logged
 (start-up is over then) is checked against what only some flags, or nsqpy-admin, need.
 """
 
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from nsqpy.testing import DaemonProcess
+
 pytestmark = pytest.mark.timeout(60)
 
 # aiohttp is nsqpy-admin's, the auth client's and lookupd queries'; prometheus_client /metrics'
 NOT_AT_START = ("aiohttp", "yarl", "multidict", "prometheus_client", "click_default_group")
+_IMPORT_RE = re.compile(r"import time:.*\| +(\S+)$")
 
 
 def _start_imports(module: str, args: list[str]) -> list[str]:
-    """Run ``python -X importtime -m module args`` until it logs "HTTP: listening", answer a
-    /ping, stop it; the modules it had imported by the listening line."""
-    proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", module, *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    listening = threading.Event()
-    port: list[int] = []
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if not listening.is_set():
-                lines.append(line)
-                m = re.search(r"HTTP: listening on [^ ]*:(\d+)", line)
-                if m:
-                    port.append(int(m.group(1)))
-                    listening.set()
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    """Run ``python -X importtime -m module args`` (nsqpy.testing's launcher) until it logs
+    its listeners, answer a /ping, stop it; the modules it had imported by then."""
+    d = DaemonProcess([sys.executable, "-X", "importtime", "-m", module, *args], start_timeout=30)
     try:
-        assert listening.wait(30), "".join(lines[-20:])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port[0]}/ping", timeout=10) as r:
+        with urllib.request.urlopen(f"{d.url}/ping", timeout=10) as r:
             assert r.read() == b"OK"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        reader.join(5)
-    return [m.group(1) for m in map(re.compile(r"import time:.*\| +(\S+)$").match, lines) if m]
+        d.stop(15)
+    return [m.group(1) for m in map(_IMPORT_RE.match, d.lines[: d.ready_at]) if m]
 
 
 def _heavy(modules: list[str]) -> list[str]:

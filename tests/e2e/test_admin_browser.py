@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, RawClient, wait_for
-from test_admin_api import (  # noqa: F401 (cluster_fixture: the "cluster" fixture, shared)
+from admin_cluster import (  # noqa: F401 (cluster_fixture: the "cluster" fixture, shared)
     Admin,
     Cluster,
     admin_over,
@@ -32,6 +31,7 @@ from test_admin_api import (  # noqa: F401 (cluster_fixture: the "cluster" fixtu
     dead_letter,
     pub_both,
 )
+from conftest import ROOT, RawClient, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, wait_for
 
 from nsqpy.spark.client import NSQConnection, NSQError, Producer
-from nsqpy.testing import Nsqd, Nsqlookupd
+from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
+
+# Not conftest's: this file also runs as a script (the consumer), where tests/ is not on the path.
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "cluster"
 CHANNELS = ("ch1", "ch2")

@@ -21,7 +21,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import tomllib
 from pathlib import Path
 
@@ -41,9 +40,6 @@ BIN = Path(sys.executable).parent
 if str(ROOT / "spark_jobs") not in sys.path:
     sys.path.insert(0, str(ROOT / "spark_jobs"))
 
-_LISTEN_RE = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
-
-
 # ------------------------------------------------------------------------------ processes
 
 
@@ -59,22 +55,7 @@ class Server(DaemonProcess):
 class HttpServer(Server):
     """A daemon with only an HTTP listener (nsqadmin)."""
 
-    def __init__(self, cmd: list[str], name: str) -> None:
-        self.name = name
-        self.argv = cmd
-        self.host = "127.0.0.1"
-        self.lines: list[str] = []
-        self.tcp_port = self.http_port = self.https_port = 0
-        self._max_lines = 100_000
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, errors="replace", cwd=ROOT,
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
-        wait_for(lambda: self.http_port or not self.alive(), 20, 0.05, f"{name} listening")
-        assert self.http_port, self.log_text()
+    listens = ("HTTP",)
 
 
 def healthcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

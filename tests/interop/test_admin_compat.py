@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_cluster import Admin
 from conftest import RawClient, wait_for
-from test_admin_api import Admin
 
 from nsqpy.testing import Nsqd, Nsqlookupd
 

@@ -902,30 +902,29 @@ def test_unix_socket_listeners_match_go_nsqd(tmp_path):
     """--tcp-address/--http-address as socket paths (nsqd's util.TypeOfAddr) on both daemons:
     the same /info (ports -1), the same PUB reply over the TCP socket, the same listening
     lines, and the socket files gone after SIGTERM."""
-    import signal
     import sys
 
-    from test_cli import _start_on_unix_sockets, unix_http, unix_pub
+    from unixsock import start_on_unix_sockets, unix_http, unix_pub
 
     results = {}
     for name, cmd in (("go", [gobin.require("nsqd")]), ("py", [sys.executable, "-m", "nsqpy"])):
         d = tmp_path / name
         d.mkdir()
-        p = _start_on_unix_sockets(cmd, d)
+        p = start_on_unix_sockets(cmd, d)
         try:
             code, body = unix_http(f"{d}/http.sock", "GET", "/info")
             info = json.loads(body)
             info.pop("start_time")
             pub = unix_pub(f"{d}/tcp.sock", b"ux", b"hi")
         finally:
-            p.send_signal(signal.SIGTERM)
-            _, err = p.communicate(timeout=15)
+            returncode = p.stop(15)
+        err = p.log_text()
         lines = sorted(  # Go logs each closing line from its own goroutine: any order
             re.sub(r"^\[nsqd\] \S+ \S+ ", "", ln).replace(str(d), "D")
             for ln in err.splitlines()
             if "listening on" in ln or "closing D" in ln.replace(str(d), "D")
         )
         gone = not (d / "tcp.sock").exists() and not (d / "http.sock").exists()
-        results[name] = (code, info, pub, lines, gone, p.returncode)
+        results[name] = (code, info, pub, lines, gone, returncode)
     assert results["py"] == results["go"]
     assert results["go"][1]["tcp_port"] == -1 and results["go"][4]

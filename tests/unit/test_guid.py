@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from nsqpy.guid import (
     TWEPOCH,
     GUIDFactory,
+    decode_id,
     guid_node_id,
     guid_timestamp_ms,
 )
@@ -179,3 +180,13 @@ def test_fresh_factory_id_follows_clock(node_id: int, now: int) -> None:
     assert decode(g) == (now >> 20, node_id, 0)
     assert guid_timestamp_ms(g) == now >> 20
     assert 0 < g < 2**63  # fits nsqd's int64 / 16 hex digits
+
+
+def test_decode_round_trip_with_an_injected_clock() -> None:
+    clock = 1_790_000_000_123_456_789
+    g = GUIDFactory(617, clock_ns=lambda: clock)
+    ids = [g.new_id() for _ in range(3)]
+    for seq, i in enumerate(ids):
+        d = decode_id(i, now_ns=clock)
+        assert (d.node_id, d.sequence, d.tick) == (617, seq, clock >> 20)
+        assert 0 <= clock - d.time_ns < 1 << 20
