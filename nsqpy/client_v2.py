@@ -28,7 +28,7 @@ grow the daemon's memory by publishing without reading. A subscribed connection 
 
 Upgrades (IDENTIFY's tls_v1, snappy, deflate) and suspensions take a separate, slower path that
 the plain connection never enters: one flag (``_slow``) tested at the top of data_received and
-in _flush. On that path bytes read go through the layers (decrypt, decompress) before the
+in flush. On that path bytes read go through the layers (decrypt, decompress) before the
 parser, and each output flush through them the other way. Compressed input is inflated in steps
 (compression.INFLATE_STEP), one when the parser needs more bytes, each charged to the pass's
 byte budget; while some input waits compressed the transport stays paused, so a stream that
@@ -94,6 +94,27 @@ def identify_pool() -> concurrent.futures.ProcessPoolExecutor:
 def _drop_identify_pool() -> None:
     global _identify_pool
     _identify_pool = None
+
+
+def _decode_aside(loop: asyncio.AbstractEventLoop, body: bytes) -> asyncio.Future[Any] | None:
+    """decode_identify_aside(body) in the helper process; None when it cannot start."""
+    try:
+        return loop.run_in_executor(identify_pool(), decode_identify_aside, body)
+    except Exception as e:  # the helper cannot start or died
+        log.error("IDENTIFY helper process failed (%s): decoding in the event loop", e)
+        _drop_identify_pool()
+        return None
+
+
+def _unread_replies(fd: int) -> int:
+    """Bytes written to the socket ``fd`` that the client has not read yet (SIOCOUTQ), 0 when
+    the platform cannot tell."""
+    if fd < 0:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0" * 4))[0]
+    except OSError:
+        return 0
 
 
 class Connection(ClientState):
@@ -174,11 +195,8 @@ class Connection(ClientState):
         self.nsqd.remove_client(self)
 
     def _release(self) -> None:
-        """Drop what a closed connection holds: its parser's buffer (up to a whole body), unsent
-        output, compressed input and a suspended command. A connection sits in reference cycles
-        (its parser's precheck, its layers point back at it), which only the cyclic collector
-        frees, rarely once the daemon's collector thresholds are raised: the megabytes must not
-        wait for it."""
+        """Drop what a closed connection holds (parser buffer, output, layers, a wait) now: its
+        reference cycles (parser precheck, layers) wait for the rarely run cyclic collector."""
         self.parser = wire.CommandParser(self.opts.max_msg_size, self.opts.max_body_size)
         self.out = bytearray()
         self._layers = None
@@ -194,7 +212,7 @@ class Connection(ClientState):
             if err is not None:
                 log.error("[%s] - %s", self.remote_address, err)
                 self.out += wire.encode_error(err)
-        self._close()
+        self.close()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -208,20 +226,10 @@ class Connection(ClientState):
         if self.channel is not None:
             self.channel.notify_ready(self)
 
-    def _unread_replies(self) -> int:
-        """Bytes written to the socket that the client has not read yet (SIOCOUTQ), 0 when
-        the platform cannot tell."""
-        if self._sock_fd < 0:
-            return 0
-        try:
-            return struct.unpack("i", fcntl.ioctl(self._sock_fd, termios.TIOCOUTQ, b"\0" * 4))[0]
-        except OSError:
-            return 0
-
     def _recheck_unread(self) -> None:
         if self.closed or not self._gate.holds(BACKPRESSURE):
             return
-        if self.write_paused or self._unread_replies() > UNREAD_REPLIES_LIMIT // 2:
+        if self.write_paused or _unread_replies(self._sock_fd) > UNREAD_REPLIES_LIMIT // 2:
             self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
             return
         self._resume_read(BACKPRESSURE)
@@ -270,7 +278,7 @@ class Connection(ClientState):
                     self._magic.decode("latin-1"),
                 )
                 self.out += wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
-                self._close()
+                self.close()
                 return
             if not data:
                 return
@@ -342,11 +350,11 @@ class Connection(ClientState):
                         self._arm_timer()
                     if act & CLOSE:
                         self._in_read = False
-                        self._close()
+                        self.close()
                         return
                     if act & UPGRADE:
                         self._in_read = False
-                        self._flush()
+                        self.flush()
                         self._upgrade()
                         return
                     if act & SUSPEND:
@@ -356,10 +364,10 @@ class Connection(ClientState):
             self._in_read = False
             if not self.closed:
                 parser.compact()
-                self._flush()
+                self.flush()
                 if self.replied:
                     self.replied = False
-                    if self.state != STATE_SUBSCRIBED and self._unread_replies() > (
+                    if self.state != STATE_SUBSCRIBED and _unread_replies(self._sock_fd) > (
                         UNREAD_REPLIES_LIMIT
                     ):
                         self._gate.pause(BACKPRESSURE)
@@ -380,16 +388,13 @@ class Connection(ClientState):
 
     # ------------------------------------------------------------ output
 
-    def flush(self) -> None:
-        """Write ``out`` now (ClientState.flush: a full message buffer, the layers)."""
-        self._flush()
-
     def flush_soon(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._scheduled_flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write ``out`` now (a pass's replies, a full message buffer, the layers)."""
         out = self.out
         if out and self.transport is not None and not self.closed:
             if self._slow:
@@ -400,16 +405,13 @@ class Connection(ClientState):
 
     def _scheduled_flush(self) -> None:
         self._flush_scheduled = False
-        self._flush()
+        self.flush()
 
     def close(self) -> None:
         """Close after writing what is buffered (fatal error, channel deleted, shutdown)."""
-        self._close()
-
-    def _close(self) -> None:
         if self.closed:
             return
-        self._flush()
+        self.flush()
         layers = self._layers
         if layers is not None and self.transport is not None:
             notify = layers.close_notify()
@@ -448,17 +450,14 @@ class Connection(ClientState):
         if self.closed:
             return
         if self.core.tick(self) & CLOSE:
-            self._close()
+            self.close()
             return
         self.replied = False
-        self._flush()
+        self.flush()
         self._arm_timer()
 
     # ------------------------------------------------------------ the slow path: TLS,
     # compression, suspension (never entered by a plain connection)
-
-    def _recompute_slow(self) -> None:
-        self._slow = self._layers is not None or self._suspended
 
     def _decode_in(self, data: bytes) -> bytes:
         """Bytes read -> plaintext for the parser (b"" when there is none yet)."""
@@ -512,7 +511,7 @@ class Connection(ClientState):
     def write_reply(self, frame: bytes) -> None:
         self.out += frame
         if not self._in_read:
-            self._flush()
+            self.flush()
         else:
             self.replied = True
 
@@ -537,25 +536,19 @@ class Connection(ClientState):
         self._suspended = True
         self._slow = True
         self._in_read = False
-        self._flush()  # the replies of the commands before this one go out first
+        self.flush()  # the replies of the commands before this one go out first
         self._gate.pause(SUSPENDED)
-        job: asyncio.Future[Any]
         if wait.kind == WAIT_AUTH:
             layers = self._layers
             tls_on = layers is not None and layers.tls_on
             common_name = layers.peer_common_name() if layers is not None else ""
-            job = self.loop.create_task(
-                self.nsqd.auth.query(self.remote_ip, tls_on, common_name, wait.arg)
-            )
+            query = self.nsqd.auth.query(self.remote_ip, tls_on, common_name, wait.arg)
+            job: asyncio.Future[Any] | None = self.loop.create_task(query)
         else:
-            # decode a large IDENTIFY in the helper process (identify_pool)
-            try:
-                job = self.loop.run_in_executor(identify_pool(), decode_identify_aside, wait.arg)
-            except Exception as e:  # the helper cannot start or died: decode here this time
-                log.error("IDENTIFY helper process failed (%s): decoding in the event loop", e)
-                _drop_identify_pool()
-                self.loop.call_soon(self._resume, decode_identify_aside(wait.arg))
-                return
+            job = _decode_aside(self.loop, wait.arg)
+        if job is None:  # no helper process: decode here this time
+            self.loop.call_soon(self._resume, decode_identify_aside(wait.arg))
+            return
         self._wait_job = job
         job.add_done_callback(self._answered)
 
@@ -566,7 +559,7 @@ class Connection(ClientState):
             return
         self._wait_job = None
         if job.cancelled():
-            self._close()
+            self.close()
             return
         exc = job.exception()  # retrieved here, whatever happens to the connection
         wait = self.wait
@@ -587,12 +580,12 @@ class Connection(ClientState):
         if self.closed:
             return
         self._suspended = False
-        self._recompute_slow()
+        self._slow = self._layers is not None or self._suspended
         act = self.core.resume(self, answer)
         if act & TIMERS:
             self._arm_timer()
         if act & CLOSE:
-            self._close()
+            self.close()
             return
         if act & SUSPEND:  # asked the auth server again
             self._suspend()
@@ -600,10 +593,10 @@ class Connection(ClientState):
         gate = self._gate
         if act & UPGRADE:  # IDENTIFY decoded aside negotiated TLS or compression
             gate.resume(SUSPENDED | BUDGET)
-            self._flush()
+            self.flush()
             self._upgrade()
             return
-        self._flush()
+        self.flush()
         if self.closed:
             return
         if self.room_changed and self.channel is not None:
@@ -616,4 +609,4 @@ class Connection(ClientState):
         try:
             self.data_received(b"")
         finally:
-            self._recompute_slow()
+            self._slow = self._layers is not None or self._suspended

@@ -467,7 +467,7 @@ class ProtocolV2:
                     "E_BAD_TOPIC", f"{cmd} topic name {go_quote(params[1])} is not valid"
                 )
             if name == b"DPUB":
-                self._dpub_timeout_ms(params[2])
+                _dpub_timeout_ms(params[2], self.opts.max_req_timeout_ms)
         elif name == b"MPUB":
             if len(params) < 2:
                 raise FatalClientError("E_INVALID", "MPUB insufficient number of parameters")
@@ -494,20 +494,6 @@ class ProtocolV2:
             if len(params) != 1:
                 raise FatalClientError("E_INVALID", "AUTH invalid number of parameters")
 
-    def _dpub_timeout_ms(self, raw: bytes) -> int:
-        try:
-            ms = wire.byte_to_base10(raw)
-        except ValueError:
-            raise FatalClientError(
-                "E_INVALID", f"DPUB could not parse timeout {_text(raw)}"
-            ) from None
-        max_ms = self.opts.max_req_timeout_ms
-        # nsqd checks time.Duration(ms) * time.Millisecond, a wrapping int64
-        ns = wire.go_ms_duration_ns(ms)
-        if ns < 0 or ns > max_ms * 1_000_000:
-            raise FatalClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")
-        return ns // 1_000_000
-
     # ------------------------------------------------------------ IDENTIFY
 
     def IDENTIFY(self, c: ClientState, params: list[bytes], body: Any) -> int:
@@ -529,16 +515,7 @@ class ProtocolV2:
 
     def _identified(self, c: ClientState, data: dict[str, Any]) -> int:
         """IDENTIFY with its body decoded (nsqd's identifyDataV2)."""
-        shown = data
-        if any(isinstance(v, str) and len(v) > _LOG_VALUE_MAX for v in data.values()):
-            # a megabyte client_id would be a megabyte log line, written while the loop waits
-            shown = {
-                k: f"{v[:_LOG_VALUE_MAX]}... ({len(v)} chars)"
-                if isinstance(v, str) and len(v) > _LOG_VALUE_MAX
-                else v
-                for k, v in data.items()
-            }
-        log.info("[%s] IDENTIFY: %s", c.remote_address, shown)
+        log.info("[%s] IDENTIFY: %s", c.remote_address, _loggable(data))
         opts = self.opts
         c.client_name = data.get("client_id", "")
         c.hostname = data.get("hostname", "")
@@ -826,7 +803,7 @@ class ProtocolV2:
 
     def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
         topic_name = params[1].decode()
-        delay_ms = self._dpub_timeout_ms(params[2])
+        delay_ms = _dpub_timeout_ms(params[2], self.opts.max_req_timeout_ms)
         if c.auth is not None:
             act = self._authorize(c, "DPUB", topic_name, "", lambda: self.DPUB(c, params, body))
             if act:
@@ -846,6 +823,32 @@ class ProtocolV2:
         pub_counts[topic_name] = pub_counts.get(topic_name, 0) + 1
         c.reply(_OK_FRAME)
         return 0
+
+
+def _dpub_timeout_ms(raw: bytes, max_ms: int) -> int:
+    """DPUB's delay parameter, ms, checked against --max-req-timeout (FatalClientError)."""
+    try:
+        ms = wire.byte_to_base10(raw)
+    except ValueError:
+        raise FatalClientError("E_INVALID", f"DPUB could not parse timeout {_text(raw)}") from None
+    # nsqd checks time.Duration(ms) * time.Millisecond, a wrapping int64
+    ns = wire.go_ms_duration_ns(ms)
+    if ns < 0 or ns > max_ms * 1_000_000:
+        raise FatalClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")
+    return ns // 1_000_000
+
+
+def _loggable(data: dict[str, Any]) -> dict[str, Any]:
+    """IDENTIFY's fields for its log line: a megabyte client_id would be a megabyte log line,
+    written while the loop waits, so long strings are cut."""
+    if not any(isinstance(v, str) and len(v) > _LOG_VALUE_MAX for v in data.values()):
+        return data
+    return {
+        k: f"{v[:_LOG_VALUE_MAX]}... ({len(v)} chars)"
+        if isinstance(v, str) and len(v) > _LOG_VALUE_MAX
+        else v
+        for k, v in data.items()
+    }
 
 
 def _ranged(
