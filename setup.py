@@ -30,6 +30,7 @@ COMPILED_MODULES = [
     "nsqpy/message.py",
     "nsqpy/guid.py",
     "nsqpy/protocol_v2.py",
+    "nsqpy/client_v2.py",
     "nsqpy/msg_index.py",
     "nsqpy/backed_queue.py",
     "nsqpy/backend_reads.py",

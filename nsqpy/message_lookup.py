@@ -12,6 +12,7 @@ import base64
 import time
 from typing import TYPE_CHECKING, Any
 
+from .client_stats import Client
 from .guid import DecodedID, decode_id
 from .internal.http.v1 import NsqHTTPError
 from .message import Message, record_body, record_header
@@ -128,13 +129,14 @@ def _in_channel(ch: Channel, msg_id: bytes, wall_ns: int) -> tuple[dict[str, Any
         # The channel's times are on its monotonic clock: shift them to wall-clock ms.
         shift = wall_ns - ch._clock_ns()
         if state == "in_flight":
-            c: Any = held.client
+            c: Client | None = held.client
             if c is not None:
+                cs = c.stats()
                 loc["client"] = {
-                    "client_id": getattr(c, "client_name", str(c.client_id)),
-                    "hostname": getattr(c, "hostname", ""),
-                    "remote_address": getattr(c, "remote_address", ""),
-                    "user_agent": getattr(c, "user_agent", ""),
+                    "client_id": cs.client_name,
+                    "hostname": cs.hostname,
+                    "remote_address": cs.remote_address,
+                    "user_agent": cs.user_agent,
                 }
             loc["delivered_at"] = (held.delivery_ts + shift) // 1_000_000
             loc["timeout_at"] = (held.pri + shift) // 1_000_000

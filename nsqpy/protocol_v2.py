@@ -1,63 +1,47 @@
-"""The TCP V2 protocol: one asyncio.Protocol per client connection.
+"""The TCP V2 protocol's rules, sans-IO: per-client state and the commands, no socket.
 
-Strategy: glue, no broker rules. ``data_received`` feeds the sans-IO parser (wire.py) and runs
-each whole command against the core (NSQD, Topic, Channel). All output goes through one
-bytearray: response and error frames are flushed at once (as nsqd does), message frames are
-coalesced and flushed when the buffer reaches the client's output_buffer_size or, at the
-latest, once the current event-loop pass ends (one call_soon per flush, never a timer): under
-load that batches as nsqd's 250 ms output buffer does, when idle it adds no latency. A client
-whose socket is full (pause_writing) has no room for messages until resume_writing.
+Strategy: as h11 is for HTTP, this module never reads, writes, schedules or awaits. A command
+arrives parsed (wire.CommandParser, whose ``precheck`` hook runs ``ClientState.precheck``: the
+checks nsqd makes before it reads a body); ``ProtocolV2.execute(client, name, params, body)``
+runs it against the client's state and the broker core, and returns what the connection must do
+next as an int of action bits (0: nothing, go on):
 
-Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which are
-cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with
-reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
-hold the loop while others wait. Replies to the commands of one pass (OK, errors) go out in one
-write at its end. A client that is not subscribed and does not read its replies stops being read
-once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's send queue,
-SIOCOUTQ, checked once per pass that replied) or the transport's buffer passes its high-water mark
-(pause_writing), as a Go nsqd's blocked write stops its read loop: nobody can grow the daemon's
-memory by publishing without reading. A subscribed connection keeps being read (its FINs free
-room) as nsqd's separate read loop does.
+- the reply frames are appended to ``client.out`` (an error frame included); the connection
+  flushes them at the end of its pass;
+- ``CLOSE``: a fatal error (its frame is in ``out``): flush and close;
+- ``UPGRADE``: IDENTIFY negotiated TLS and/or compression (``client.upgrade`` holds what): flush
+  its plain reply, then route the bytes that follow through the new layers;
+- ``SUSPEND``: the command waits on an outside answer (``client.wait``: an auth-server query, or
+  a large IDENTIFY body decoded in a helper process); read nothing more until the connection
+  hands the answer to ``ProtocolV2.resume``, which finishes the command (its own action bits);
+- ``TIMERS``: the heartbeat interval changed (IDENTIFY): re-arm the timer at ``next_wakeup``.
 
-Upgrades (IDENTIFY's tls_v1, snappy, deflate) and AUTH take a separate, slower path that the
-plain connection never enters: one flag (``_slow``) tested at the top of data_received and in
-_flush. On that path bytes read go through the connection's stream_upgrade.StreamLayers
-(decrypt, decompress) before the parser, and each output flush through them the other way.
-Compressed input is inflated in steps (compression.INFLATE_STEP), one when the parser needs
-more bytes, each charged to the pass's byte budget; while some input waits compressed the
-transport stays paused, so a stream that inflates 1000x holds a step of memory, not 1000x its
-size, and an oversized frame is refused before the rest of it is inflated. The
-bytes that follow IDENTIFY in the same read are the first TLS/compressed bytes: they are taken
-from the parser and fed through the new layers, never lost. An auth-server query
-(auth_session.AuthSession: AUTH, or a PUB/SUB after the TTL expired) suspends the connection:
-reading pauses, later commands wait in the parser, and the command resumes when the answer is
-in, so commands are never reordered.
+Time is the injected ``clock`` (monotonic seconds; the daemon passes its event loop's ``time``
+so timers and rules agree): ``tick`` sends heartbeats and drops a client silent for two
+heartbeat intervals (nsqd's read deadline). Calls into the broker core (NSQD.get_topic,
+Topic.put, Channel.finish/requeue/touch...) are direct and synchronous, as in nsqd. The
+connection itself (asyncio, budgets, backpressure, TLS and compression layers, the timer and
+the auth query) is client_v2.Connection, a subclass of ClientState.
 
 Commands, checks, error codes and texts follow nsqd/protocol_v2.go and client_v2.go (1.3):
 https://nsq.io/clients/tcp_protocol_spec.html"""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import fcntl
 import json
 import logging
-import multiprocessing
-import struct
-import termios
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import wire
 from .auth import AuthState
-from .auth_session import AuthSession, Suspend
+from .auth_session import AuthSession
 from .channel import Channel, ChannelError
-from .compression import INFLATE_STEP
+from .client_stats import ClientStats
 from .message import Message
 from .options import NSQ_VERSION
-from .stream_upgrade import StreamLayers, Upgrade, negotiated_codec
+from .stream_upgrade import Upgrade, negotiated_codec
 from .tls import TLS_NOT_REQUIRED
 from .topic import TopicError
 from .wire import ClientError, FatalClientError, go_quote
@@ -76,25 +60,25 @@ STATE_CLOSING = 4
 
 DEFAULT_BUFFER_SIZE = 16 * 1024
 
+#: Action bits returned by the commands (0: go on).
+CLOSE = 1
+UPGRADE = 2
+SUSPEND = 4
+TIMERS = 8
+
+#: What a suspended command waits on (Wait.kind).
+WAIT_AUTH = 1
+WAIT_DECODE = 2
+
+#: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
+LARGE_IDENTIFY = 64 * 1024
+#: IDENTIFY's log line shows at most this many characters of a string field.
+_LOG_VALUE_MAX = 1024
+
 _OK_FRAME = wire.encode_response(wire.OK)
 _HEARTBEAT_FRAME = wire.encode_response(wire.HEARTBEAT)
 _CLOSE_WAIT_FRAME = wire.encode_response(wire.CLOSE_WAIT)
-
-#: The most commands, and input bytes, one connection's read may run per event-loop pass.
-READ_BUDGET_COMMANDS = 256
-READ_BUDGET_BYTES = 128 * 1024
-#: FINs are cheap (no reply; the channel dispatches once for all of a pass): more per pass.
-READ_BUDGET_FINS = 1024
-
-#: Bytes of replies a publisher may leave unread (in the kernel's send queue) before it is no
-#: longer read; reading resumes below half of it (checked every UNREAD_RECHECK_S seconds).
-UNREAD_REPLIES_LIMIT = 256 * 1024
-UNREAD_RECHECK_S = 0.02
-
-# Why reading is paused (bits of ClientV2._read_paused).
-_PAUSE_BUDGET = 1
-_PAUSE_BACKPRESSURE = 2
-_PAUSE_AUTH = 4
+_NO_WAKEUP = -1.0
 
 
 # IDENTIFY fields and their JSON types (nsqd identifyDataV2). Go matches keys case-insensitively.
@@ -163,24 +147,6 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     return out
 
 
-#: IDENTIFY bodies over this many bytes are decoded in a helper process (ClientV2._decode_aside).
-LARGE_IDENTIFY = 64 * 1024
-#: IDENTIFY's log line shows at most this many characters of a string field.
-_LOG_VALUE_MAX = 1024
-_identify_pool: concurrent.futures.ProcessPoolExecutor | None = None
-
-
-def identify_pool() -> concurrent.futures.ProcessPoolExecutor:
-    """The one helper process that decodes large IDENTIFY bodies, started at first need (a
-    legitimate IDENTIFY is a few hundred bytes and never starts it); it exits with the daemon."""
-    global _identify_pool
-    if _identify_pool is None:
-        _identify_pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn")
-        )
-    return _identify_pool
-
-
 def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
     """decode_identify in the helper process: None for a body it refuses (any error, deep
     nesting included: Go's decoder refuses those too)."""
@@ -190,69 +156,73 @@ def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
         return None
 
 
-class ClientV2(asyncio.Protocol):
-    """One V2 client connection; also the channel's Consumer (see channel.Consumer)."""
+class Wait:
+    """What a suspended command waits on: ``kind`` WAIT_AUTH (``arg``: the secret; answered
+    with an AuthState or the query's exception) or WAIT_DECODE (``arg``: IDENTIFY's body;
+    answered with decode_identify_aside's result). ``then(answer)`` finishes the command and
+    returns its action bits; ProtocolV2.resume calls it."""
+
+    __slots__ = ("arg", "kind", "then")
+
+    def __init__(self, kind: int, arg: Any, then: Callable[[Any], int]) -> None:
+        self.kind = kind
+        self.arg = arg
+        self.then = then
+
+
+class ClientState:
+    """One V2 client's protocol state and counters (nsqd's clientV2 without its socket); also
+    the channel's Consumer (channel.Consumer). Output accumulates in ``out``; ``flush``,
+    ``flush_soon`` and ``close`` do nothing here: client_v2.Connection, the subclass that owns
+    the socket, makes them write and close. A bare ClientState is what the unit tests drive."""
 
     __slots__ = (
-        "_auth",
-        "_layers",
-        "_remote_ip",
-        "_slow",
-        "_suspended",
-        "_tls_policy",
-        "_deadline_handle",
-        "_flush_scheduled",
-        "_handlers",
-        "_hb_handle",
-        "_in_read",
-        "_magic",
-        "_read_paused",
-        "_replied",
-        "_sock_fd",
+        "auth",
         "channel",
         "client_id",
         "client_name",
-        "_room_changed",
         "closed",
         "connect_ts",
+        "core",
         "finish_count",
+        "handlers",
         "heartbeat_interval_ms",
         "hostname",
         "in_flight_count",
         "in_ready",
         "last_read",
-        "loop",
         "message_count",
         "msg_timeout_ms",
-        "nsqd",
-        "opts",
+        "next_heartbeat",
         "out",
         "output_buffer_size",
         "output_buffer_timeout_ms",
-        "parser",
         "pub_counts",
         "rdy",
         "remote_address",
+        "remote_ip",
+        "replied",
         "requeue_count",
+        "room_changed",
         "sample_rate",
         "state",
-        "transport",
+        "tls_policy",
+        "upgrade",
         "user_agent",
+        "wait",
         "write_paused",
     )
 
-    def __init__(self, nsqd: NSQD) -> None:
-        self.nsqd = nsqd
-        opts = self.opts = nsqd.opts
-        self.loop = asyncio.get_event_loop()
-        self.transport: asyncio.WriteTransport | None = None
+    def __init__(self, core: ProtocolV2) -> None:
+        self.core = core
+        nsqd = core.nsqd
+        opts = core.opts
         self.client_id = nsqd.next_client_id()
         self.remote_address = ""
+        self.remote_ip = ""
         self.state = STATE_INIT
-        self.parser = wire.CommandParser(opts.max_msg_size, opts.max_body_size, self._precheck)
-        self._magic = b""
         self.out = bytearray()
-        self._flush_scheduled = False
+        self.replied = False
         self.output_buffer_size = DEFAULT_BUFFER_SIZE
         self.output_buffer_timeout_ms = opts.output_buffer_timeout_ms
         self.heartbeat_interval_ms = opts.client_timeout_ms // 2
@@ -271,537 +241,50 @@ class ClientV2(asyncio.Protocol):
         self.connect_ts = int(time.time())
         self.pub_counts: dict[str, int] = {}
         self.write_paused = False
-        self.last_read = 0.0
-        self._hb_handle: asyncio.TimerHandle | None = None
-        self._deadline_handle: asyncio.TimerHandle | None = None
         self.closed = False
-        self._room_changed = False
-        self._slow = False
-        self._layers: StreamLayers | None = None
-        self._suspended = False
-        self._in_read = False
-        self._replied = False
-        self._sock_fd = -1
-        self._read_paused = 0
-        self._auth = AuthSession(self, self.loop, nsqd.auth) if nsqd.auth is not None else None
-        self._remote_ip = ""
+        self.room_changed = False
+        self.last_read = core.clock()
+        self.next_heartbeat = _NO_WAKEUP
+        self.auth = AuthSession() if nsqd.auth is not None else None
+        self.wait: Wait | None = None
+        self.upgrade: Upgrade | None = None
         # --tls-required: until the TLS upgrade, IDENTIFY is the only command (nsqd's
-        # enforceTLSPolicy, which runs before the command lookup: see _no_handler)
-        self._tls_policy = opts.tls_required != TLS_NOT_REQUIRED
-        self._handlers: dict[bytes, Callable[[list[bytes], Any], None]] = self._command_table()
-        if self._tls_policy:
-            self.parser.precheck = self._precheck_tls_required
-
-    def _command_table(self) -> dict[bytes, Callable[[list[bytes], Any], None]]:
-        if self._tls_policy:
-            return {b"IDENTIFY": self.IDENTIFY}
-        return {
-            b"FIN": self.FIN,
-            b"RDY": self.RDY,
-            b"REQ": self.REQ,
-            b"PUB": self.PUB,
-            b"MPUB": self.MPUB,
-            b"DPUB": self.DPUB,
-            b"NOP": self.NOP,
-            b"TOUCH": self.TOUCH,
-            b"SUB": self.SUB,
-            b"CLS": self.CLS,
-            b"AUTH": self.AUTH,
-            b"IDENTIFY": self.IDENTIFY,
-        }
-
-    def _no_handler(self, name: bytes) -> FatalClientError:
-        if self._tls_policy:
-            return FatalClientError(
-                "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
-            )
-        return FatalClientError("E_INVALID", f"invalid command {_text(name)}")
+        # enforceTLSPolicy, which runs before the command lookup)
+        self.tls_policy = core.opts.tls_required != TLS_NOT_REQUIRED
+        self.handlers = core.tls_handlers if self.tls_policy else core.handlers
 
     def __repr__(self) -> str:
         return self.remote_address
 
-    # ------------------------------------------------------------ asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCPTransport is a write transport without subclassing asyncio's.
-        transport = cast(asyncio.WriteTransport, transport)
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple):
-            host, port = peer[0], peer[1]
-            self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self.client_name = self.hostname = self._remote_ip = host
-        transport.set_write_buffer_limits(
-            high=max(256 * 1024, 4 * self.opts.max_output_buffer_size)
-        )
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            self._sock_fd = sock.fileno()
-        self.last_read = self.loop.time()
-        self.nsqd.add_client(self)
-        log.info("TCP: new client(%s)", self.remote_address)
-        self._start_heartbeat()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._stop_timers()
-        self._stop_layers()
-        self._release()
-        if exc is not None:
-            log.error("client(%s) - %s", self.remote_address, exc)
-        log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
-        ch = self.channel
-        if ch is not None:
-            ch.remove_client(self)
-        self.nsqd.remove_client(self)
-
-    def _release(self) -> None:
-        """Drop what a closed connection holds: its parser's buffer (up to a whole body), unsent
-        output, compressed input, and the command table's bound methods. A connection sits in
-        reference cycles (those bound methods, its layers and auth session point back at it),
-        which only the cyclic collector frees, rarely once the daemon's collector thresholds
-        are raised: the megabytes must not wait for it."""
-        self.parser = wire.CommandParser(self.opts.max_msg_size, self.opts.max_body_size)
-        self.out = bytearray()
-        self._handlers = {}
-        self._layers = None
-
-    def eof_received(self) -> None:
-        """The client closed its side. As nsqd's read loop: between commands that is a silent
-        close; inside a body command (its size or body cut short) nsqd's failed read is answered
-        with its error frame first (wire.CommandParser.eof_error), then the connection closes."""
-        if not self.closed and not self._suspended and len(self._magic) == 4:
-            err = self.parser.eof_error()
-            if err is not None:
-                log.error("[%s] - %s", self.remote_address, err)
-                self._write_now(wire.encode_error(err))
-        self._close()
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-        if self.state != STATE_SUBSCRIBED:
-            self._pause_read(_PAUSE_BACKPRESSURE)
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        if self._read_paused & _PAUSE_BACKPRESSURE:
-            self._recheck_unread()
-        if self.channel is not None:
-            self.channel.notify_ready(self)
-
-    def _unread_replies(self) -> int:
-        """Bytes written to the socket that the client has not read yet (SIOCOUTQ), 0 when
-        the platform cannot tell."""
-        if self._sock_fd < 0:
-            return 0
-        try:
-            return struct.unpack("i", fcntl.ioctl(self._sock_fd, termios.TIOCOUTQ, b"\0" * 4))[0]
-        except OSError:
-            return 0
-
-    def _recheck_unread(self) -> None:
-        if self.closed or not self._read_paused & _PAUSE_BACKPRESSURE:
-            return
-        if self.write_paused or self._unread_replies() > UNREAD_REPLIES_LIMIT // 2:
-            self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
-            return
-        self._resume_read(_PAUSE_BACKPRESSURE)
-
-    def _pause_read(self, reason: int) -> None:
-        if not self._read_paused and self.transport is not None and not self.closed:
-            try:
-                cast(asyncio.Transport, self.transport).pause_reading()
-            except (RuntimeError, AttributeError):
-                pass
-        self._read_paused |= reason
-
-    def _resume_read(self, reason: int) -> None:
-        was = self._read_paused
-        now = self._read_paused = was & ~reason
-        if not was or self.transport is None or self.closed:
-            return
-        if not now:
-            try:
-                cast(asyncio.Transport, self.transport).resume_reading()
-            except (RuntimeError, AttributeError):
-                pass
-            if reason != _PAUSE_BUDGET and (
-                self.parser.buffered() or (self._layers is not None and self._layers.pending)
-            ):
-                self.loop.call_soon(self._continue_commands)
-        elif now == _PAUSE_BUDGET and reason != _PAUSE_BUDGET:
-            self.loop.call_soon(self._continue_commands)  # its continuation was skipped
-
-    def data_received(self, data: bytes) -> None:
-        if self._slow:  # TLS, compression or a suspended command: see _decode_in
-            data = self._decode_in(data)
-            if not data:
-                return
-        if self.closed:
-            return
-        self.last_read = self.loop.time()
-        if len(self._magic) < 4:
-            need = 4 - len(self._magic)
-            self._magic += data[:need]
-            data = data[need:]
-            if len(self._magic) < 4:
-                return
-            log.info(
-                "CLIENT(%s): desired protocol magic %r",
-                self.remote_address,
-                self._magic.decode("latin-1"),
-            )
-            if self._magic != wire.MAGIC_V2:
-                log.error(
-                    "client(%s) bad protocol magic %r",
-                    self.remote_address,
-                    self._magic.decode("latin-1"),
-                )
-                self._write_now(wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL"))
-                self._close()
-                return
-            if not data:
-                return
-        self.parser.feed(data)
-        if self._read_paused & _PAUSE_BUDGET:
-            return  # a continuation is scheduled; it takes these bytes in turn
-        self._run_commands()
-
-    def _continue_commands(self) -> None:
-        """The next pass's share of commands left in the parser by the budget."""
-        if self.closed or self._suspended:
-            return
-        if self._read_paused & ~_PAUSE_BUDGET:
-            return  # paused for another reason: resumed (and continued) by that reason's end
-        self._run_commands()
-
-    def _run_commands(self) -> None:
-        """Run the parser's whole commands, up to the per-pass budget; then write the replies
-        at once and let the channel dispatch once for all the FIN/REQ/RDY."""
-        parser = self.parser
-        handlers = self._handlers
-        layers = self._layers
-        budget_left = READ_BUDGET_COMMANDS
-        fins_left = READ_BUDGET_FINS
-        start = parser.buffered()
-        inflated = 0  # bytes inflated into the parser during this pass
-        over_budget = False
-        self._in_read = True
-        try:
-            while not self.closed:
-                if budget_left == 0 or start + inflated - parser.buffered() >= READ_BUDGET_BYTES:
-                    over_budget = True
-                    break
-                try:
-                    if self.state == STATE_SUBSCRIBED:
-                        ids = parser.take_fins(fins_left)
-                        if ids:  # the common consumer traffic, without a command object each
-                            fins_left -= len(ids)
-                            if fins_left <= 0:
-                                budget_left = 0
-                            self._finish_ids(ids)
-                            continue
-                    budget_left -= 1
-                    cmd = parser.next_command()
-                    if cmd is None:
-                        if parser.more_work:  # a long MPUB split goes on at the next pass
-                            over_budget = True
-                            break
-                        # compressed input: inflate the next step only now that the parser
-                        # needs it, and charge it to this pass's byte budget
-                        if layers is None or not layers.pending:
-                            break
-                        if inflated >= READ_BUDGET_BYTES:
-                            over_budget = True
-                            break
-                        more = layers.inflate(INFLATE_STEP)
-                        if not more:
-                            break
-                        budget_left += 1
-                        inflated += len(more)
-                        parser.feed(more)
-                        continue
-                    handler = handlers.get(cmd[0])
-                    if handler is None:
-                        raise self._no_handler(cmd[0])
-                    handler(cmd[1], cmd[2])
-                except Upgrade as up:
-                    self._in_read = False
-                    self._flush()
-                    self._upgrade(up)
-                    return
-                except Suspend:
-                    return
-                except ClientError as e:
-                    log.error("[%s] - %s", self.remote_address, e)
-                    self._write_now(wire.encode_error(e))
-                    if e.fatal:
-                        self._in_read = False
-                        self._close()
-                        return
-        finally:
-            self._in_read = False
-            if not self.closed:
-                parser.compact()
-                self._flush()
-                if self._replied:
-                    self._replied = False
-                    if self.state != STATE_SUBSCRIBED and self._unread_replies() > (
-                        UNREAD_REPLIES_LIMIT
-                    ):
-                        self._pause_read(_PAUSE_BACKPRESSURE)
-                        self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
-                # FIN/REQ/RDY only mark that this consumer may have room: one dispatch pass for
-                # the whole batch of commands, not one per FIN.
-                if self._room_changed:
-                    self._room_changed = False
-                    if self.channel is not None:
-                        self.channel.notify_ready(self)
-        if not over_budget and layers is not None and not self.closed and layers.pending:
-            over_budget = True  # a step was left compressed (the inflate broke off): go on
-        if over_budget and not self.closed:
-            self._pause_read(_PAUSE_BUDGET)
-            self.loop.call_soon(self._continue_commands)
-        elif self._read_paused & _PAUSE_BUDGET:
-            self._resume_read(_PAUSE_BUDGET)
-
-    # ------------------------------------------------------------ output
-
-    def _write_now(self, frame: bytes) -> None:
-        """Append a response/error frame after any buffered messages and flush (at the end of
-        the current pass of commands when called from one)."""
+    def reply(self, frame: bytes) -> None:
+        """Queue a response or error frame after the messages already in ``out``."""
         self.out += frame
-        if not self._in_read:
-            self._flush()
-        else:
-            self._replied = True
+        self.replied = True
 
-    def _flush(self) -> None:
-        out = self.out
-        if out and self.transport is not None and not self.closed:
-            if self._slow:
-                self._flush_slow()
-                return
-            self.out = bytearray()
-            self.transport.write(out)
+    def precheck(self, name: bytes, params: list[bytes]) -> None:
+        """The parser's hook: nsqd's checks before a body is read (raises FatalClientError)."""
+        core = self.core
+        if self.tls_policy and name != b"IDENTIFY":
+            raise core.no_handler(self, name)
+        core.precheck(self, name, params)
 
-    def _scheduled_flush(self) -> None:
-        self._flush_scheduled = False
-        self._flush()
-
-    def _close(self) -> None:
-        """Close after writing what is buffered (fatal error, channel deleted, shutdown)."""
-        if self.closed:
-            return
-        self._flush()
-        layers = self._layers
-        if layers is not None and self.transport is not None:
-            notify = layers.close_notify()
-            if notify:
-                self.transport.write(notify)
-        self.closed = True
-        self._stop_timers()
-        self._stop_layers()
-        if self.transport is not None:
-            self.transport.close()
-
-    def _stop_layers(self) -> None:
-        if self._layers is not None:
-            self._layers.stop()
-        if self._auth is not None:
-            self._auth.cancel()
-
-    # ------------------------------------------------------------ the slow path: TLS,
-    # compression, suspension (never entered by a plain connection)
-
-    def _recompute_slow(self) -> None:
-        self._slow = self._layers is not None or self._suspended
-
-    def _decode_in(self, data: bytes) -> bytes:
-        """Bytes read -> plaintext for the parser (b"" when there is none yet)."""
-        if self.closed:
-            return b""
-        self.last_read = self.loop.time()
-        layers = self._layers
-        if layers is not None:
-            data = layers.decode(data)
-            if self.closed:
-                return b""
-        if self._suspended:
-            if data:
-                self.parser.feed(data)
-            return b""
-        return data
-
-    def _flush_slow(self) -> None:
-        transport = self.transport
-        assert transport is not None
-        layers = self._layers
-        out = self.out
-        data = out if layers is None else layers.encode(out)  # no layers: suspended, plain
-        if data is None:
-            return  # held until the TLS handshake is done
-        self.out = bytearray()
-        transport.write(data)
-
-    def _upgrade(self, up: Upgrade) -> None:
-        """IDENTIFY negotiated TLS and/or compression: its JSON reply is out (plain)."""
-        old = self.parser
-        rest = bytes(old._buf[old._pos :])  # the first bytes of the new layers
-        self.parser = wire.CommandParser(
-            self.opts.max_msg_size,
-            self.opts.max_body_size,
-            self._precheck_tls_required if self._tls_policy else self._precheck,
-        )
-        layers = self._layers = StreamLayers(self, self.loop, up, self.nsqd.tls_context)
-        self._slow = True
-        layers.start()
-        if rest:
-            self.data_received(rest)
-
-    # stream_upgrade.UpgradeHost
-
-    def raw_write(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.write(data)
-
-    def write_reply(self, frame: bytes) -> None:
-        self._write_now(frame)
+    # ------------------------------------------------------------ what the connection adds
 
     def flush(self) -> None:
-        self._flush()
+        """Write ``out`` now (the connection); a bare state keeps it."""
 
-    def tls_established(self) -> None:
-        if self._tls_policy:
-            self._tls_policy = False
-            self._handlers = self._command_table()
-            self.parser.precheck = self._precheck
+    def flush_soon(self) -> None:
+        """Write ``out`` once the current event-loop pass ends (the connection)."""
 
-    @property
-    def tls_on(self) -> bool:
-        return self._layers is not None and self._layers.tls_on
+    def close(self) -> None:
+        """Close after writing ``out`` (channel deleted, shutdown); a bare state is marked."""
+        self.closed = True
 
-    @property
-    def codec_name(self) -> str:
-        return self._layers.codec_name if self._layers is not None else ""
+    def transport_info(self) -> tuple[bool, str, str, str]:
+        """(tls on, tls_version, tls_cipher_suite, codec name "snappy"/"deflate"/"")."""
+        return False, "", "", ""
 
-    def tls_info(self) -> tuple[str, str]:
-        """(tls_version, tls_cipher_suite) for /stats, in Go's spelling."""
-        return self._layers.tls_info() if self._layers is not None else ("", "")
-
-    # ------------------------------------------------------------ AUTH (auth_session.AuthHost)
-
-    @property
-    def auth_state(self) -> AuthState | None:
-        return self._auth.state if self._auth is not None else None
-
-    def auth_peer(self) -> tuple[str, bool, str]:
-        layers = self._layers
-        if layers is None:
-            return self._remote_ip, False, ""
-        return self._remote_ip, layers.tls_on, layers.peer_common_name()
-
-    def suspend_commands(self) -> None:
-        """Stop running commands until resume_commands (an auth-server query runs)."""
-        assert self.transport is not None
-        self._suspended = True
-        self._slow = True
-        self._in_read = False
-        self._flush()  # the replies of the commands before this one go out first
-        self._pause_read(_PAUSE_AUTH)
-
-    def _unpause_for_resume(self) -> None:
-        """Lift the suspension's and the budget's read pauses (the caller goes on with the
-        commands itself, so no continuation is scheduled, unlike _resume_read)."""
-        self._read_paused &= ~(_PAUSE_AUTH | _PAUSE_BUDGET)
-        if not self._read_paused:
-            try:
-                cast(asyncio.Transport, self.transport).resume_reading()
-            except (RuntimeError, AttributeError):
-                pass
-
-    def resume_commands(self, then: Callable[[], None] | None) -> None:
-        """Run ``then`` as a command (None: the query was cancelled: close), then the commands
-        that waited in the parser, in order."""
-        if then is None:
-            self._close()
-            return
-        if self.closed:
-            return
-        self._suspended = False
-        self._recompute_slow()
-        try:
-            then()
-        except Suspend:
-            return
-        except Upgrade as up:  # IDENTIFY decoded aside negotiated TLS or compression
-            self._unpause_for_resume()
-            self._flush()
-            self._upgrade(up)
-            return
-        except ClientError as e:
-            log.error("[%s] - %s", self.remote_address, e)
-            self._write_now(wire.encode_error(e))
-            if e.fatal:
-                self._close()
-                return
-        if self.closed:
-            return
-        if self._room_changed and self.channel is not None:
-            self._room_changed = False
-            self.channel.notify_ready(self)
-        assert self.transport is not None
-        # data_received below runs what waits in the parser with a fresh budget
-        self._unpause_for_resume()
-        # the commands that came behind this one, in order
-        self._slow = False
-        try:
-            self.data_received(b"")
-        finally:
-            self._recompute_slow()
-
-    # ------------------------------------------------------------ heartbeats and deadlines
-
-    def _start_heartbeat(self) -> None:
-        self._stop_timers()
-        hb = self.heartbeat_interval_ms
-        if hb > 0:
-            self._hb_handle = self.loop.call_later(hb / 1000, self._on_heartbeat)
-            self._deadline_handle = self.loop.call_at(
-                self.last_read + 2 * hb / 1000, self._on_read_deadline
-            )
-
-    def _stop_timers(self) -> None:
-        if self._hb_handle is not None:
-            self._hb_handle.cancel()
-            self._hb_handle = None
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-            self._deadline_handle = None
-
-    def _on_heartbeat(self) -> None:
-        if self.closed:
-            return
-        self._write_now(_HEARTBEAT_FRAME)
-        self._hb_handle = self.loop.call_later(
-            self.heartbeat_interval_ms / 1000, self._on_heartbeat
-        )
-
-    def _on_read_deadline(self) -> None:
-        if self.closed:
-            return
-        due = self.last_read + 2 * self.heartbeat_interval_ms / 1000
-        if self.loop.time() >= due:
-            log.error(
-                "client(%s) - failed to read command - i/o timeout (no data for %d ms)",
-                self.remote_address,
-                2 * self.heartbeat_interval_ms,
-            )
-            self._close()
-            return
-        self._deadline_handle = self.loop.call_at(due, self._on_read_deadline)
-
-    # ------------------------------------------------------------ Consumer interface
+    # ------------------------------------------------------------ channel.Consumer
 
     def ready_room(self) -> int:
         if self.write_paused or self.state != STATE_SUBSCRIBED or self.closed:
@@ -818,10 +301,9 @@ class ClientV2(asyncio.Protocol):
         out = self.out
         wire.append_record_frames(out, msgs)
         if len(out) >= self.output_buffer_size:
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._scheduled_flush)
+            self.flush()
+        else:
+            self.flush_soon()
 
     def timed_out_message(self) -> None:
         self.in_flight_count -= 1
@@ -833,18 +315,149 @@ class ClientV2(asyncio.Protocol):
         if self.channel is not None:
             self.channel.notify_ready(self)
 
-    def close(self) -> None:
-        self._close()
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> ClientStats:
+        """This client for /stats and /message (nsqd's ClientV2.Stats -> ClientStats)."""
+        tls_on, tls_version, tls_cipher, codec = self.transport_info()
+        auth = self.auth.state if self.auth is not None else None
+        return ClientStats(
+            client_id=self.client_id,
+            client_name=self.client_name,
+            hostname=self.hostname,
+            remote_address=self.remote_address,
+            user_agent=self.user_agent,
+            state=self.state,
+            ready_count=self.rdy,
+            in_flight_count=self.in_flight_count,
+            message_count=self.message_count,
+            finish_count=self.finish_count,
+            requeue_count=self.requeue_count,
+            connect_ts=self.connect_ts,
+            sample_rate=self.sample_rate,
+            codec=codec,
+            authed=auth is not None and bool(auth.authorizations),
+            auth_identity=auth.identity if auth is not None else "",
+            auth_identity_url=auth.identity_url if auth is not None else "",
+            pub_counts=self.pub_counts,
+            tls=tls_on,
+            tls_version=tls_version,
+            tls_cipher_suite=tls_cipher,
+        )
+
+
+Handler = Callable[[ClientState, list[bytes], Any], int]
+
+
+class ProtocolV2:
+    """The V2 commands for every client of one daemon (see the module docstring).
+
+    ``nsqd`` is the broker core (registry, options, TLS context and auth servers set or not);
+    ``clock()`` returns monotonic seconds. Every method takes the client's state and returns
+    action bits; none raises for a client's error (it becomes the client's E_* frame)."""
+
+    __slots__ = ("clock", "handlers", "nsqd", "opts", "tls_handlers")
+
+    def __init__(self, nsqd: NSQD, clock: Callable[[], float] = time.monotonic) -> None:
+        self.nsqd = nsqd
+        self.opts = nsqd.opts
+        self.clock = clock
+        self.handlers: dict[bytes, Handler] = {
+            b"FIN": self.FIN,
+            b"RDY": self.RDY,
+            b"REQ": self.REQ,
+            b"PUB": self.PUB,
+            b"MPUB": self.MPUB,
+            b"DPUB": self.DPUB,
+            b"NOP": self.NOP,
+            b"TOUCH": self.TOUCH,
+            b"SUB": self.SUB,
+            b"CLS": self.CLS,
+            b"AUTH": self.AUTH,
+            b"IDENTIFY": self.IDENTIFY,
+        }
+        #: --tls-required before the TLS upgrade: IDENTIFY only.
+        self.tls_handlers: dict[bytes, Handler] = {b"IDENTIFY": self.IDENTIFY}
+
+    # ------------------------------------------------------------ running commands
+
+    def execute(self, c: ClientState, name: bytes, params: list[bytes], body: Any) -> int:
+        """Run one parsed command; its replies go to ``c.out``. Returns action bits."""
+        handler = c.handlers.get(name)
+        try:
+            if handler is None:
+                raise self.no_handler(c, name)
+            return handler(c, params, body)
+        except ClientError as e:
+            return self.error(c, e)
+
+    def error(self, c: ClientState, e: ClientError) -> int:
+        """Answer a client error (the command's or the parser's): its frame, CLOSE if fatal."""
+        log.error("[%s] - %s", c.remote_address, e)
+        c.reply(wire.encode_error(e))
+        return CLOSE if e.fatal else 0
+
+    def resume(self, c: ClientState, answer: Any) -> int:
+        """Finish the command suspended on ``c.wait`` with its answer. Returns action bits."""
+        wait = c.wait
+        c.wait = None
+        if wait is None:
+            return 0
+        try:
+            return wait.then(answer)
+        except ClientError as e:
+            return self.error(c, e)
+
+    def no_handler(self, c: ClientState, name: bytes) -> FatalClientError:
+        if c.tls_policy:
+            return FatalClientError(
+                "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
+            )
+        return FatalClientError("E_INVALID", f"invalid command {_text(name)}")
+
+    def tls_established(self, c: ClientState) -> None:
+        """The TLS handshake is done: --tls-required allows every command from now on."""
+        if c.tls_policy:
+            c.tls_policy = False
+            c.handlers = self.handlers
+
+    # ------------------------------------------------------------ heartbeats, read deadline
+
+    def start_heartbeat(self, c: ClientState) -> None:
+        """(Re)start the heartbeat interval from now (connect, IDENTIFY)."""
+        hb = c.heartbeat_interval_ms
+        c.next_heartbeat = self.clock() + hb / 1000 if hb > 0 else _NO_WAKEUP
+
+    def next_wakeup(self, c: ClientState) -> float:
+        """When ``tick`` has something to do (clock seconds), or -1 with heartbeats off."""
+        hb = c.heartbeat_interval_ms
+        if hb <= 0:
+            return _NO_WAKEUP
+        return min(c.next_heartbeat, c.last_read + 2 * hb / 1000)
+
+    def tick(self, c: ClientState) -> int:
+        """At or after ``next_wakeup``: CLOSE a client that sent nothing for two heartbeat
+        intervals (nsqd's read deadline: "i/o timeout"), else queue a heartbeat when due."""
+        hb = c.heartbeat_interval_ms
+        if hb <= 0 or c.closed:
+            return 0
+        now = self.clock()
+        if now >= c.last_read + 2 * hb / 1000:
+            log.error(
+                "client(%s) - failed to read command - i/o timeout (no data for %d ms)",
+                c.remote_address,
+                2 * hb,
+            )
+            return CLOSE
+        if now >= c.next_heartbeat:
+            c.reply(_HEARTBEAT_FRAME)
+            c.next_heartbeat = now + hb / 1000
+        return 0
 
     # ------------------------------------------------------------ checks made before a body
 
-    def _precheck_tls_required(self, name: bytes, params: list[bytes]) -> None:
-        # nsqd's enforceTLSPolicy runs before any command but IDENTIFY reads its body
-        if name != b"IDENTIFY" and self._tls_policy:
-            raise self._no_handler(name)
-        self._precheck(name, params)
-
-    def _precheck(self, name: bytes, params: list[bytes]) -> None:
+    def precheck(self, c: ClientState, name: bytes, params: list[bytes]) -> None:
+        """nsqd's checks before it reads a body (raises FatalClientError)."""
         if name == b"PUB" or name == b"DPUB":
             cmd = name.decode()
             if len(params) < (2 if name == b"PUB" else 3):
@@ -854,7 +467,7 @@ class ClientV2(asyncio.Protocol):
                     "E_BAD_TOPIC", f"{cmd} topic name {go_quote(params[1])} is not valid"
                 )
             if name == b"DPUB":
-                self._dpub_timeout_ms(params[2])
+                _dpub_timeout_ms(params[2], self.opts.max_req_timeout_ms)
         elif name == b"MPUB":
             if len(params) < 2:
                 raise FatalClientError("E_INVALID", "MPUB insufficient number of parameters")
@@ -864,7 +477,7 @@ class ClientV2(asyncio.Protocol):
                     "E_BAD_TOPIC",
                     f"E_BAD_TOPIC MPUB topic name {go_quote(params[1])} is not valid",
                 )
-            auth = self._auth
+            auth = c.auth
             if auth is not None and not auth.check_before_body("MPUB", params[1].decode()):
                 # nsqd checks MPUB before reading its body; an expired state is asked again
                 # once the body is in (MPUB's handler), and MPUB creates the topic then
@@ -873,130 +486,73 @@ class ClientV2(asyncio.Protocol):
             # with the body, or an EOF inside it, the topic exists by then
             self.nsqd.get_topic(params[1].decode())
         elif name == b"IDENTIFY":
-            if self.state != STATE_INIT:
+            if c.state != STATE_INIT:
                 raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
         elif name == b"AUTH":
-            if self.state != STATE_INIT:
+            if c.state != STATE_INIT:
                 raise FatalClientError("E_INVALID", "cannot AUTH in current state")
             if len(params) != 1:
                 raise FatalClientError("E_INVALID", "AUTH invalid number of parameters")
 
-    def _dpub_timeout_ms(self, raw: bytes) -> int:
-        try:
-            ms = wire.byte_to_base10(raw)
-        except ValueError:
-            raise FatalClientError(
-                "E_INVALID", f"DPUB could not parse timeout {_text(raw)}"
-            ) from None
-        max_ms = self.opts.max_req_timeout_ms
-        # nsqd checks time.Duration(ms) * time.Millisecond, a wrapping int64
-        ns = wire.go_ms_duration_ns(ms)
-        if ns < 0 or ns > max_ms * 1_000_000:
-            raise FatalClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")
-        return ns // 1_000_000
+    # ------------------------------------------------------------ IDENTIFY
 
-    # ------------------------------------------------------------ commands
-
-    def IDENTIFY(self, params: list[bytes], body: Any) -> None:
+    def IDENTIFY(self, c: ClientState, params: list[bytes], body: Any) -> int:
         if len(body) > LARGE_IDENTIFY:
-            self._decode_aside(body)  # raises Suspend: _identified runs once it is decoded
+            # decoding megabytes of JSON builds millions of objects: seconds of the event loop
+            # that nsqd spends in the client's own goroutine; the connection decodes it aside
+            c.wait = Wait(WAIT_DECODE, body, lambda data: self._decoded(c, data))
+            return SUSPEND
         try:
             data = decode_identify(body)
         except (ValueError, RecursionError):  # deep nesting: Go's decoder refuses it too
             raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
-        self._identified(data)
+        return self._identified(c, data)
 
-    def _decode_aside(self, body: bytes) -> None:
-        """Decode a large IDENTIFY body in the helper process (see identify_pool) while this
-        connection is suspended (as for an auth-server query), then resume it with the rest of
-        IDENTIFY. Decoding megabytes of JSON builds millions of objects: seconds of the event
-        loop that nsqd spends in the client's own goroutine."""
-        global _identify_pool
-        try:
-            fut = self.loop.run_in_executor(identify_pool(), decode_identify_aside, body)
-        except Exception as e:  # the helper cannot start or died: decode here this time
-            log.error("IDENTIFY helper process failed (%s): decoding in the event loop", e)
-            _identify_pool = None
-            return
-        self.suspend_commands()
+    def _decoded(self, c: ClientState, data: dict[str, Any] | None) -> int:
+        if data is None:
+            raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+        return self._identified(c, data)
 
-        def done(f: asyncio.Future[dict[str, Any] | None]) -> None:
-            if self.closed:
-                return
-            try:
-                data = f.result()
-            except Exception:  # the helper died: decode here after all (a new one next time)
-                global _identify_pool
-                _identify_pool = None
-                data = decode_identify_aside(body)
-
-            def then() -> None:
-                if data is None:
-                    raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-                self._identified(data)
-
-            self.resume_commands(then)
-
-        fut.add_done_callback(done)
-        raise Suspend
-
-    def _identified(self, data: dict[str, Any]) -> None:
+    def _identified(self, c: ClientState, data: dict[str, Any]) -> int:
         """IDENTIFY with its body decoded (nsqd's identifyDataV2)."""
-        shown = data
-        if any(isinstance(v, str) and len(v) > _LOG_VALUE_MAX for v in data.values()):
-            # a megabyte client_id would be a megabyte log line, written while the loop waits
-            shown = {
-                k: f"{v[:_LOG_VALUE_MAX]}... ({len(v)} chars)"
-                if isinstance(v, str) and len(v) > _LOG_VALUE_MAX
-                else v
-                for k, v in data.items()
-            }
-        log.info("[%s] IDENTIFY: %s", self.remote_address, shown)
+        log.info("[%s] IDENTIFY: %s", c.remote_address, _loggable(data))
         opts = self.opts
-        self.client_name = data.get("client_id", "")
-        self.hostname = data.get("hostname", "")
-        self.user_agent = data.get("user_agent", "")
+        c.client_name = data.get("client_id", "")
+        c.hostname = data.get("hostname", "")
+        c.user_agent = data.get("user_agent", "")
 
-        def ranged(key: str, lo: int, hi: int, what: str, off: bool = True) -> int | None:
-            """nsqd's rule for a numeric IDENTIFY field: 0 (or absent) keeps the default
-            (None), -1 turns the feature off where ``off`` allows it (-1), a value in [lo, hi]
-            is taken, anything else is E_BAD_BODY "IDENTIFY <what> (<v>) is invalid"."""
-            v = data.get(key, 0)
-            if v == 0:
-                return None
-            if (v == -1 and off) or lo <= v <= hi:
-                return int(v)
-            raise FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
-
-        hb = ranged(
-            "heartbeat_interval", 1000, opts.max_heartbeat_interval_ms, "heartbeat interval"
+        hb = _ranged(
+            data, "heartbeat_interval", 1000, opts.max_heartbeat_interval_ms, "heartbeat interval"
         )
         if hb is not None:
-            self.heartbeat_interval_ms = max(hb, 0)
-        obt = ranged(
+            c.heartbeat_interval_ms = max(hb, 0)
+        obt = _ranged(
+            data,
             "output_buffer_timeout",
             opts.min_output_buffer_timeout_ms,
             opts.max_output_buffer_timeout_ms,
             "output buffer timeout",
         )
         if obt is not None:
-            self.output_buffer_timeout_ms = max(obt, 0)
-        obs = ranged("output_buffer_size", 64, opts.max_output_buffer_size, "output buffer size")
+            c.output_buffer_timeout_ms = max(obt, 0)
+        obs = _ranged(
+            data, "output_buffer_size", 64, opts.max_output_buffer_size, "output buffer size"
+        )
         if obs == -1:
-            self.output_buffer_size = 1
-            self.output_buffer_timeout_ms = 0
+            c.output_buffer_size = 1
+            c.output_buffer_timeout_ms = 0
         elif obs is not None:
-            self.output_buffer_size = obs
-        self.sample_rate = ranged("sample_rate", 0, 99, "sample rate", off=False) or 0
-        mt = ranged("msg_timeout", 1000, opts.max_msg_timeout_ms, "msg timeout", off=False)
+            c.output_buffer_size = obs
+        c.sample_rate = _ranged(data, "sample_rate", 0, 99, "sample rate", off=False) or 0
+        mt = _ranged(data, "msg_timeout", 1000, opts.max_msg_timeout_ms, "msg timeout", off=False)
         if mt is not None:
-            self.msg_timeout_ms = mt
+            c.msg_timeout_ms = mt
 
-        self._start_heartbeat()
+        self.start_heartbeat(c)
 
         if not data.get("feature_negotiation", False):
-            self._write_now(_OK_FRAME)
-            return
+            c.reply(_OK_FRAME)
+            return TIMERS
         tls_v1 = self.nsqd.tls_context is not None and data.get("tls_v1", False)
         deflate = opts.deflate and data.get("deflate", False)
         deflate_level = 6
@@ -1012,31 +568,62 @@ class ClientV2(asyncio.Protocol):
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQ_VERSION,
             "max_msg_timeout": opts.max_msg_timeout_ms,
-            "msg_timeout": self.msg_timeout_ms,
+            "msg_timeout": c.msg_timeout_ms,
             "tls_v1": tls_v1,
             "deflate": deflate,
             "deflate_level": deflate_level,
             "max_deflate_level": opts.max_deflate_level,
             "snappy": snappy,
-            "sample_rate": self.sample_rate,
-            "auth_required": self._auth is not None,
-            "output_buffer_size": self.output_buffer_size,
-            "output_buffer_timeout": self.output_buffer_timeout_ms,
+            "sample_rate": c.sample_rate,
+            "auth_required": c.auth is not None,
+            "output_buffer_size": c.output_buffer_size,
+            "output_buffer_timeout": c.output_buffer_timeout_ms,
         }
-        self._write_now(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+        c.reply(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
         if tls_v1 or snappy or deflate:
-            raise Upgrade(tls_v1, negotiated_codec(snappy, deflate, deflate_level))
+            c.upgrade = Upgrade(tls_v1, negotiated_codec(snappy, deflate, deflate_level))
+            return TIMERS | UPGRADE
+        return TIMERS
 
-    def AUTH(self, params: list[bytes], body: Any) -> None:
-        auth = self._auth
+    # ------------------------------------------------------------ AUTH
+
+    def AUTH(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        auth = c.auth
         if auth is None:
             raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
         auth.authenticate(body)
+        c.wait = Wait(WAIT_AUTH, auth.secret, lambda answer: self._authenticated(c, answer))
+        return SUSPEND
 
-    def SUB(self, params: list[bytes], body: Any) -> None:
-        if self.state != STATE_INIT:
+    def _authenticated(self, c: ClientState, answer: AuthState | BaseException) -> int:
+        auth = c.auth
+        assert auth is not None
+        c.reply(auth.answered(_auth_answer(c, answer)))
+        return 0
+
+    def _authorize(
+        self, c: ClientState, cmd: str, topic: str, channel: str, retry: Callable[[], int]
+    ) -> int:
+        """nsqd's CheckAuth: 0 when allowed; SUSPEND when the answer has expired (asked again,
+        then ``retry`` runs the command again); raises E_AUTH_FIRST / E_UNAUTHORIZED."""
+        auth = c.auth
+        assert auth is not None
+        if auth.authorize(cmd, topic, channel):
+            return 0
+
+        def requeried(answer: AuthState | BaseException) -> int:
+            auth.state = _auth_answer(c, answer)
+            return retry()
+
+        c.wait = Wait(WAIT_AUTH, auth.secret, requeried)
+        return SUSPEND
+
+    # ------------------------------------------------------------ consuming
+
+    def SUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        if c.state != STATE_INIT:
             raise FatalClientError("E_INVALID", "cannot SUB in current state")
-        if self.heartbeat_interval_ms <= 0:
+        if c.heartbeat_interval_ms <= 0:
             raise FatalClientError("E_INVALID", "cannot SUB with heartbeats disabled")
         if len(params) < 3:
             raise FatalClientError("E_INVALID", "SUB insufficient number of parameters")
@@ -1048,28 +635,35 @@ class ClientV2(asyncio.Protocol):
             raise FatalClientError(
                 "E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid"
             )
-        if self._auth is not None:
-            self._auth.check(
-                "SUB", params[1].decode(), params[2].decode(), lambda: self.SUB(params, body)
+        if c.auth is not None:
+            act = self._authorize(
+                c,
+                "SUB",
+                params[1].decode(),
+                params[2].decode(),
+                lambda: self.SUB(c, params, body),
             )
+            if act:
+                return act
         topic = self.nsqd.get_topic(params[1].decode())
         channel = topic.get_channel(params[2].decode())
         try:
-            channel.add_client(self, self.opts.max_channel_consumers)
+            channel.add_client(c, self.opts.max_channel_consumers)
         except ChannelError as e:
             raise FatalClientError("E_SUB_FAILED", f"SUB failed {e}") from None
-        self.state = STATE_SUBSCRIBED
-        self.channel = channel
-        self._write_now(_OK_FRAME)
+        c.state = STATE_SUBSCRIBED
+        c.channel = channel
+        c.reply(_OK_FRAME)
+        return 0
 
-    def RDY(self, params: list[bytes], body: Any) -> None:
-        state = self.state
+    def RDY(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        state = c.state
         if state == STATE_CLOSING:
             log.info(
                 "PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing",
-                self.remote_address,
+                c.remote_address,
             )
-            return
+            return 0
         if state != STATE_SUBSCRIBED:
             raise FatalClientError("E_INVALID", "cannot RDY in current state")
         count = 1
@@ -1084,49 +678,41 @@ class ClientV2(asyncio.Protocol):
         max_rdy = self.opts.max_rdy_count
         if count < 0 or count > max_rdy:
             raise FatalClientError("E_INVALID", f"RDY count {count} out of range 0-{max_rdy}")
-        if count != self.rdy:
-            self.rdy = count
-            self._room_changed = True
+        if count != c.rdy:
+            c.rdy = count
+            c.room_changed = True
+        return 0
 
-    def _msg_id(self, cmd: str, params: list[bytes]) -> bytes:
-        state = self.state
-        if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
-            raise FatalClientError("E_INVALID", f"cannot {cmd} in current state")
-        if len(params) < (3 if cmd == "REQ" else 2):
-            raise FatalClientError("E_INVALID", f"{cmd} insufficient number of params")
-        msg_id = params[1]
-        if len(msg_id) != wire.MSG_ID_LENGTH:
-            raise FatalClientError("E_INVALID", "invalid message ID")
-        return msg_id
-
-    def _finish_ids(self, ids: list[bytes]) -> None:
-        """FIN for each ID (as FIN() does, errors answered one by one, in order)."""
-        ch = self.channel
+    def finish_ids(self, c: ClientState, ids: list[bytes]) -> None:
+        """FIN for each ID (a run of FINs the parser took at once: wire.take_fins), errors
+        answered one by one, in order, as FIN's."""
+        ch = c.channel
         assert ch is not None
-        failed = ch.finish_many(self, ids)
+        failed = ch.finish_many(c, ids)
         for msg_id, reason in failed:
             err = ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {reason}")
-            log.error("[%s] - %s", self.remote_address, err)
-            self._write_now(wire.encode_error(err))
+            log.error("[%s] - %s", c.remote_address, err)
+            c.reply(wire.encode_error(err))
         done = len(ids) - len(failed)
-        self.finish_count += done
-        self.in_flight_count -= done
-        self._room_changed = True
+        c.finish_count += done
+        c.in_flight_count -= done
+        c.room_changed = True
 
-    def FIN(self, params: list[bytes], body: Any) -> None:
-        msg_id = self._msg_id("FIN", params)
-        ch = self.channel
+    def FIN(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        msg_id = _msg_id(c, "FIN", params)
+        ch = c.channel
         assert ch is not None
         try:
-            ch.finish(self, msg_id)
+            ch.finish(c, msg_id)
         except ChannelError as e:
             raise ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}") from None
-        self.finish_count += 1
-        self.in_flight_count -= 1
-        self._room_changed = True
+        c.finish_count += 1
+        c.in_flight_count -= 1
+        c.room_changed = True
+        return 0
 
-    def REQ(self, params: list[bytes], body: Any) -> None:
-        msg_id = self._msg_id("REQ", params)
+    def REQ(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        msg_id = _msg_id(c, "REQ", params)
         try:
             timeout_ms = wire.byte_to_base10(params[2])
         except ValueError:
@@ -1139,45 +725,51 @@ class ClientV2(asyncio.Protocol):
         if clamped != ns:
             log.info(
                 "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
-                self.remote_address,
+                c.remote_address,
                 ns,
                 max_ms * 1_000_000,
                 clamped,
             )
-        timeout_ms = clamped // 1_000_000
-        ch = self.channel
+        ch = c.channel
         assert ch is not None
         try:
-            ch.requeue(self, msg_id, timeout_ms)
+            ch.requeue(c, msg_id, clamped // 1_000_000)
         except ChannelError as e:
             raise ClientError("E_REQ_FAILED", f"REQ {_text(msg_id)} failed {e}") from None
-        self.requeue_count += 1
-        self.in_flight_count -= 1
-        self._room_changed = True
+        c.requeue_count += 1
+        c.in_flight_count -= 1
+        c.room_changed = True
+        return 0
 
-    def TOUCH(self, params: list[bytes], body: Any) -> None:
-        msg_id = self._msg_id("TOUCH", params)
-        ch = self.channel
+    def TOUCH(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        msg_id = _msg_id(c, "TOUCH", params)
+        ch = c.channel
         assert ch is not None
         try:
-            ch.touch(self, msg_id, self.msg_timeout_ms)
+            ch.touch(c, msg_id, c.msg_timeout_ms)
         except ChannelError as e:
             raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(msg_id)} failed {e}") from None
+        return 0
 
-    def CLS(self, params: list[bytes], body: Any) -> None:
-        if self.state != STATE_SUBSCRIBED:
+    def CLS(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        if c.state != STATE_SUBSCRIBED:
             raise FatalClientError("E_INVALID", "cannot CLS in current state")
-        self.rdy = 0
-        self.state = STATE_CLOSING
-        self._write_now(_CLOSE_WAIT_FRAME)
+        c.rdy = 0
+        c.state = STATE_CLOSING
+        c.reply(_CLOSE_WAIT_FRAME)
+        return 0
 
-    def NOP(self, params: list[bytes], body: Any) -> None:
-        return None
+    def NOP(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        return 0
 
-    def PUB(self, params: list[bytes], body: Any) -> None:
+    # ------------------------------------------------------------ publishing
+
+    def PUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
         topic_name = params[1].decode()
-        if self._auth is not None:
-            self._auth.check("PUB", topic_name, "", lambda: self.PUB(params, body))
+        if c.auth is not None:
+            act = self._authorize(c, "PUB", topic_name, "", lambda: self.PUB(c, params, body))
+            if act:
+                return act
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         try:
@@ -1185,13 +777,17 @@ class ClientV2(asyncio.Protocol):
             nsqd.flush_backends()
         except (TopicError, OSError) as e:
             raise FatalClientError("E_PUB_FAILED", f"PUB failed {e}") from None
-        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + 1
-        self._write_now(_OK_FRAME)
+        pub_counts = c.pub_counts
+        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + 1
+        c.reply(_OK_FRAME)
+        return 0
 
-    def MPUB(self, params: list[bytes], body: Any) -> None:
+    def MPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
         topic_name = params[1].decode()
-        if self._auth is not None:
-            self._auth.check("MPUB", topic_name, "", lambda: self.MPUB(params, body))
+        if c.auth is not None:
+            act = self._authorize(c, "MPUB", topic_name, "", lambda: self.MPUB(c, params, body))
+            if act:
+                return act
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         msgs = nsqd.new_records(body)
@@ -1200,14 +796,18 @@ class ClientV2(asyncio.Protocol):
             nsqd.flush_backends()
         except (TopicError, OSError) as e:
             raise FatalClientError("E_MPUB_FAILED", f"MPUB failed {e}") from None
-        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + len(msgs)
-        self._write_now(_OK_FRAME)
+        pub_counts = c.pub_counts
+        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + len(msgs)
+        c.reply(_OK_FRAME)
+        return 0
 
-    def DPUB(self, params: list[bytes], body: Any) -> None:
+    def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
         topic_name = params[1].decode()
-        delay_ms = self._dpub_timeout_ms(params[2])
-        if self._auth is not None:
-            self._auth.check("DPUB", topic_name, "", lambda: self.DPUB(params, body))
+        delay_ms = _dpub_timeout_ms(params[2], self.opts.max_req_timeout_ms)
+        if c.auth is not None:
+            act = self._authorize(c, "DPUB", topic_name, "", lambda: self.DPUB(c, params, body))
+            if act:
+                return act
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         record = nsqd.new_record(body)
@@ -1219,5 +819,68 @@ class ClientV2(asyncio.Protocol):
             nsqd.flush_backends()
         except (TopicError, OSError) as e:
             raise FatalClientError("E_DPUB_FAILED", f"DPUB failed {e}") from None
-        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + 1
-        self._write_now(_OK_FRAME)
+        pub_counts = c.pub_counts
+        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + 1
+        c.reply(_OK_FRAME)
+        return 0
+
+
+def _dpub_timeout_ms(raw: bytes, max_ms: int) -> int:
+    """DPUB's delay parameter, ms, checked against --max-req-timeout (FatalClientError)."""
+    try:
+        ms = wire.byte_to_base10(raw)
+    except ValueError:
+        raise FatalClientError("E_INVALID", f"DPUB could not parse timeout {_text(raw)}") from None
+    # nsqd checks time.Duration(ms) * time.Millisecond, a wrapping int64
+    ns = wire.go_ms_duration_ns(ms)
+    if ns < 0 or ns > max_ms * 1_000_000:
+        raise FatalClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{max_ms}")
+    return ns // 1_000_000
+
+
+def _loggable(data: dict[str, Any]) -> dict[str, Any]:
+    """IDENTIFY's fields for its log line: a megabyte client_id would be a megabyte log line,
+    written while the loop waits, so long strings are cut."""
+    if not any(isinstance(v, str) and len(v) > _LOG_VALUE_MAX for v in data.values()):
+        return data
+    return {
+        k: f"{v[:_LOG_VALUE_MAX]}... ({len(v)} chars)"
+        if isinstance(v, str) and len(v) > _LOG_VALUE_MAX
+        else v
+        for k, v in data.items()
+    }
+
+
+def _ranged(
+    data: dict[str, Any], key: str, lo: int, hi: int, what: str, off: bool = True
+) -> int | None:
+    """nsqd's rule for a numeric IDENTIFY field: 0 (or absent) keeps the default (None), -1
+    turns the feature off where ``off`` allows it (-1), a value in [lo, hi] is taken, anything
+    else is E_BAD_BODY "IDENTIFY <what> (<v>) is invalid"."""
+    v = data.get(key, 0)
+    if v == 0:
+        return None
+    if (v == -1 and off) or lo <= v <= hi:
+        return int(v)
+    raise FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
+
+
+def _msg_id(c: ClientState, cmd: str, params: list[bytes]) -> bytes:
+    state = c.state
+    if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
+        raise FatalClientError("E_INVALID", f"cannot {cmd} in current state")
+    if len(params) < (3 if cmd == "REQ" else 2):
+        raise FatalClientError("E_INVALID", f"{cmd} insufficient number of params")
+    msg_id = params[1]
+    if len(msg_id) != wire.MSG_ID_LENGTH:
+        raise FatalClientError("E_INVALID", "invalid message ID")
+    return msg_id
+
+
+def _auth_answer(c: ClientState, answer: AuthState | BaseException) -> AuthState:
+    """The auth server's answer, or E_AUTH_FAILED for a failed query: nsqd does not leak
+    auth server errors to untrusted clients (they only go to the log)."""
+    if isinstance(answer, BaseException):
+        log.warning("PROTOCOL(V2): [%s] AUTH failed %s", c.remote_address, answer)
+        raise FatalClientError("E_AUTH_FAILED", "AUTH failed")
+    return answer

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
+from .client_v2 import Connection
 from .http_api import start_http
 from .internal.http.server import HTTPServer, close_unix, listen, listen_unix
 from .internal.netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
-from .protocol_v2 import ClientV2
+from .protocol_v2 import ProtocolV2
 
 log = logging.getLogger("nsqpy")
 
@@ -77,15 +79,22 @@ class Server:
         """Bind TCP, HTTPS (with a certificate) and HTTP, logging each address."""
         nsqd = self.nsqd
         opts = nsqd.opts
+        # the V2 rules on the event loop's clock (their timers are the loop's); a Connection is
+        # an asyncio.Protocol by its methods (a sans-IO ClientState underneath)
+        core = ProtocolV2(nsqd, asyncio.get_running_loop().time)
+
+        def connection() -> asyncio.Protocol:
+            return cast(asyncio.Protocol, Connection(core))
+
         # nsqd's util.TypeOfAddr: an address that is not host:port is a unix socket path
         # (then the address has no port: /info says -1, broadcast ports stay as given).
         try:
             if is_unix_address(opts.tcp_address):
-                self._tcp_server = await listen_unix(lambda: ClientV2(nsqd), opts.tcp_address)
+                self._tcp_server = await listen_unix(connection, opts.tcp_address)
                 self._unix_paths.append(opts.tcp_address)
             else:
                 host, port = split_host_port(opts.tcp_address)
-                self._tcp_server = await listen(lambda: ClientV2(nsqd), host or None, port)
+                self._tcp_server = await listen(connection, host or None, port)
         except (OSError, ValueError) as e:
             raise OSError(f"listen ({opts.tcp_address}) failed - {e}") from e
         if self._unix_paths:

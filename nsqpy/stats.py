@@ -11,9 +11,10 @@ import gc
 import resource
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import quantile
+from .client_stats import Client, ClientStats
 from .internal.godur import format_go_duration_ms
 from .internal.godur import format_go_duration_ns as go_duration_ns
 from .options import NSQ_VERSION, version_string
@@ -26,49 +27,51 @@ if TYPE_CHECKING:
 _EMPTY_E2E: dict[str, Any] = {"count": 0, "percentiles": None}
 
 
-def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
-    """One client as nsqd's ClientV2Stats (omitempty fields left out when empty)."""
-    codec = getattr(c, "codec_name", "")
+def client_stats(client: Client, topic_filter: str = "") -> dict[str, Any]:
+    """One client as nsqd's ClientV2Stats (omitempty fields left out when empty), from its
+    ``stats()`` record."""
+    return _client_json(client.stats(), topic_filter)
+
+
+def _client_json(s: ClientStats, topic_filter: str) -> dict[str, Any]:
+    codec = s.codec
     d: dict[str, Any] = {
-        "client_id": c.client_name,
-        "hostname": c.hostname,
+        "client_id": s.client_name,
+        "hostname": s.hostname,
         "version": "V2",
-        "remote_address": c.remote_address,
-        "state": c.state,
-        "ready_count": c.rdy,
-        "in_flight_count": c.in_flight_count,
-        "message_count": c.message_count,
-        "finish_count": c.finish_count,
-        "requeue_count": c.requeue_count,
-        "connect_ts": c.connect_ts,
-        "sample_rate": c.sample_rate,
+        "remote_address": s.remote_address,
+        "state": s.state,
+        "ready_count": s.ready_count,
+        "in_flight_count": s.in_flight_count,
+        "message_count": s.message_count,
+        "finish_count": s.finish_count,
+        "requeue_count": s.requeue_count,
+        "connect_ts": s.connect_ts,
+        "sample_rate": s.sample_rate,
         "deflate": codec == "deflate",
         "snappy": codec == "snappy",
-        "user_agent": c.user_agent,
+        "user_agent": s.user_agent,
     }
-    auth = getattr(c, "auth_state", None)
-    if auth is not None and auth.authorizations:  # authed, auth_identity*: omitempty
+    if s.authed:  # authed, auth_identity*: omitempty
         d["authed"] = True
-    if auth is not None and auth.identity:
-        d["auth_identity"] = auth.identity
-    if auth is not None and auth.identity_url:
-        d["auth_identity_url"] = auth.identity_url
+    if s.auth_identity:
+        d["auth_identity"] = s.auth_identity
+    if s.auth_identity_url:
+        d["auth_identity_url"] = s.auth_identity_url
     pub = [
         {"topic": t, "count": n}
-        for t, n in c.pub_counts.items()
+        for t, n in s.pub_counts.items()
         if not topic_filter or t == topic_filter
     ]
     if pub:
         # nsqd stops after the first topic its map yields (a `break` in ClientV2.Stats), so it
         # shows one random topic per producer; we list them all.
         d["pub_counts"] = pub
-    tls_on = getattr(c, "tls_on", False)
-    tls_version, tls_cipher = c.tls_info() if tls_on else ("", "")
     d.update(
         {
-            "tls": tls_on,
-            "tls_cipher_suite": tls_cipher,
-            "tls_version": tls_version,
+            "tls": s.tls,
+            "tls_cipher_suite": s.tls_cipher_suite,
+            "tls_version": s.tls_version,
             "tls_negotiated_protocol": "",
             "tls_negotiated_protocol_is_mutual": False,
         }
@@ -77,9 +80,8 @@ def client_stats(c: Any, topic_filter: str = "") -> dict[str, Any]:
 
 
 def channel_stats(ch: Channel, include_clients: bool, topic_filter: str) -> dict[str, Any]:
-    clients = (
-        [client_stats(c, topic_filter) for c in ch.clients.values()] if include_clients else None
-    )
+    members = cast("list[Client]", list(ch.clients.values()))
+    clients = [client_stats(c, topic_filter) for c in members] if include_clients else None
     out = {
         "channel_name": ch.name,
         "depth": ch.depth,
@@ -147,7 +149,9 @@ def get_stats(
 
 
 def _producers(nsqd: NSQD, topic: str) -> list[dict[str, Any]] | None:
-    out = [client_stats(c, topic) for c in nsqd.clients.values() if c.pub_counts]  # type: ignore[attr-defined]
+    clients: list[Client] = list(nsqd.clients.values())
+    snapshots = [c.stats() for c in clients]
+    out = [_client_json(s, topic) for s in snapshots if s.pub_counts]
     return out or None
 
 

@@ -33,12 +33,14 @@ TLS_HANDSHAKE_TIMEOUT = 5.0  # nsqd's UpgradeTLS deadline, seconds
 _OK_FRAME = wire.encode_response(wire.OK)
 
 
-class Upgrade(Exception):
-    """Raised by IDENTIFY after its reply when TLS or compression was negotiated: the command
-    loop stops, and the bytes after IDENTIFY go through the new layers."""
+class Upgrade:
+    """What IDENTIFY negotiated (protocol_v2 returns UPGRADE with one in ``client.upgrade``):
+    TLS or not, and the codec (None: none). The bytes after IDENTIFY go through the new
+    layers."""
+
+    __slots__ = ("codec", "tls")
 
     def __init__(self, tls: bool, codec: Codec | None) -> None:
-        super().__init__("upgrade")
         self.tls = tls
         self.codec = codec
 
@@ -53,7 +55,7 @@ def negotiated_codec(snappy: bool, deflate: bool, deflate_level: int) -> Codec |
 
 
 class UpgradeHost(Protocol):
-    """What the layers need of their connection (protocol_v2.ClientV2)."""
+    """What the layers need of their connection (client_v2.Connection)."""
 
     remote_address: str
     out: bytearray

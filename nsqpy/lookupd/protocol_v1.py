@@ -7,7 +7,8 @@ the same bufio.Reader). Every reply is nsqlookupd's SendResponse: a 4-byte big-e
 the data, no frame type. Every error nsqlookupd 1.3 sends is fatal: "<E_CODE> <text>", then
 close. Limits are checked before anything is buffered (a line over MAX_LINE_LENGTH, an
 IDENTIFY size that is negative or over MAX_IDENTIFY_BODY: error and close), and a client that
-does not read its replies stops being read (pause_writing -> pause_reading). When the
+does not read its replies stops being read (pause_writing -> pause_reading, through an
+internal.readgate.ReadGate shared with the command budget's pause). When the
 connection goes, its producer leaves every registration at once.
 
 Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3)."""
@@ -23,6 +24,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from ..internal.netaddr import join_host_port
+from ..internal.readgate import BACKPRESSURE, BUDGET, ReadGate
 from ..wire import MAX_LINE_LENGTH, is_valid_name
 from .registration_db import PeerInfo
 
@@ -163,8 +165,7 @@ class LookupProtocolV1(asyncio.Protocol):
         "body_size",
         "peer",
         "addr",
-        "paused",
-        "yielding",
+        "gate",
     )
 
     def __init__(self, lookupd: NSQLookupd) -> None:
@@ -175,8 +176,9 @@ class LookupProtocolV1(asyncio.Protocol):
         self.body_size = 0
         self.peer: PeerInfo | None = None
         self.addr = ""
-        self.paused = False  # the client does not read its replies: stop reading it
-        self.yielding = False  # a turn's command budget is spent: the rest runs next turn
+        # Why reading stops: BACKPRESSURE (the client does not read its replies), BUDGET (a
+        # turn's command budget is spent: the rest runs next turn).
+        self.gate = ReadGate()
 
     def __str__(self) -> str:
         return self.addr
@@ -185,6 +187,7 @@ class LookupProtocolV1(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self.gate.attach(self.transport)
         self.addr = _addr(transport.get_extra_info("peername"))
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -199,13 +202,14 @@ class LookupProtocolV1(asyncio.Protocol):
         if self.state == _ST_CLOSED:
             return
         self.buf += data
-        if not (self.paused or self.yielding):
+        if not self.gate.bits:
             self._process()
 
     def eof_received(self) -> bool:
         if self.buf and self.state != _ST_CLOSED:
             # Commands sent before the half-close still get their answers, as in Go.
-            self.yielding = False
+            # the stream ends: forget the budget's pause without reading again
+            self.gate.bits &= ~BUDGET
             self._process(budget=len(self.buf) + 1)
         if self.state == _ST_SIZE:
             self._fatal(FatalClientError("E_BAD_BODY", "IDENTIFY failed to read body size"))
@@ -222,24 +226,18 @@ class LookupProtocolV1(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its commands until it does.
-        self.paused = True
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
+        self.gate.pause(BACKPRESSURE)
 
     def resume_writing(self) -> None:
-        self.paused = False
-        if self.yielding:
-            return  # _next_turn resumes
+        if self.gate.resume(BACKPRESSURE):
+            return  # still held by the budget: _next_turn resumes
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
             self._process()
 
     def _next_turn(self) -> None:
-        self.yielding = False
-        if self.paused or self.state == _ST_CLOSED:
+        if self.gate.resume(BUDGET) or self.state == _ST_CLOSED:
             return
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
             self._process()
 
     # ------------------------------------------------------------ the state machine
@@ -248,14 +246,12 @@ class LookupProtocolV1(asyncio.Protocol):
         buf = self.buf
         pos = 0
         try:
-            while not self.paused and self.state != _ST_CLOSED:
+            while not self.gate.holds(BACKPRESSURE) and self.state != _ST_CLOSED:
                 if self.state == _ST_LINE:
                     budget -= 1
                     if budget < 0:
                         # Let other connections run: stop reading, go on in the next turn.
-                        self.yielding = True
-                        if self.transport is not None:
-                            self.transport.pause_reading()
+                        self.gate.pause(BUDGET)
                         asyncio.get_running_loop().call_soon(self._next_turn)
                         break
                     nl = buf.find(b"\n", pos)

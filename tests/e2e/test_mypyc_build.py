@@ -29,6 +29,7 @@ COMPILED = [
     "message",
     "guid",
     "protocol_v2",
+    "client_v2",
     "msg_index",
     "backed_queue",
     "backend_reads",
