@@ -10,10 +10,9 @@ transport swap is needed. The plain (non-TLS) connection never touches this modu
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .options import Options
+from .internal.gostrconv import parse_bool
 
 # nsqd's --tls-required values.
 TLS_NOT_REQUIRED = 0
@@ -27,8 +26,15 @@ TLS_MIN_VERSIONS = {
     "tls1.3": ssl.TLSVersion.TLSv1_3,
 }
 
-_GO_TRUE = {"1", "t", "true"}
-_GO_FALSE = {"0", "f", "false"}
+
+class TLSOptions(Protocol):
+    """The --tls-* options build_server_context reads (options.Options has them)."""
+
+    tls_cert: str
+    tls_key: str
+    tls_root_ca_file: str
+    tls_client_auth_policy: str
+    tls_min_version: str
 
 
 def parse_tls_required(value: str) -> int:
@@ -36,10 +42,10 @@ def parse_tls_required(value: str) -> int:
     s = value.lower()
     if s == "tcp-https":
         return TLS_REQUIRED_EXCEPT_HTTP
-    if s in _GO_TRUE:
-        return TLS_REQUIRED
-    if s in _GO_FALSE:
-        return TLS_NOT_REQUIRED
+    try:
+        return TLS_REQUIRED if parse_bool(s) else TLS_NOT_REQUIRED
+    except ValueError:
+        pass
     raise ValueError(f'invalid value "{value}" for flag -tls-required: parse error')
 
 
@@ -52,7 +58,7 @@ def parse_tls_min_version(value: str) -> str:
     return s
 
 
-def build_server_context(opts: Options) -> ssl.SSLContext | None:
+def build_server_context(opts: TLSOptions) -> ssl.SSLContext | None:
     """The server context, or None when no certificate is configured (nsqd: no TLS).
 
     Client certificates: no policy -> none asked for; "require-verify" -> required and verified
