@@ -6,9 +6,10 @@ command starts fast. `nsqpy id <ID>` decodes a message ID (guid.py's layout)."""
 from __future__ import annotations
 
 import sys
-import time
 
 import click
+
+from .internal.gotime import rfc3339_ms
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,7 +32,7 @@ def id_cmd(message_id: str) -> None:
         click.echo(f"nsqpy id: {e}", err=True)
         sys.exit(1)
     ms = d.time_ns // 1_000_000
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    stamp = rfc3339_ms(ms, utc=True)
     click.echo(f"id:        {message_id.strip().lower()}")
     click.echo(f"node id:   {d.node_id}")
     click.echo(f"time:      {stamp}  (tick {d.tick}: time_ns >> 20)")
