@@ -21,7 +21,7 @@ from aiohttp import web
 from ..internal.gojson import GoJSONError, GoStruct, unmarshal_strings
 from ..internal.http.aio import error_response, go_json_response
 from ..internal.http.v1 import NsqHTTPError
-from ..internal.lg import LOG_LEVEL_NUMBERS, LOG_LEVELS
+from ..internal.lg import LOG_LEVELS
 from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster
