@@ -9,8 +9,6 @@ import sys
 
 import click
 
-from .internal.gotime import rfc3339_ms
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
@@ -25,6 +23,7 @@ def id_cmd(message_id: str) -> None:
     Exits 1 with the reason when MESSAGE_ID is not an nsqd ID.
     """
     from .guid import decode_id
+    from .internal.gotime import rfc3339_ms
 
     try:
         d = decode_id(message_id)
