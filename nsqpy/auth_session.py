@@ -13,10 +13,9 @@ auth-server failure is E_AUTH_FAILED without its details (protocol_v2 logs them)
 
 from __future__ import annotations
 
-import json
-
 from . import wire
 from .auth import AuthState
+from .internal.gojson import encode
 from .wire import FatalClientError, go_quote
 
 
@@ -50,7 +49,7 @@ class AuthSession:
             "identity_url": state.identity_url,
             "permission_count": len(state.authorizations),
         }
-        return wire.encode_response(json.dumps(resp, separators=(",", ":")).encode())
+        return wire.encode_response(encode(resp))
 
     def authorize(self, cmd: str, topic: str, channel: str) -> bool:
         """nsqd's CheckAuth for ``cmd`` on ``topic`` (and ``channel``, "" for publishing): True

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import config, stats, wire
 from .internal.gojson import GoJSONError, unmarshal_strings
+from .internal.gostrconv import parse_int
 from .internal.http.request import JSON_TYPE, Request, Response, first_values
 from .internal.http.router import Router
 from .internal.http.server import HTTPServer, serve
 from .internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, plain_text
+from .internal.lg import LOG_LEVELS
 from .options import NSQ_VERSION
 from .topic import TopicError
 
@@ -32,13 +34,16 @@ log = logging.getLogger("nsqpy")
 
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _LEN = struct.Struct(">i")
-_LOG_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "fatal": logging.CRITICAL,
-}
+#: lg.ParseLogLevel's names, which PUT /config/log_level takes (nsqpy's "warning" alias is
+#: the command line's only).
+_PUT_LOG_LEVELS = LOG_LEVELS.keys() - {"warning"}
+_INT64 = 1 << 63
+
+
+def _ms_duration_ns(ms: int) -> int:
+    """Go's time.Duration(ms) * time.Millisecond: nanoseconds, wrapped to int64 as Go's
+    multiplication overflows."""
+    return (ms * 1_000_000 + _INT64) % (2 * _INT64) - _INT64
 
 
 def _tls_required(nsqd: NSQD) -> Any:
@@ -167,11 +172,12 @@ class HTTPAPI:
         deferred = 0
         if "defer" in q:
             try:
-                deferred = int(q["defer"], 10)
-            except ValueError:
+                deferred_ns = _ms_duration_ns(parse_int(q["defer"]))
+            except ValueError:  # strconv.ParseInt(s, 10, 64): no spaces, no "_"
                 raise NsqHTTPError(400, "INVALID_DEFER") from None
-            if deferred < 0 or deferred > opts.max_req_timeout_ms:
+            if deferred_ns < 0 or deferred_ns > opts.max_req_timeout_ms * 1_000_000:
                 raise NsqHTTPError(400, "INVALID_DEFER")
+            deferred = -(-deferred_ns // 1_000_000)  # whole ms (a wrapped sub-ms stays > 0)
         record = self.nsqd.new_record(body)
         try:
             if deferred:
@@ -281,7 +287,7 @@ class HTTPAPI:
     @staticmethod
     def _count_arg(value: str, error: str) -> int:
         try:
-            n = int(value)
+            n = parse_int(value)
         except ValueError:
             raise NsqHTTPError(400, error) from None
         if n < 0:
@@ -336,10 +342,10 @@ class HTTPAPI:
                     self.nsqd.lookup.set_addresses(value or [])
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").lower()
-                if level not in _LOG_LEVELS:
+                if level not in _PUT_LOG_LEVELS:
                     raise NsqHTTPError(400, "INVALID_VALUE")
                 opts.log_level = level
-                logging.getLogger("nsqpy").setLevel(_LOG_LEVELS[level])
+                logging.getLogger("nsqpy").setLevel(LOG_LEVELS[level])
             else:
                 raise NsqHTTPError(400, "INVALID_OPTION")
         value, ok = config.option_value(opts, opt)

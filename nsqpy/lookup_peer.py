@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from .internal import gojson
 from .internal.netaddr import join_host_port, split_host_port
 from .options import NSQ_VERSION, Options
 
@@ -111,8 +112,9 @@ def unregister_cmd(topic: str, channel: str = "") -> bytes:
 
 
 def identify_cmd(info: dict[str, Any]) -> bytes:
-    """``IDENTIFY\\n`` + 4-byte size + JSON body with Go's map key order (sorted), compact."""
-    body = json.dumps(info, sort_keys=True, separators=(",", ":")).encode()
+    """``IDENTIFY\\n`` + 4-byte size + JSON body as nsqd's json.Marshal of a map writes it
+    (keys sorted, compact)."""
+    body = gojson.encode(dict(sorted(info.items())))
     return b"IDENTIFY\n" + _SIZE.pack(len(body)) + body
 
 

@@ -28,17 +28,18 @@ https://nsq.io/clients/tcp_protocol_spec.html"""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from . import wire
 from .auth import AuthState
 from .auth_session import AuthSession
 from .channel import Channel, ChannelError
 from .client_stats import ClientStats
+from .internal import gojson
+from .internal.gojson import GoJSONError, GoStruct
 from .message import Message
 from .options import NSQ_VERSION
 from .stream_upgrade import Upgrade, negotiated_codec
@@ -81,22 +82,26 @@ _CLOSE_WAIT_FRAME = wire.encode_response(wire.CLOSE_WAIT)
 _NO_WAKEUP = -1.0
 
 
-# IDENTIFY fields and their JSON types (nsqd identifyDataV2). Go matches keys case-insensitively.
-_IDENTIFY_FIELDS: dict[str, type] = {
-    "client_id": str,
-    "hostname": str,
-    "heartbeat_interval": int,
-    "output_buffer_size": int,
-    "output_buffer_timeout": int,
-    "feature_negotiation": bool,
-    "tls_v1": bool,
-    "deflate": bool,
-    "deflate_level": int,
-    "snappy": bool,
-    "sample_rate": int,
-    "user_agent": str,
-    "msg_timeout": int,
-}
+#: IDENTIFY's body as json.Unmarshal reads it into nsqd's identifyDataV2 (nsqd/protocol_v2.go).
+_IDENTIFY = GoStruct(
+    {
+        "client_id": "string",
+        "hostname": "string",
+        "heartbeat_interval": "int",
+        "output_buffer_size": "int",
+        "output_buffer_timeout": "int",
+        "feature_negotiation": "bool",
+        "tls_v1": "bool",
+        "deflate": "bool",
+        "deflate_level": "int",
+        "snappy": "bool",
+        "sample_rate": "int32",
+        "user_agent": "string",
+        "msg_timeout": "int",
+    },
+    name="identifyDataV2",
+    type_name="nsqd.identifyDataV2",
+)
 
 
 def _text(b: bytes) -> str:
@@ -105,46 +110,12 @@ def _text(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
-def _no_json_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")  # Python's NaN/Infinity extension; Go refuses them
-
-
 def decode_identify(body: bytes) -> dict[str, Any]:
-    """IDENTIFY's JSON body as nsqd's json.Unmarshal into identifyDataV2 reads it.
-
-    Unknown keys are ignored, keys match case-insensitively, ``null`` leaves a field unset;
-    a value of the wrong type raises ValueError.
-    """
-    # UTF-8 only, as Go's decoder: json.loads(bytes) would also take a BOM or UTF-16/32 text.
-    # Invalid UTF-8 inside a string becomes U+FFFD (as in Go), outside one a syntax error.
-    try:
-        data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_json_constant)
-    except RecursionError:
-        # nested deeper than Python's recursion limit (about 1000): Go decodes up to 10000
-        # levels, but no IDENTIFY field takes a nested value, so nsqd fails too unless the
-        # nesting sits under a key it ignores
-        raise ValueError("IDENTIFY body nested too deep") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError("IDENTIFY body is not a JSON object")
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = key.lower()
-        typ = _IDENTIFY_FIELDS.get(name)
-        if typ is None or value is None:
-            continue
-        if typ is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{key}: not an integer")
-            if name == "sample_rate" and not -(2**31) <= value < 2**31:
-                raise ValueError(f"{key}: out of int32 range")
-            if not -(2**63) <= value < 2**63:  # Go's int (int64): Unmarshal fails
-                raise ValueError(f"{key}: out of int64 range")
-        elif not isinstance(value, typ):
-            raise ValueError(f"{key}: wrong type")
-        out[name] = value
-    return out
+    """IDENTIFY's JSON body as nsqd's json.Unmarshal into identifyDataV2 reads it: the fields
+    present (not null) by json name. Go's rules (gojson.GoStruct): keys match
+    case-insensitively, unknown keys are ignored, a lone surrogate escape is U+FFFD; raises
+    GoJSONError (a ValueError, with encoding/json's text) for a body Go refuses."""
+    return _IDENTIFY.unmarshal(body)
 
 
 def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
@@ -152,7 +123,7 @@ def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
     nesting included: Go's decoder refuses those too)."""
     try:
         return decode_identify(body)
-    except (ValueError, RecursionError):
+    except GoJSONError:
         return None
 
 
@@ -504,7 +475,7 @@ class ProtocolV2:
             return SUSPEND
         try:
             data = decode_identify(body)
-        except (ValueError, RecursionError):  # deep nesting: Go's decoder refuses it too
+        except GoJSONError:
             raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
         return self._identified(c, data)
 
@@ -579,7 +550,7 @@ class ProtocolV2:
             "output_buffer_size": c.output_buffer_size,
             "output_buffer_timeout": c.output_buffer_timeout_ms,
         }
-        c.reply(wire.encode_response(json.dumps(resp, separators=(",", ":")).encode()))
+        c.reply(wire.encode_response(gojson.encode(resp)))
         if tls_v1 or snappy or deflate:
             c.upgrade = Upgrade(tls_v1, negotiated_codec(snappy, deflate, deflate_level))
             return TIMERS | UPGRADE

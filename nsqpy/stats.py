@@ -17,6 +17,8 @@ from . import quantile
 from .client_stats import Client, ClientStats
 from .internal.godur import format_go_duration_ms
 from .internal.godur import format_go_duration_ns as go_duration_ns
+from .internal.gotime import rfc3339
+from .internal.netaddr import split_host_port
 from .options import NSQ_VERSION, version_string
 
 if TYPE_CHECKING:
@@ -197,7 +199,10 @@ def stats_json(
 
 
 def _client_line(c: dict[str, Any]) -> str:
-    port = c["remote_address"].rpartition(":")[2]
+    try:  # Go: _, port, _ := net.SplitHostPort(s.RemoteAddress) (a unix client: "")
+        port = str(split_host_port(c["remote_address"])[1])
+    except ValueError:
+        port = ""
     ident = f"{c['hostname']}:{port} {c['user_agent']}"
     connected = format_go_duration_ms((int(time.time()) - c["connect_ts"]) * 1000)
     if c.get("pub_counts"):
@@ -214,16 +219,6 @@ def _client_line(c: dict[str, Any]) -> str:
     )
 
 
-def _rfc3339_local(ts: int) -> str:
-    """Go's time.Format(time.RFC3339) of a Unix time in the local zone ("Z" for offset 0)."""
-    local = time.localtime(ts)
-    off = local.tm_gmtoff or 0
-    zone = "Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 3600:02d}:"
-    if off:
-        zone += f"{abs(off) % 3600 // 60:02d}"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", local) + zone
-
-
 def stats_text(
     nsqd: NSQD, topic: str, channel: str, include_clients: bool, include_mem: bool
 ) -> str:
@@ -234,7 +229,7 @@ def stats_text(
     uptime_ns = time.time_ns() - nsqd.start_time * 1_000_000_000
     out = [
         f"{version_string()}\n",
-        f"start_time {_rfc3339_local(nsqd.start_time)}\n",
+        f"start_time {rfc3339(nsqd.start_time)}\n",
         f"uptime {go_duration_ns(uptime_ns)}\n",
         f"\nHealth: {nsqd.health}\n",
     ]

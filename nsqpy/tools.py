@@ -6,7 +6,6 @@ command starts fast. `nsqpy id <ID>` decodes a message ID (guid.py's layout)."""
 from __future__ import annotations
 
 import sys
-import time
 
 import click
 
@@ -24,6 +23,7 @@ def id_cmd(message_id: str) -> None:
     Exits 1 with the reason when MESSAGE_ID is not an nsqd ID.
     """
     from .guid import decode_id
+    from .internal.gotime import rfc3339_ms
 
     try:
         d = decode_id(message_id)
@@ -31,7 +31,7 @@ def id_cmd(message_id: str) -> None:
         click.echo(f"nsqpy id: {e}", err=True)
         sys.exit(1)
     ms = d.time_ns // 1_000_000
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    stamp = rfc3339_ms(ms, utc=True)
     click.echo(f"id:        {message_id.strip().lower()}")
     click.echo(f"node id:   {d.node_id}")
     click.echo(f"time:      {stamp}  (tick {d.tick}: time_ns >> 20)")

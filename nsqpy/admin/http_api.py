@@ -21,13 +21,13 @@ from aiohttp import web
 from ..internal.gojson import GoJSONError, GoStruct, unmarshal_strings
 from ..internal.http.aio import error_response, go_json_response
 from ..internal.http.v1 import NsqHTTPError
-from ..internal.lg import LOG_LEVEL_NUMBERS, LOG_LEVELS
+from ..internal.lg import LOG_LEVELS
 from ..wire import is_valid_name
 from . import clusterinfo as ci
 from .cluster import Cluster
 from .clusterinfo import UpstreamError, warn_message
 from .notify import Notifier
-from .options import AdminOptions
+from .options import AdminOptions, option_by_cfg_name
 
 log = logging.getLogger("nsqpy")
 
@@ -333,45 +333,6 @@ class AdminAPI:
         if not found:
             raise NsqHTTPError(400, "INVALID_OPTION")
         return go_json_response(value)
-
-
-_CFG_FIELDS = {
-    "log_level": "log_level",
-    "log_prefix": "log_prefix",
-    "http_address": "http_address",
-    "base_path": "base_path",
-    "dev_static_dir": "dev_static_dir",
-    "statsd_prefix": "statsd_prefix",
-    "statsd_counter_format": "statsd_counter_format",
-    "statsd_gauge_format": "statsd_gauge_format",
-    "statsd_interval": "statsd_interval_ms",
-    "nsqlookupd_http_addresses": "nsqlookupd_http_addresses",
-    "nsqd_http_addresses": "nsqd_http_addresses",
-    "http_client_connect_timeout": "http_client_connect_timeout_ms",
-    "http_client_request_timeout": "http_client_request_timeout_ms",
-    "http_client_tls_insecure_skip_verify": "http_client_tls_insecure_skip_verify",
-    "http_client_tls_root_ca_file": "http_client_tls_root_ca_file",
-    "http_client_tls_cert": "http_client_tls_cert",
-    "http_client_tls_key": "http_client_tls_key",
-    "allow_config_from_cidr": "allow_config_from_cidr",
-    "notification_http_endpoint": "notification_http_endpoint",
-    "acl_http_header": "acl_http_header",
-    "admin_users": "admin_users",
-}
-
-
-def option_by_cfg_name(opts: AdminOptions, name: str) -> tuple[bool, Any]:
-    """getOptByCfgName: (known, value as Go's JSON has it: durations in nanoseconds, the log
-    level as lg.LogLevel's number)."""
-    attr = _CFG_FIELDS.get(name)
-    if attr is None:
-        return False, None
-    value = getattr(opts, attr)
-    if name == "log_level":
-        return True, LOG_LEVEL_NUMBERS.get(value, 2)
-    if attr.endswith("_ms"):
-        return True, int(value) * 1_000_000
-    return True, value
 
 
 def add_routes(app: web.Application, api: AdminAPI, bp: Callable[[str], str]) -> None:

@@ -16,14 +16,13 @@ Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NS
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ..internal.netaddr import join_host_port
+from ..internal.gojson import GoJSONError, GoStruct
+from ..internal.netaddr import dial_address, join_host_port
 from ..internal.readgate import BACKPRESSURE, BUDGET, ReadGate
 from ..wire import MAX_LINE_LENGTH, is_valid_name
 from .registration_db import PeerInfo
@@ -73,62 +72,35 @@ def trim_space(line: bytes) -> bytes:
     return line
 
 
-# PeerInfo's JSON fields in nsqlookupd v1.3.0 (the topology ones came after it).
-_STR_FIELDS = ("remote_address", "hostname", "broadcast_address", "version")
-_INT_FIELDS = ("tcp_port", "http_port")
-_FIELDS = {f: f for f in _STR_FIELDS + _INT_FIELDS}
-
-
-def _fold(name: str) -> str:
-    # encoding/json matches keys to fields case-insensitively (bytes.EqualFold: "ſ" is "s").
-    return name.lower().replace("\u017f", "s")
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class _Pairs(list):  # type: ignore[type-arg]
-    """A JSON object's (key, value) pairs in document order."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid character {name!r}")
+#: PeerInfo's JSON fields in nsqlookupd v1.3.0 (the topology ones came after it), and nsqpy-d's
+#: node id beyond them (Go would ignore it).
+_PEER_INFO = GoStruct(
+    {
+        "remote_address": "string",
+        "hostname": "string",
+        "broadcast_address": "string",
+        "tcp_port": "int",
+        "http_port": "int",
+        "version": "string",
+        "node_id": "any",
+    },
+    name="PeerInfo",
+    type_name="nsqlookupd.PeerInfo",
+)
 
 
 def decode_identify(body: bytes, peer: PeerInfo) -> None:
-    """Fill ``peer`` from IDENTIFY's JSON as json.Unmarshal into nsqlookupd's PeerInfo does:
-    keys matched case-insensitively, later keys win, null leaves a field alone, unknown keys are
-    ignored; ValueError for bad JSON, a non-object, or a value of the wrong type."""
-    pairs = json.loads(
-        body.decode("utf-8", "replace"),
-        object_pairs_hook=_Pairs,
-        parse_constant=_reject_constant,
-    )
-    if pairs is None:
-        return
-    if not isinstance(pairs, _Pairs):
-        raise ValueError("cannot unmarshal into PeerInfo")
-    error: ValueError | None = None
-    for key, value in pairs:
-        if key == "node_id":  # beyond nsqlookupd: nsqpy-d's node id (Go would ignore it)
-            if type(value) is int and 0 <= value < 1024:
-                peer.node_id = value
-            continue
-        field = _FIELDS.get(key) or _FIELDS.get(_fold(key))
-        if field is None or value is None:
-            continue
-        if field in _INT_FIELDS:
-            if type(value) is not int or not -(2**63) <= value < 2**63:
-                error = error or ValueError(f"cannot unmarshal {value!r} into {field}")
-                continue
-        elif not isinstance(value, str):
-            error = error or ValueError(f"cannot unmarshal {value!r} into {field}")
-            continue
-        elif not value.isascii():
-            value = _LONE_SURROGATE.sub("\ufffd", value)  # Go decodes a lone \ud800 as U+FFFD
-        setattr(peer, field, value)
-    if error is not None:
-        raise error
+    """Fill ``peer`` from IDENTIFY's JSON as json.Unmarshal into nsqlookupd's PeerInfo does
+    (gojson.GoStruct: keys matched case-insensitively, later keys win, null leaves a field
+    alone, unknown keys are ignored); ``node_id`` is kept when it is an integer in [0, 1024).
+    Raises GoJSONError (a ValueError, Go's text) for bad JSON, a non-object, or a value of
+    the wrong type."""
+    found = _PEER_INFO.unmarshal(body)
+    node_id = found.pop("node_id", None)
+    if type(node_id) is int and 0 <= node_id < 1024:
+        peer.node_id = node_id
+    for name, value in found.items():
+        setattr(peer, name, value)
 
 
 def _addr(peername: Any) -> str:
@@ -333,7 +305,7 @@ class LookupProtocolV1(asyncio.Protocol):
         peer = PeerInfo(id=self.addr)
         try:
             decode_identify(body, peer)
-        except (ValueError, RecursionError) as e:
+        except GoJSONError as e:
             log.error("[%s] - E_BAD_BODY IDENTIFY failed to decode JSON body - %s", self, e)
             raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
         peer.remote_address = self.addr
@@ -357,7 +329,7 @@ class LookupProtocolV1(asyncio.Protocol):
     def _check_node_id(self, peer: PeerInfo) -> None:
         """Node ids must be unique in a cluster (message IDs carry them): say so loudly."""
         others = {
-            f"{p.broadcast_address}:{p.http_port}"
+            dial_address(p.broadcast_address, p.http_port)
             for p in self.lookupd.db.peers_with_node_id(
                 peer.node_id, self.lookupd.inactive_producer_timeout_ns
             )
@@ -365,11 +337,10 @@ class LookupProtocolV1(asyncio.Protocol):
         }
         if others:
             log.error(
-                "CLIENT(%s): configuration error: node id %d of %s:%d is also the node id of %s",
+                "CLIENT(%s): configuration error: node id %d of %s is also the node id of %s",
                 self,
                 peer.node_id,
-                peer.broadcast_address,
-                peer.http_port,
+                dial_address(peer.broadcast_address, peer.http_port),
                 ", ".join(sorted(others)),
             )
 

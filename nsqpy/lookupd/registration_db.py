@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from ..internal.netaddr import dial_address
+
 #: Go's time.Time{}.UnixNano() (an overflowed int64): what /debug shows for "tombstoned_at" of
 #: a producer that was never tombstoned.
 ZERO_TIME_UNIX_NANO = -6795364578871345152
@@ -134,6 +136,18 @@ def filter_by_active(
         if now - p.peer_info.last_update <= inactive_timeout_ns
         and not p.is_tombstoned(tombstone_lifetime_ns, now)
     ]
+
+
+def _is_node(peer: PeerInfo, node: str) -> bool:
+    """Whether /topic/tombstone's ``node`` names ``peer``: its HTTP address as nsqadmin sends
+    it (``host:port``, ``[v6]:port``), or as nsqlookupd compares it, fmt.Sprintf("%s:%d")
+    (``::1:4151`` for an IPv6 broadcast address: Go's form, kept so every node Go matches still
+    matches)."""
+    host, port = peer.broadcast_address, peer.http_port
+    if node == dial_address(host, port):
+        return True
+    head, sep, tail = node.rpartition(":")
+    return bool(sep) and head == host and tail == str(port)
 
 
 class RegistrationDB:
@@ -350,7 +364,7 @@ class RegistrationDB:
         now = self.now()
         n = 0
         for p in self.find_producers("topic", topic, ""):
-            if f"{p.peer_info.broadcast_address}:{p.peer_info.http_port}" == node:
+            if _is_node(p.peer_info, node):
                 p.tombstone(now)
                 n += 1
         return n

@@ -1,8 +1,8 @@
 """Option values of the `nsq` format (source and sink), checked the same way for both.
 
 Strategy: Spark passes every option as a string. Integers are whole decimal numbers with a
-lower bound; durations are Go durations ("60s", "1m30s", "250ms", parsed by nsqpy.options, the
-one owner of Go's duration syntax) or a plain number of milliseconds (go-options' coercion, as
+lower bound; durations are Go durations ("60s", "1m30s", "250ms", parsed by nsqpy.internal.godur,
+the one owner of Go's duration syntax) or a plain number of milliseconds (go-options' coercion, as
 nsqd's config file takes them). Every error names the option."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..options import parse_go_duration_ms
+from ..internal.godur import parse_go_duration_ms
 
 
 def int_option(options: Mapping[str, str], name: str, default: int | None, low: int = 1) -> Any:

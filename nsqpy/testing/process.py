@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..internal.netaddr import join_host_port, split_host_port
+
 _LISTEN_RE = re.compile(r"\b(TCP|HTTPS|HTTP): listening on (\S+)")
 _PR_SET_PDEATHSIG = 1
 
@@ -41,8 +43,10 @@ class Listening(NamedTuple):
     @property
     def port(self) -> int:
         """The port of a ``host:port`` address; 0 for a unix socket path."""
-        host, sep, port = self.address.rpartition(":")
-        return int(port) if sep and host and port.isdigit() else 0
+        try:
+            return split_host_port(self.address)[1]
+        except ValueError:  # a unix socket path
+            return 0
 
 
 def parse_listening(line: str) -> Listening | None:
@@ -146,11 +150,11 @@ class DaemonProcess:
 
     @property
     def tcp_address(self) -> str:
-        return f"{self.host}:{self.tcp_port}"
+        return join_host_port(self.host, self.tcp_port)
 
     @property
     def http_address(self) -> str:
-        return f"{self.host}:{self.http_port}"
+        return join_host_port(self.host, self.http_port)
 
     @property
     def pid(self) -> int:
