@@ -50,6 +50,7 @@ from typing import Any, cast
 
 from . import wire
 from .compression import INFLATE_STEP
+from .internal.netaddr import join_host_port
 from .internal.readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
 from .protocol_v2 import (
     CLOSE,
@@ -167,7 +168,7 @@ class Connection(ClientState):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
-            self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self.remote_address = join_host_port(host, port)
             self.client_name = self.hostname = self.remote_ip = host
         transport.set_write_buffer_limits(
             high=max(256 * 1024, 4 * self.opts.max_output_buffer_size)

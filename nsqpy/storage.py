@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import wire
 from .deferred_journal import DeferredJournal
 from .diskqueue import DiskQueue
+from .internal import gojson
 from .internal.fileutil import write_sync_file
 from .message import HEADER_LENGTH, encode_record, record_body, record_header, record_id
 from .options import NSQ_VERSION
@@ -303,7 +304,7 @@ class Storage:
         """(nsqd.dat's path, its bytes now), logged as nsqd logs each rewrite."""
         path = os.path.join(self.data_path, METADATA_FILE)
         log.info("NSQ: persisting topic/channel metadata to %s", path)
-        return path, json.dumps(self.metadata(), separators=(",", ":")).encode()
+        return path, gojson.encode(self.metadata())
 
     # ------------------------------------------------------------ open, load, close
 
