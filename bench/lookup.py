@@ -17,44 +17,17 @@ import argparse
 import http.client
 import json
 import random
-import socket
 import statistics
-import struct
 import sys
 import time
 
 from bench.target import Daemon, proc_status_kib
-from nsqpy import wire
+from nsqpy import message, wire
+from nsqpy.wire_client import WireClient
 
 
-def _mpub(sock: socket.socket, topic: bytes, bodies: list[bytes]) -> None:
-    payload = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
-    sock.sendall(
-        b"MPUB " + topic + b"\n" + struct.pack(">II", len(payload) + 4, len(bodies)) + payload
-    )
-
-
-def _read_frames(sock: socket.socket, buf: bytearray) -> list[tuple[int, bytes]]:
-    out = []
-    while True:
-        if len(buf) >= 8:
-            size, ftype = struct.unpack_from(">II", buf, 0)
-            if len(buf) >= 4 + size:
-                out.append((ftype, bytes(buf[8 : 4 + size])))
-                del buf[: 4 + size]
-                continue
-        if out:
-            return out
-        data = sock.recv(1 << 20)
-        if not data:
-            raise ConnectionError("daemon closed the connection")
-        buf += data
-
-
-def _connect(d: Daemon) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", d.tcp_port), timeout=60)
-    s.sendall(wire.MAGIC_V2)
-    return s
+def _connect(d: Daemon) -> WireClient:
+    return WireClient.connect(("127.0.0.1", d.tcp_port), timeout=60, buffer_size=1 << 20)
 
 
 def run(count: int, lookups: int, disk: bool, deadline_s: float) -> dict:
@@ -74,19 +47,12 @@ def run(count: int, lookups: int, disk: bool, deadline_s: float) -> dict:
             assert get(f"/channel/create?topic=lk&channel={ch}", "POST")[0] == 200
         rss0 = proc_status_kib(d.proc.pid, "VmRSS")
         pub = _connect(d)
-        buf = bytearray()
         body = b"x" * 200
         sent = 0
         while sent < count:
             n = min(200, count - sent)
-            _mpub(pub, b"lk", [body] * n)
+            pub.mpub("lk", [body] * n)  # WireError unless OK
             sent += n
-            for ftype, data in _read_frames(pub, buf):
-                if ftype == 0 and data == b"_heartbeat_":
-                    pub.sendall(b"NOP\n")
-                    continue
-                if ftype != 0 or data != b"OK":
-                    raise RuntimeError(f"MPUB answered {data!r}")
         pub.close()
 
         def depth() -> int:
@@ -101,26 +67,30 @@ def run(count: int, lookups: int, disk: bool, deadline_s: float) -> dict:
 
         # learn every 1000th ID (and the last) from channel "ids"
         sub = _connect(d)
-        sub.sendall(b"SUB lk ids\nRDY 2500\n")
+        sub.sub("lk", "ids")
+        sub.rdy(2500)
         sample: list[str] = []
         got = 0
         fins: list[bytes] = []
-        buf = bytearray()
         while got < count:
             if time.monotonic() > deadline:
                 raise TimeoutError("could not read the IDs in time")
-            for ftype, data in _read_frames(sub, buf):
-                if ftype != 2:
-                    if data == b"_heartbeat_":
-                        sub.sendall(b"NOP\n")
+            sub.fill()
+            buf = sub.buf
+            for ftype, start, end in sub.frames():
+                sub.pos = end
+                if ftype != wire.FRAME_TYPE_MESSAGE:
+                    if buf[start:end] == wire.HEARTBEAT:
+                        sub.nop()
                     continue
-                msg_id = data[10:26]
+                msg_id = bytes(buf[start + message.ID_START : start + message.ID_END])
                 if got % 1000 == 0 or got == count - 1:
                     sample.append(msg_id.decode())
                 got += 1
                 fins.append(b"FIN " + msg_id + b"\n")
-            sub.sendall(b"".join(fins))
-            fins.clear()
+            if fins:
+                sub.send(b"".join(fins))
+                fins.clear()
         sub.close()
 
         random.seed(1)

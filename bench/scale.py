@@ -5,8 +5,8 @@
 1. Starts nsqpy-d (loopback, ephemeral ports, temp data dir), creates --topics topics with two
    channels each over HTTP, and connects one consumer per channel (2 x topics connections, each
    SUB + RDY 10).
-2. Publishes one message to every topic (MPUB on one connection) and waits until every consumer
-   got its message: delivery continues at that scale.
+2. Publishes one message to every topic (pipelined PUBs on one connection) and waits until every
+   consumer got its message: delivery continues at that scale.
 3. Measures the daemon's CPU while those connections sit idle, then adds topics until there are
    --idle-channels channels, disconnects every consumer and measures the idle CPU again: the
    queue-scan loop samples 20 channels per 100 ms instead of walking them all.
@@ -24,8 +24,9 @@ import resource
 import sys
 import time
 
-from nsqpy import wire
+from nsqpy import message, wire
 from nsqpy.testing import Nsqd
+from nsqpy.wire_client import WireClient
 
 
 def cpu_seconds(pid: int) -> float:
@@ -71,23 +72,28 @@ async def consumers(port: int, topics: int, deadline: float, publish) -> tuple[i
             + wire.encode_command(b"SUB", b"t%d" % topic, channel.encode())
             + b"RDY 10\n"
         )
-        fr = wire.FrameReader()
+        buf = bytearray()
         subscribed = False
         while True:
             data = await reader.read(65536)
             if not data:
                 return
-            for ftype, payload in fr.feed(data):
-                if ftype == wire.FRAME_TYPE_RESPONSE and payload == b"OK" and not subscribed:
+            buf += data
+            used = 0
+            for ftype, start, end in wire.iter_frames(buf):
+                used = end
+                payload = buf[start:end]
+                if ftype == wire.FRAME_TYPE_RESPONSE and payload == wire.OK and not subscribed:
                     subscribed = True
                     ready.set()
                 elif ftype == wire.FRAME_TYPE_MESSAGE:
-                    writer.write(b"FIN " + payload[10:26] + b"\n")
+                    writer.write(b"FIN " + payload[message.ID_SLICE] + b"\n")
                     got += 1
                     if got == 2 * topics:
                         done.set()
                 elif payload == wire.HEARTBEAT:
                     writer.write(b"NOP\n")
+            del buf[:used]
 
     readies = []
     tasks = []
@@ -144,15 +150,14 @@ def main() -> int:
         )
 
         def publish() -> None:
-            c = __import__("socket").create_connection(("127.0.0.1", tcp), timeout=10)
-            c.sendall(wire.MAGIC_V2)
-            for i in range(args.topics):
-                c.sendall(wire.encode_command(b"PUB", b"t%d" % i, body=b"hello %d" % i))
-            fr = wire.FrameReader()
-            oks = 0
-            while oks < args.topics:
-                oks += sum(1 for f in fr.feed(c.recv(65536)) if f[1] == b"OK")
-            c.close()
+            c = WireClient.connect(("127.0.0.1", tcp), timeout=10)
+            try:
+                for i in range(args.topics):
+                    c.command(b"PUB", b"t%d" % i, body=b"hello %d" % i)
+                for _ in range(args.topics):
+                    c.expect_ok()
+            finally:
+                c.close()
 
         idle_cpu_hook[0] = lambda: idle_cpu(proc.pid, args.idle_seconds)
         got, elapsed = asyncio.run(

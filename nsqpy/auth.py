@@ -4,7 +4,11 @@ Strategy: the query is one aiohttp request, awaited off the connection's synchro
 path (the connection stops reading and queues nothing new until the answer is in, so commands
 keep their order). The answer is an AuthState: identity, TTL-based expiry and authorisations
 whose topic and channel patterns are compiled once. Patterns are searched (unanchored), as Go's
-regexp.MatchString does. aiohttp is imported when an nsqd has auth servers, not at start-up."""
+regexp.MatchString does. aiohttp is imported when an nsqd has auth servers, not at start-up.
+
+Time is an injected ``clock`` (monotonic seconds, default time.monotonic): the answer keeps the
+clock it was stamped by and checks its expiry against that same clock, so the daemon's
+connections pass their protocol's clock (the event loop's) and unit tests a clock they move."""
 
 from __future__ import annotations
 
@@ -12,9 +16,12 @@ import json
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
+
+from .internal import gojson
 
 if TYPE_CHECKING:
     import aiohttp
@@ -45,17 +52,22 @@ class Authorization:
 
 @dataclass
 class AuthState:
+    """An auth server's answer (Go's auth.State): ``ttl`` seconds, the identity, the compiled
+    authorizations, and ``expires``, the ``clock`` time (seconds) past which it is asked again."""
+
     ttl: int
     identity: str
     identity_url: str
     authorizations: list[Authorization] = field(default_factory=list)
-    expires: float = 0.0  # time.monotonic()
+    expires: float = 0.0  # clock() seconds
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
 
     def is_allowed(self, topic: str, channel: str) -> bool:
         return any(a.is_allowed(topic, channel) for a in self.authorizations)
 
     def is_expired(self) -> bool:
-        return self.expires < time.monotonic()
+        """Go's State.IsExpired: ``expires`` is before now (by ``clock``)."""
+        return self.expires < self.clock()
 
 
 def _compile(pattern: Any) -> re.Pattern[str]:
@@ -67,8 +79,9 @@ def _compile(pattern: Any) -> re.Pattern[str]:
         raise AuthError(f"unable to compile {pattern!r} {e}") from None
 
 
-def parse_auth_response(data: Any) -> AuthState:
-    """Validate and compile an auth server's JSON answer, as nsqd's QueryAuthd does."""
+def parse_auth_response(data: Any, clock: Callable[[], float] = time.monotonic) -> AuthState:
+    """Validate and compile an auth server's JSON answer, as nsqd's QueryAuthd does; it
+    expires ``ttl`` seconds after now by ``clock``. Raises AuthError (Go's error texts)."""
     if not isinstance(data, dict):
         raise AuthError("response is not a JSON object")
     auths = []
@@ -96,7 +109,8 @@ def parse_auth_response(data: Any) -> AuthState:
         identity=str(data.get("identity") or ""),
         identity_url=str(data.get("identity_url") or ""),
         authorizations=auths,
-        expires=time.monotonic() + ttl,
+        expires=clock() + ttl,
+        clock=clock,
     )
 
 
@@ -105,14 +119,17 @@ async def query_authd(
     authd: str,
     params: dict[str, str],
     method: str,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AuthState:
+    """One auth server's answer to ``params`` by GET or POST (``method``), stamped by
+    ``clock``. Raises AuthError, or aiohttp's errors for the request itself."""
     endpoint = authd if "://" in authd else f"http://{authd}/auth"
     headers = {"Accept": "application/vnd.nsq; version=1.0"}
     if method == "post":
         # nsqd POSTs json.Marshal(url.Values): every value a one-element list, keys sorted
-        body = json.dumps({k: [params[k]] for k in sorted(params)}, separators=(",", ":"))
+        body = gojson.encode({k: [params[k]] for k in sorted(params)})
         headers["Content-Type"] = "application/json"
-        req = session.post(endpoint, data=body.encode(), headers=headers)
+        req = session.post(endpoint, data=body, headers=headers)
     else:
         req = session.get(f"{endpoint}?{urlencode(sorted(params.items()))}", headers=headers)
     async with req as resp:
@@ -123,7 +140,7 @@ async def query_authd(
         data = json.loads(raw)
     except ValueError as e:
         raise AuthError(str(e)) from None
-    return parse_auth_response(data)
+    return parse_auth_response(data, clock)
 
 
 class AuthClient:
@@ -148,8 +165,16 @@ class AuthClient:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 
-    async def query(self, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
-        """Ask the auth servers in turn, from a random one (nsqd QueryAnyAuthd)."""
+    async def query(
+        self,
+        remote_ip: str,
+        tls: bool,
+        common_name: str,
+        secret: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> AuthState:
+        """Ask the auth servers in turn, from a random one (nsqd QueryAnyAuthd); the answer
+        expires by ``clock`` (monotonic seconds). Raises AuthError with every server's error."""
         import aiohttp
 
         params = {
@@ -165,7 +190,7 @@ class AuthClient:
         for i in range(n):
             a = self.addresses[(start + i) % n]
             try:
-                return await query_authd(session, a, params, self.method)
+                return await query_authd(session, a, params, self.method, clock)
             except (AuthError, aiohttp.ClientError, TimeoutError, ValueError) as e:
                 errors.append(f"failed to auth against {a} - {e}")
         raise AuthError("; ".join(errors))

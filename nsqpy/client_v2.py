@@ -543,7 +543,9 @@ class Connection(ClientState):
             layers = self._layers
             tls_on = layers is not None and layers.tls_on
             common_name = layers.peer_common_name() if layers is not None else ""
-            query = self.nsqd.auth.query(self.remote_ip, tls_on, common_name, wait.arg)
+            query = self.nsqd.auth.query(
+                self.remote_ip, tls_on, common_name, wait.arg, self.core.clock
+            )
             job: asyncio.Future[Any] | None = self.loop.create_task(query)
         else:
             job = _decode_aside(self.loop, wait.arg)

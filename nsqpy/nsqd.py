@@ -30,10 +30,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from . import wire
 from .channel import Channel
+from .client_stats import Client
 from .dead_letter import DeadLetters
 from .guid import GUIDFactory
 from .lookup_peer import LookupPeers
@@ -49,6 +50,15 @@ __all__ = ["DEFERRED_FILE", "METADATA_FILE", "NSQD", "DataDirLocked"]
 log = logging.getLogger("nsqpy")
 
 
+class RegisteredClient(Client, Protocol):
+    """A client in the registry (client_v2.Connection): its ``stats()`` and ``close()``, which
+    nsqd's Client interface calls Stats and Exit (nsqd/client_v2.go)."""
+
+    def close(self) -> None:
+        """Close after writing what is buffered (shutdown)."""
+        ...
+
+
 class NSQD:
     """The daemon's state: ``topics`` by name, ``clients`` by id, options, health; its
     ``storage`` (storage.Storage) and ``dead_letters`` (dead_letter.DeadLetters)."""
@@ -57,7 +67,7 @@ class NSQD:
         opts.validate()
         self.opts = opts
         self.topics: dict[str, Topic] = {}
-        self.clients: dict[int, Any] = {}
+        self.clients: dict[int, RegisteredClient] = {}
         self.guid = GUIDFactory(opts.node_id)
         self.start_time = int(time.time())
         self.channels_version = 0
@@ -115,10 +125,10 @@ class NSQD:
         self._client_seq += 1
         return self._client_seq
 
-    def add_client(self, client: Any) -> None:
+    def add_client(self, client: RegisteredClient) -> None:
         self.clients[client.client_id] = client
 
-    def remove_client(self, client: Any) -> None:
+    def remove_client(self, client: RegisteredClient) -> None:
         self.clients.pop(client.client_id, None)
 
     # ------------------------------------------------------------ messages, topics, channels

@@ -333,26 +333,12 @@ def test_commands_pipelined_behind_auth_keep_order(daemon_factory, authd):
     assert st["topics"][0]["depth"] == 2
 
 
-# The TTL tests wait on the clock the daemon expires answers by: time.monotonic() is the
-# system-wide CLOCK_MONOTONIC on Linux, the same in the test, the auth server and the daemon. A
-# cached answer expires no earlier than (the auth server got the query) + ttl and no later than
-# (the test saw a reply to a later command) + ttl, so the tests wait past the latter and assert
-# "still cached" only when the reply came back before the former: exact, whatever the load.
-TTL = 2
-
-
-def expiry_window(authd, answered_at: float) -> tuple[float, float]:
-    """(earliest, latest) monotonic time at which the last answer of ``authd`` expires."""
-    return authd.requests()[-1]["t"] + TTL, answered_at + TTL
-
-
-def wait_past(t: float) -> None:
-    wait_for(
-        lambda: time.monotonic() > t,
-        timeout=max(0.0, t - time.monotonic()) + 5,
-        interval=0.01,
-        what="the auth answer's TTL to pass",
-    )
+# Expiry itself (cached within the TTL, asked again past it, revoked, auth server gone, MPUB's
+# body) is tests/unit/test_auth_expiry.py's, on an injected clock. This one test checks the
+# wiring: the daemon stamps the answer with its connection's clock and asks the real auth server
+# again once the (shortest possible) TTL passed. The event loop's clock is CLOCK_MONOTONIC, as
+# time.monotonic() here, so "the reply came back + TTL" is past whatever answer the daemon holds.
+TTL = 1  # seconds: Go's State.TTL is whole seconds, > 0
 
 
 def test_ttl_expiry_requeries(daemon_factory, authd):
@@ -360,42 +346,22 @@ def test_ttl_expiry_requeries(daemon_factory, authd):
     d = daemon_factory(f"--auth-http-address={authd.address}")
     r = authed(d, "s")
     assert r.read_non_heartbeat()[0] == 0
-    earliest, _ = expiry_window(authd, time.monotonic())
-    r.pub("orders", b"within ttl")
-    if time.monotonic() < earliest:
-        assert len(authd.requests()) == 1  # cached
-    wait_past(time.monotonic() + TTL)  # past whatever answer the daemon holds now
-    # expired: the next check asks the auth server again, which still allows
-    asked = len(authd.requests())
-    r.pub("orders", b"after requery")
-    assert len(authd.requests()) == asked + 1
-    earliest, _ = expiry_window(authd, time.monotonic())
-    # now the server revokes the grant; after the next expiry the PUB is refused
+    expires_by = time.monotonic() + TTL
+    # the server revokes the grant; once the TTL passed the next PUB asks again and is refused
     authd.set({"s": ok_body([grant("^other$", [".*"], ["publish"])], ttl=TTL)})
-    r.pub("orders", b"still cached")
-    if time.monotonic() < earliest:
-        assert len(authd.requests()) == asked + 1
-    wait_past(time.monotonic() + TTL)
-    asked = len(authd.requests())
+    wait_for(
+        lambda: time.monotonic() > expires_by,
+        timeout=TTL + 5,
+        interval=0.01,
+        what="the auth answer's TTL to pass",
+    )
+    assert len(authd.requests()) == 1
     r.cmd(b"PUB", b"orders", body=b"revoked")
     assert r.read_non_heartbeat() == (
         1,
         b'E_UNAUTHORIZED AUTH failed for PUB on "orders" ""',
     )
-    assert len(authd.requests()) == asked + 1
-    assert r.closed_by_server()
-
-
-def test_ttl_expiry_with_auth_server_gone(daemon_factory, authd):
-    authd.set({"s": ok_body([grant(".*", [".*"], ["publish", "subscribe"])], ttl=TTL)})
-    d = daemon_factory(f"--auth-http-address={authd.address}")
-    r = authed(d, "s")
-    assert r.read_non_heartbeat()[0] == 0
-    _, latest = expiry_window(authd, time.monotonic())
-    authd.stop()
-    wait_past(latest)
-    r.cmd(b"SUB", b"orders", b"c")
-    assert r.read_non_heartbeat() == (1, b"E_AUTH_FAILED AUTH failed")
+    assert len(authd.requests()) == 2
     assert r.closed_by_server()
 
 

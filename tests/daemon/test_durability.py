@@ -15,17 +15,44 @@ from conftest import Daemon, RawClient, wait_for
 from nsqpy import wire
 
 
-def drain(d: Daemon, topic: str, channel: str, idle: float = 2.0, rdy: int = 2500) -> list:
-    """Consume and FIN everything until nothing arrives for ``idle`` s; returns the
-    messages as (timestamp, attempts, id, body)."""
+def _holds_nothing(d: Daemon, topic: str, channel: str) -> bool:
+    """/stats: the topic and the channel hold no message (nothing queued, in memory, read
+    ahead or on disk, in flight or deferred), so every message was delivered and FINed."""
+    (t,) = d.stats(topic=topic, channel=channel)["topics"]
+    (ch,) = t["channels"]
+    return t["depth"] == 0 and ch["depth"] == ch["in_flight_count"] == ch["deferred_count"] == 0
+
+
+def drain(
+    d: Daemon,
+    topic: str,
+    channel: str,
+    expect: int = 0,
+    rdy: int = 2500,
+    quiet: float = 0.3,
+    timeout: float = 60.0,
+) -> list:
+    """Consume and FIN the channel's messages until at least ``expect`` are in and the daemon
+    holds none (_holds_nothing, asked whenever nothing arrives for 50 ms), then check for
+    ``quiet`` s that nothing more arrives (anything that does is taken, and the wait starts
+    again); returns the messages as (timestamp, attempts, id, body). TimeoutError after
+    ``timeout`` s."""
     c = d.raw()
     c.sub(topic, channel, rdy=rdy)
     got = []
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            m = c.read_message(timeout=idle)
+            m = c.read_message(timeout=0.05)
         except TimeoutError:
-            break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"drained {len(got)} of {topic}/{channel}, not all") from None
+            if len(got) < expect or not _holds_nothing(d, topic, channel):
+                continue
+            try:
+                m = c.read_message(timeout=quiet)
+            except TimeoutError:
+                break  # all in, none left, nothing more came
         got.append(m)
         c.cmd(b"FIN", m[2])
     c.close()
@@ -103,7 +130,7 @@ def test_spill_past_mem_queue_size_and_read_back(daemon_factory):
     assert ch["depth"] == 500 and ch["backend_depth"] == 490
     files = sorted(os.listdir(d.data_path))
     assert sum(f.startswith("spill:c.diskqueue.0") for f in files) > 1  # rolled at 4 KiB
-    got = drain(d, "spill", "c")
+    got = drain(d, "spill", "c", expect=500)
     assert sorted(m[3] for m in got) == [b"s%04d" % i for i in range(500)]
     assert len(got) == 500
 
@@ -188,7 +215,7 @@ def test_opens_a_data_dir_in_go_nsqd_layout(tmp_path):
             lambda: d.stats(topic="orders")["topics"][0]["depth"] == 0,
             what="topic backlog handed to the channels",
         )
-        got = drain(d, "orders", "billing")
+        got = drain(d, "orders", "billing", expect=7)
         bodies = sorted(m[3] for m in got)
         assert bodies == sorted([b"order-%d" % i for i in (0, 1, 2, 3, 4, 100, 101)])
         assert {m[0] for m in got} >= {1_700_000_000_000_000_000}
@@ -296,7 +323,7 @@ def test_repeated_kill9_during_publish_loses_no_acknowledged_message(tmp_path):
 
     d = Daemon(flags, data)
     try:
-        final = drain(d, "crash", "ch", idle=3.0)
+        final = drain(d, "crash", "ch")
     finally:
         assert d.stop() == 0
     delivered = finished | {m[3] for m in final}
@@ -361,7 +388,7 @@ def test_disk_full_fails_publish_then_recovers(tiny_fs):
         p = d.raw()
         p.pub("full", b"after")
         assert d.http("GET", "/ping")[:2] == (200, b"OK")
-        got = {m[3] for m in drain(d, "full", "c")}
+        got = {m[3] for m in drain(d, "full", "c", expect=len(acked) + 1)}
         assert {body + b"%04d" % i for i in acked} <= got
         assert b"after" in got
         assert len(acked) > 50

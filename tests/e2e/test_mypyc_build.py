@@ -96,15 +96,18 @@ def test_compiled_modules_are_the_ones_imported(compiled):
 
 def test_core_and_protocol_tests_pass_compiled(compiled):
     files = (
-        "test_wire.py",
-        "test_pqueue.py",
-        "test_protocol.py",
-        "test_core_units.py",
-        "test_msg_index.py",
-        "test_message_lookup.py",
-        "test_dead_letter.py",
+        "unit/test_wire.py",
+        "unit/test_pqueue.py",
+        "unit/test_protocol_v2.py",
+        "daemon/test_protocol.py",
+        "unit/test_core_units.py",
+        "unit/test_msg_index.py",
+        "daemon/test_message_lookup.py",
+        "daemon/test_dead_letter.py",
     )
     tests = [str(ROOT / "tests" / f) for f in files]
+    missing = [t for t in tests if not Path(t).exists()]
+    assert not missing, f"test files moved: {missing}"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
         cwd=compiled.parent,
