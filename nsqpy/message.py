@@ -10,7 +10,7 @@ is in flight or deferred, where the channel needs its timeout and owner."""
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 # The record layout (nsqd's message encoding, also a diskqueue record and a message frame's
 # body; nsq.io TCP protocol spec, "Data Format"):
@@ -21,18 +21,20 @@ from typing import Any
 #   [26:]    body
 #
 # Every other module names these offsets instead of writing the numbers.
-TIMESTAMP_START = 0
-ATTEMPTS_START = 8
-ID_START = 10
-ID_END = 26
-ID_LENGTH = ID_END - ID_START
-#: ``record[ID_SLICE]`` is the ID (also a C-level ``operator.itemgetter(ID_SLICE)``).
+TIMESTAMP_START: Final = 0
+ATTEMPTS_START: Final = 8
+ID_START: Final = 10
+ID_END: Final = 26
+ID_LENGTH: Final = ID_END - ID_START
+#: ``record[ID_SLICE]`` is the ID (also a C-level ``operator.itemgetter(ID_SLICE)``). The
+#: modules mypyc compiles write ``record[ID_START:ID_END]`` instead: compiled code indexes bytes
+#: with integers only, and it folds these Final bounds into constants.
 ID_SLICE = slice(ID_START, ID_END)
 #: 8-byte timestamp + 2-byte attempts + 16-byte ID: nsqd's minValidMsgLength; the body starts
 #: here.
-HEADER_LENGTH = ID_END
-BODY_START = HEADER_LENGTH
-#: ``record[BODY_SLICE]`` is the body. (A prebuilt slice costs one global lookup where
+HEADER_LENGTH: Final = ID_END
+BODY_START: Final = HEADER_LENGTH
+#: ``record[BODY_START:]`` is the body. (A prebuilt slice costs one global lookup where
 #: ``record[a:b]`` with named bounds costs two and a slice object.)
 BODY_SLICE = slice(BODY_START, None)
 _TS_ATTEMPTS = struct.Struct(">qH")
@@ -53,7 +55,7 @@ def decode_record(data: bytes | bytearray | memoryview) -> tuple[int, int, bytes
     if len(data) < HEADER_LENGTH:
         raise ValueError(f"invalid message buffer size ({len(data)})")
     ts, attempts = _TS_ATTEMPTS.unpack_from(data, 0)
-    return ts, attempts, bytes(data[ID_SLICE]), bytes(data[BODY_SLICE])
+    return ts, attempts, bytes(data[ID_START:ID_END]), bytes(data[BODY_START:])
 
 
 def fresh_header(timestamp_ns: int) -> bytes:
@@ -69,12 +71,12 @@ def with_attempts(record: bytes, attempts: int) -> bytes:
 
 def record_id(record: bytes) -> bytes:
     """The 16-byte hex ID of a record."""
-    return record[ID_SLICE]
+    return record[ID_START:ID_END]
 
 
 def record_body(record: bytes) -> bytes:
     """The body of a record (after the 26-byte header)."""
-    return record[BODY_SLICE]
+    return record[BODY_START:]
 
 
 def record_header(record: bytes) -> tuple[int, int]:
@@ -107,7 +109,7 @@ class Message:
     def __init__(self, record: bytes) -> None:
         ts, attempts = _TS_ATTEMPTS.unpack_from(record, 0)
         self.record = record
-        self.id = record[ID_SLICE]
+        self.id = record[ID_START:ID_END]
         self.timestamp: int = ts
         self.attempts: int = attempts
         self.client: Any = None
@@ -117,7 +119,7 @@ class Message:
 
     @property
     def body(self) -> bytes:
-        return self.record[BODY_SLICE]
+        return self.record[BODY_START:]
 
     def to_record(self) -> bytes:
         """The record with the current attempt count (what goes back to a queue or disk)."""

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .message import ID_SLICE
+from .message import ID_END, ID_SLICE, ID_START
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -67,7 +67,7 @@ class MemoryIndex:
 
     def appended_one(self, record: bytes, length_after: int) -> None:
         """``record`` was appended; the deque now holds ``length_after`` records."""
-        rid = record[ID_SLICE]
+        rid = record[ID_START:ID_END]
         if rid > self._last:
             self._last = rid
         else:
@@ -81,8 +81,8 @@ class MemoryIndex:
             if records:
                 self.appended_one(records[0], length_after)
             return
-        if in_order and records[0][ID_SLICE] > self._last:
-            self._last = records[-1][ID_SLICE]
+        if in_order and records[0][ID_START:ID_END] > self._last:
+            self._last = records[-1][ID_START:ID_END]
             return
         ids = list(map(_record_id, records))
         if _sorted_run(ids, self._last):
@@ -107,7 +107,7 @@ class MemoryIndex:
         seq = self.base
         strays = self._strays
         for r in records:
-            strays[r[ID_SLICE]] = seq
+            strays[r[ID_START:ID_END]] = seq
             seq += 1
         runs = self._runs
         if runs and runs[0][0] == seq:
@@ -157,7 +157,7 @@ class MemoryIndex:
         seq = self._strays.get(rid)
         if seq is not None:
             i = seq - base
-            if 0 <= i < n and queue[i][ID_SLICE] == rid:
+            if 0 <= i < n and queue[i][ID_START:ID_END] == rid:
                 return i
         runs = self._runs
         while runs and runs[0][1] <= base:  # stray ranges already popped
@@ -176,7 +176,7 @@ class MemoryIndex:
                     mid = before
                 else:
                     return -1
-            mid_id = queue[mid][ID_SLICE]
+            mid_id = queue[mid][ID_START:ID_END]
             if mid_id == rid:
                 return mid
             if mid_id < rid:
@@ -229,7 +229,7 @@ class _Blocks:
             if pos < rp:
                 return None
             for fpos, rec in _records(backend, pos, None):
-                return (fpos, rec) if rec[ID_SLICE] == rid else None
+                return (fpos, rec) if rec[ID_START:ID_END] == rid else None
             return None
         blocks = self.blocks
         k = bisect.bisect_right(blocks, rid, key=operator.itemgetter(0)) - 1
@@ -238,7 +238,7 @@ class _Blocks:
         start = (blocks[k][1], blocks[k][2])
         stop = (blocks[k + 1][1], blocks[k + 1][2]) if k + 1 < len(blocks) else None
         for fpos, rec in _records(backend, max(start, rp), stop):
-            if rec[ID_SLICE] == rid:
+            if rec[ID_START:ID_END] == rid:
                 return fpos, rec
         return None
 
@@ -270,13 +270,13 @@ class DiskIndex:
         ``in_order`` as for MemoryIndex.appended."""
         run = self._new
         n = len(records)
-        if in_order and n and records[0][ID_SLICE] > run.last:
+        if in_order and n and records[0][ID_START:ID_END] > run.last:
             # Block starts fall every BLOCK records from where the last block left off.
             marks = list(range(BLOCK - run.since if run.since < BLOCK else 0, n, BLOCK))
-            self._ids = [records[i][ID_SLICE] for i in marks]
+            self._ids = [records[i][ID_START:ID_END] for i in marks]
             self._kinds = [True] * len(marks)
             run.since = n - marks[-1] if marks else run.since + n
-            run.last = records[-1][ID_SLICE]
+            run.last = records[-1][ID_START:ID_END]
             return marks
         ids = list(map(_record_id, records))
         marks = []
@@ -346,7 +346,7 @@ class DiskIndex:
         if self._unindexed is not None:
             old = self._old = _Blocks()
             for fpos, rec in _records(backend, rp, self._unindexed):
-                old.add(rec[ID_SLICE], fpos)
+                old.add(rec[ID_START:ID_END], fpos)
             self._unindexed = None
         for run in (self._new, self._old):
             if run is not None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from .backed_queue import BackedQueue, StorageHooks
 from .channel import Channel
-from .message import HEADER_LENGTH, ID_SLICE, record_id
+from .message import HEADER_LENGTH, ID_END, ID_START, record_id
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -204,7 +204,7 @@ class Topic(BackedQueue):
         None. Bounded time for memory and disk (msg_index); deferred messages held by the
         topic are looked through one by one (there are few: DPUBs before the first channel)."""
         for record, _delay in self._deferred_held:
-            if record[ID_SLICE] == msg_id:
+            if record[ID_START:ID_END] == msg_id:
                 return "deferred", record, None
         return self.locate_queued(msg_id)
 
