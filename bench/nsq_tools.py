@@ -1,0 +1,161 @@
+"""NSQ's own benchmark clients against nsqpy-d and Go nsqd, side by side: the figures NSQ users
+quote.
+
+``bench_writer`` and ``bench_reader`` are nsqio/nsq v1.3.0's bench/ programs (.ci/install-go-nsq
+builds them into /opt/nsq-go/bin beside Go's daemons). Each opens GOMAXPROCS connections (two
+on a 2-core machine). One run, per daemon: a fresh daemon (loopback, port 0, a temporary data
+path, nsqd's default --mem-queue-size 10000, so most of the backlog is on disk), then
+``bench_writer`` (MPUB of ``--batch-size`` bodies of ``--size`` bytes for ``--writer-runfor``
+seconds), then ``bench_reader`` (SUB, RDY ``--rdy``, one FIN per message, for
+``--reader-runfor`` seconds) on the backlog the writer left; each prints its ops/s, read here
+from its last log line. The daemons alternate run by run, and the table gives the medians and
+each daemon's ratio to the last one named (Go nsqd by default).
+
+bench_reader counts for a fixed time, so a backlog that runs out early would understate the
+rate: the reader's time is shorter than the writer's, and a run whose channel is empty at the
+end is marked "exhausted" (then raise --writer-runfor).
+
+    python -m bench.nsq_tools                          # nsqpy-d (this Python) vs Go nsqd, 5 runs
+    python -m bench.nsq_tools --runs 3 --daemon pure="env PYTHONPATH=/src python -m nsqpy"
+
+Exit status 1 when a tool or a daemon fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .target import Daemon
+
+GO_BIN = os.environ.get("NSQ_GO_BIN", "/opt/nsq-go/bin")
+_OPS = re.compile(r"duration: (\S+) - ([0-9.]+)mb/s - ([0-9.]+)ops/s")
+
+
+def _tool(name: str) -> str:
+    path = os.path.join(GO_BIN, name)
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"bench.nsq_tools: {path} missing (run .ci/install-go-nsq)")
+    return path
+
+
+def run_tool(argv: list[str], timeout: float) -> float:
+    """Run one NSQ bench tool; its ops/s (ValueError when it printed no result line)."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    m = None
+    for line in (p.stderr + p.stdout).splitlines():
+        m = _OPS.search(line) or m
+    if p.returncode != 0 or m is None:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise ValueError(f"{argv[0]} exited {p.returncode}: {' | '.join(tail)}")
+    return float(m.group(3))
+
+
+def one_run(cmd: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    """One daemon, writer then reader; {"writer": ops/s, "reader": ops/s, "left": depth}."""
+    d = Daemon([], cmd=cmd)
+    try:
+        addr = f"127.0.0.1:{d.tcp_port}"
+        common = ["--nsqd-tcp-address", addr, "--size", str(args.size), "--topic", "sub_bench"]
+        writer = run_tool(
+            [_tool("bench_writer"), *common, "--runfor", f"{args.writer_runfor}s"]
+            + ["--batch-size", str(args.batch_size)],
+            timeout=args.writer_runfor + 60,
+        )
+        reader = run_tool(
+            [_tool("bench_reader"), *common, "--runfor", f"{args.reader_runfor}s"]
+            + ["--channel", "ch", "--rdy", str(args.rdy)],
+            timeout=args.reader_runfor + 60,
+        )
+        left = d.target().queued("sub_bench", "ch")[0]
+        return {"writer": writer, "reader": reader, "left": left}
+    finally:
+        d.stop()
+
+
+def _daemons(specs: list[str]) -> list[tuple[str, str | None]]:
+    if not specs:
+        return [("nsqpy-d", None), ("go-nsqd", os.path.join(GO_BIN, "nsqd"))]
+    out: list[tuple[str, str | None]] = []
+    for spec in specs:
+        label, sep, cmd = spec.partition("=")
+        if not sep:
+            raise SystemExit(f"bench.nsq_tools: --daemon {spec!r} is not LABEL=CMD")
+        out.append((label, cmd or None))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.nsq_tools", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--runs", type=int, default=5, help="runs per daemon, alternating (default 5)")
+    p.add_argument("--writer-runfor", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--reader-runfor", type=float, default=5.0, help="seconds (default 5)")
+    p.add_argument("--size", type=int, default=200, help="message body bytes (default 200)")
+    p.add_argument("--batch-size", type=int, default=200, help="MPUB batch (default 200)")
+    p.add_argument("--rdy", type=int, default=2500, help="reader RDY (default 2500)")
+    p.add_argument(
+        "--daemon",
+        action="append",
+        default=[],
+        metavar="LABEL=CMD",
+        help="a daemon command (default: nsqpy-d as this Python runs it, then Go nsqd); the "
+        "last one named is the base of the ratios",
+    )
+    p.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
+    args = p.parse_args(argv)
+    daemons = _daemons(args.daemon)
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in daemons}
+    for i in range(args.runs):
+        for label, cmd in daemons:
+            try:
+                r = one_run(cmd, args)
+            except (ValueError, subprocess.TimeoutExpired, OSError, AssertionError) as e:
+                print(f"bench.nsq_tools: {label} run {i + 1} failed: {e}", file=sys.stderr)
+                return 1
+            r["load"] = os.getloadavg()[0]
+            runs[label].append(r)
+            flag = "  exhausted" if not r["left"] else ""
+            print(
+                f"run {i + 1} {label:>10}: writer {r['writer']:>12,.0f} ops/s   reader "
+                f"{r['reader']:>12,.0f} ops/s   left {r['left']:,}  load {r['load']:.2f}{flag}",
+                flush=True,
+            )
+            time.sleep(1)  # let the previous daemon's files go before the next starts
+    base = daemons[-1][0]
+    med = {
+        label: {k: statistics.median(r[k] for r in rs) for k in ("writer", "reader")}
+        for label, rs in runs.items()
+    }
+    print(f"\nNSQ 1.3.0 bench_writer/bench_reader, medians of {args.runs}, ratios to {base}:\n")
+    print("| daemon | PUB (bench_writer) ops/s | ratio | SUB+FIN (bench_reader) ops/s | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for label, m in med.items():
+        w = m["writer"] / med[base]["writer"]
+        r = m["reader"] / med[base]["reader"]
+        print(f"| {label} | {m['writer']:,.0f} | {w:.2f}x | {m['reader']:,.0f} | {r:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "argv": [shlex.quote(a) for a in sys.argv],
+                    "runs": runs,
+                    "medians": med,
+                },
+                f,
+                indent=2,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
