@@ -24,6 +24,10 @@ from nsqpy.testing import wait_for as wait_for  # re-exported for the test modul
 from nsqpy.wire_client import WireClient
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Where the daemons under test run (`python -m nsqpy` imports the nsqpy found there first): the
+#: checkout, unless NSQPY_TEST_DAEMON_CWD names another tree (tests/e2e/test_mypyc_build.py
+#: points it at the compiled copy, so that the daemons run the compiled modules too).
+DAEMON_CWD = Path(os.environ.get("NSQPY_TEST_DAEMON_CWD") or ROOT)
 
 
 class Daemon(Nsqd):
@@ -32,7 +36,7 @@ class Daemon(Nsqd):
 
     def __init__(self, args: list[str], data_path: Path) -> None:
         self.args = args
-        super().__init__(args, data_path, cwd=ROOT)
+        super().__init__(args, data_path, cwd=DAEMON_CWD)
 
     def raw(self, **kw: float) -> RawClient:
         return RawClient(self.tcp_port, **kw)
@@ -132,7 +136,7 @@ class Lookupd(Nsqlookupd):
 
     def __init__(self, args: list[str]) -> None:
         self.args = args
-        super().__init__(args, cwd=ROOT)
+        super().__init__(args, cwd=DAEMON_CWD)
 
 
 @pytest.fixture

@@ -111,7 +111,8 @@ def test_core_and_protocol_tests_pass_compiled(compiled):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
         cwd=compiled.parent,
-        env=dict(os.environ, PYTHONPATH=str(compiled)),
+        # the daemons the tests start run from the compiled tree too (tests/conftest.py)
+        env=dict(os.environ, PYTHONPATH=str(compiled), NSQPY_TEST_DAEMON_CWD=str(compiled)),
         capture_output=True,
         text=True,
         timeout=900,
