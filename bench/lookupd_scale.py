@@ -272,7 +272,9 @@ async def one_run(name: str, cmd: list[str] | None, args: argparse.Namespace) ->
         )
         # -- restart on the same ports, everything registers again
         cl.up.clear()
-        await asyncio.to_thread(lk.stop)
+        ts = time.perf_counter()
+        await asyncio.to_thread(lk.stop, 60)
+        out["stop_s"] = time.perf_counter() - ts
         restart_args = [
             f"--tcp-address=127.0.0.1:{tcp_port}",
             f"--http-address=127.0.0.1:{http_port}",
@@ -295,7 +297,8 @@ async def one_run(name: str, cmd: list[str] | None, args: argparse.Namespace) ->
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.to_thread(lk.stop)
+        if lk.alive():
+            await asyncio.to_thread(lk.stop, 60)
 
 
 def _load() -> str:
@@ -346,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"/lookup p50 {res['p50']:.2f} p99 {res['p99']:.2f} max {res['max']:.2f} ms "
                 f"({res['requests']} requests, {res['non200']} non-200), "
                 f"CPU {res['cpu_pct']:.1f}%, RSS {res['rss_mib']:.1f} MiB, "
+                f"SIGTERM to exit {res['stop_s']:.2f} s, "
                 f"re-register {res['reregister_s']:.2f} s, load {_load()}",
                 flush=True,
             )
