@@ -72,11 +72,13 @@ class GoDuration(click.ParamType):
         try:
             return parse_go_duration_ms(str(value))
         except ValueError:
-            self.fail(
+            # what ParamType.fail does, spelled out so the type holds where click is untyped
+            # (the isolated build environment of the compiled install has no click)
+            raise click.BadParameter(
                 f'invalid value "{value}" for flag -{param.name.replace("_", "-")}: parse error',
-                param,
-                ctx,
-            )
+                ctx=ctx,
+                param=param,
+            ) from None
 
 
 DURATION = GoDuration()

@@ -34,7 +34,7 @@ from admin_cluster import (  # noqa: F401 (cluster_fixture, admin_fixture: the f
     dead_letter,
     pub_both,
 )
-from conftest import ROOT, RawClient, wait_for
+from conftest import DAEMON_CWD, RawClient, wait_for
 
 from nsqpy import guid
 from nsqpy.admin import clusterinfo as ci
@@ -49,7 +49,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=30,
-        cwd=ROOT,
+        cwd=DAEMON_CWD,
     )
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, wait_for
+from conftest import DAEMON_CWD, wait_for
 
 from nsqpy import wire
 
@@ -186,7 +186,7 @@ def test_bad_request_method_refused(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "nsqpy", f"--data-path={tmp_path}",
          "--auth-http-address=127.0.0.1:1", "--auth-http-request-method=put"],
-        capture_output=True, text=True, timeout=20, cwd=ROOT,
+        capture_output=True, text=True, timeout=20, cwd=DAEMON_CWD,
     )  # fmt: skip
     assert p.returncode == 1
     assert "--auth-http-request-method must be post or get" in p.stderr
@@ -444,7 +444,7 @@ def test_pynsq_with_auth_secret(daemon_factory, authd, tmp_path):
     script.write_text(PYNSQ_AUTH)
     p = subprocess.run(
         [sys.executable, str(script), d.tcp_address, "200"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        capture_output=True, text=True, timeout=60, cwd=DAEMON_CWD,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     secrets = sorted(r["params"]["secret"] for r in authd.requests())

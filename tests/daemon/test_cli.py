@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, Daemon
+from conftest import DAEMON_CWD, Daemon
 from unixsock import start_on_unix_sockets, unix_http, unix_pub
 
 from nsqpy.cli import normalize_go_flags
@@ -18,7 +18,7 @@ from nsqpy.cli import normalize_go_flags
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "nsqpy", *args],
-        cwd=ROOT,
+        cwd=DAEMON_CWD,
         capture_output=True,
         text=True,
         timeout=timeout,

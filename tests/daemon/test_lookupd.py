@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import ROOT, Lookupd, wait_for
+from conftest import DAEMON_CWD, Lookupd, wait_for
 
 NSQD_BODY = {
     "broadcast_address": "nsqd1",
@@ -464,7 +464,7 @@ def run_cli(*args: str, timeout: float = 10) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=DAEMON_CWD,
     )
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from conftest import ROOT, wait_for
+from conftest import DAEMON_CWD, wait_for
 
 from nsqpy import wire
 
@@ -241,7 +241,7 @@ def test_tls_required_without_cert_refuses_to_start(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "nsqpy", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
          f"--data-path={tmp_path}", "--tls-required=true"],
-        capture_output=True, text=True, timeout=20, cwd=ROOT,
+        capture_output=True, text=True, timeout=20, cwd=DAEMON_CWD,
     )  # fmt: skip
     assert p.returncode == 1
     assert "cannot require TLS client connections without TLS key and cert" in p.stderr
@@ -292,7 +292,7 @@ def test_tls_min_version(daemon_factory, certs):
 def test_bad_tls_min_version_flag(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "nsqpy", f"--data-path={tmp_path}", "--tls-min-version=ssl2"],
-        capture_output=True, text=True, timeout=20, cwd=ROOT,
+        capture_output=True, text=True, timeout=20, cwd=DAEMON_CWD,
     )  # fmt: skip
     assert p.returncode != 0
     assert "unknown tlsVersionOption" in p.stderr
@@ -426,7 +426,7 @@ def run_client(script: str, tmp_path: Path, tcp: str, conf: dict, count: int) ->
     path.write_text(textwrap.dedent(script))
     p = subprocess.run(
         [sys.executable, str(path), tcp, json.dumps(conf), str(count)],
-        capture_output=True, text=True, timeout=90, cwd=ROOT,
+        capture_output=True, text=True, timeout=90, cwd=DAEMON_CWD,
     )  # fmt: skip
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr[-3000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])

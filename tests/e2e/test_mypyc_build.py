@@ -19,28 +19,20 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import DAEMON_CWD, ROOT
+
+from nsqpy.build_info import COMPILED_MODULES, build_name, compiled_modules
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-COMPILED = [
-    "wire",
-    "pqueue",
-    "message",
-    "guid",
-    "protocol_v2",
-    "client_v2",
-    "msg_index",
-    "backed_queue",
-    "backend_reads",
-    "channel_store",
-    "topic",
-    "channel",
-]
+COMPILED = list(COMPILED_MODULES)
+#: The build the whole run is on, when .ci/run says (its compiled run sets NSQPY_TEST_BUILD=mypyc
+#: and installs the package, compiled, outside the checkout).
+RUN_BUILD = os.environ.get("NSQPY_TEST_BUILD", "")
 
 
 def _missing() -> str | None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc})"
     include = sysconfig.get_paths()["include"]
@@ -55,6 +47,8 @@ def _missing() -> str | None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> Path:
+    if RUN_BUILD == "mypyc":
+        pytest.skip("this whole run is on the installed compiled build (NSQPY_TEST_BUILD=mypyc)")
     why = _missing()
     if why:
         pytest.skip(f"compiled build not possible here: {why}")
@@ -118,3 +112,52 @@ def test_core_and_protocol_tests_pass_compiled(compiled):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_run_is_on_the_build_it_names():
+    """CI's compiled run (NSQPY_TEST_BUILD=mypyc) really imports the compiled modules, in the
+    tests and in the daemons they start; a run from the checkout is pure."""
+    import nsqpy
+
+    want = RUN_BUILD or ("pure" if Path(nsqpy.__file__).resolve().is_relative_to(ROOT) else "")
+    if not want:
+        pytest.skip("an installed nsqpy and no NSQPY_TEST_BUILD: nothing to compare with")
+    assert build_name() == want, compiled_modules()
+    out = subprocess.run(
+        [sys.executable, "-m", "nsqpy", "--version"],
+        cwd=DAEMON_CWD,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.rstrip().endswith("-mypyc)" if want == "mypyc" else "python" + _py() + ")"), out
+
+
+def _py() -> str:
+    return ".".join(str(x) for x in sys.version_info[:3])
+
+
+def test_install_without_a_compiler_is_pure(tmp_path):
+    """setup.py's default (NSQPY_MYPYC unset) falls back to the pure package, saying why, where
+    no C compiler is found: the wheel is py3-none-any, with no extension in it."""
+    src = tmp_path / "src"
+    shutil.copytree(
+        ROOT / "nsqpy", src / "nsqpy", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"))
+    env.pop("NSQPY_MYPYC", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v"]
+        + ["-w", str(tmp_path / "dist"), str(src)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no C compiler" in proc.stdout + proc.stderr
+    wheels = [p.name for p in (tmp_path / "dist").iterdir()]
+    assert len(wheels) == 1 and wheels[0].endswith("-py3-none-any.whl"), wheels

@@ -1,0 +1,47 @@
+"""Which build of nsqpy runs: the mypyc-compiled per-message modules, or pure Python.
+
+Strategy: setup.py compiles the modules in COMPILED_MODULES where it can (see its docstring);
+a compiled module is imported from an extension file (``.so``) instead of its ``.py``. This
+module only looks where each would be imported from (importlib's find_spec, no import), so it is
+cheap and safe to call from anywhere, at start-up or for ``--version``."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+
+#: The modules setup.py compiles (it reads this list by path, so it is the only one).
+COMPILED_MODULES: tuple[str, ...] = (
+    "wire",
+    "pqueue",
+    "message",
+    "guid",
+    "protocol_v2",
+    "client_v2",
+    "msg_index",
+    "backed_queue",
+    "backend_reads",
+    "channel_store",
+    "topic",
+    "channel",
+)
+
+
+def compiled_modules() -> list[str]:
+    """The names (of COMPILED_MODULES) that import from a compiled extension here."""
+    out = []
+    for name in COMPILED_MODULES:
+        spec = importlib.util.find_spec(f"nsqpy.{name}")
+        origin = spec.origin if spec is not None else None
+        if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+            out.append(name)
+    return out
+
+
+def build_name() -> str:
+    """``"mypyc"`` when every module of COMPILED_MODULES is compiled, ``"pure"`` when none is,
+    ``"mypyc-partial"`` otherwise (a build made with NSQPY_MYPYC_MODULES)."""
+    n = len(compiled_modules())
+    if n == 0:
+        return "pure"
+    return "mypyc" if n == len(COMPILED_MODULES) else "mypyc-partial"
