@@ -4,14 +4,15 @@ CPU, with Go nsqd side by side.
     python -m bench.connections [--conns 10000] [--topics 1000] [--idle-seconds 10] [--runs 1]
 
 Per daemon (a fresh nsqpy-d, then a fresh Go nsqd 1.3.0 from /opt/nsq-go/bin, alternating over
---runs): the bench opens --conns consumer connections from one asyncio process (magic, IDENTIFY
-``{}``, SUB ``t<i mod topics>`` ``c``, RDY 1; each answers heartbeats with NOP, as clients
-must), --connect-batch at a time, while one polite client PUBs to its own topic every 100 ms
-and times each OK. Then every consumer sits idle for --idle-seconds while the polite client
-goes on. Reported: the polite client's slowest and p99 round trip during the connect storm and
-while idle (ms), the daemon's RSS with every connection up (MiB, VmRSS), and its CPU while idle
-(% of one core, utime + stime from /proc/<pid>/stat). The bench raises its own open-files
-limit to the hard limit, and the daemons are started after it (they inherit it).
+--runs): a child process opens --conns consumer connections from one asyncio loop (magic, IDENTIFY
+``{}``, SUB ``t<i mod topics>`` ``c``, RDY 1; each answers heartbeats with NOP, as clients must),
+--connect-batch at a time, while one polite client, a thread of the bench process (idle otherwise,
+as bench/polite.py's probe: so that the consumers' own processing does not delay its replies), PUBs
+to its own topic every 100 ms and times each OK. Then every consumer sits idle for --idle-seconds
+while the polite client goes on. Reported: the polite client's slowest and p99 round trip during
+the connect storm and while idle (ms), the daemon's RSS with every connection up (MiB, VmRSS), and
+its CPU while idle (% of one core, utime + stime from /proc/<pid>/stat). The bench raises its own
+open-files limit to the hard limit, and the daemons are started after it (they inherit it).
 
 Every loop is bounded (connect deadline --timeout seconds); traffic stays on 127.0.0.1.
 """
@@ -21,11 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import resource
+import socket
 import statistics
 import struct
 import sys
+import threading
 import time
 from typing import Any
 
@@ -92,28 +96,53 @@ async def _consumer(port: int, topic: str, protos: list[Consumer]) -> None:
     await ready
 
 
-async def _polite(port: int, stop: asyncio.Event, marks: list[tuple[float, float]]) -> None:
-    """PUB every 100 ms on its own connection; (time sent, round trip s) per OK."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(wire.MAGIC_V2)
-    body = b"x" * 100
-    cmd = b"PUB polite\n" + _SIZE.pack(len(body)) + body
-    while not stop.is_set():
-        t0 = time.monotonic()
-        writer.write(cmd)
-        while True:
-            size = _SIZE.unpack(await reader.readexactly(4))[0]
-            frame = await reader.readexactly(size)
-            if frame[4:] == wire.HEARTBEAT:
-                writer.write(_NOP)
-                continue
-            break
-        marks.append((t0, time.monotonic() - t0))
-        try:
-            await asyncio.wait_for(stop.wait(), 0.1)
-        except TimeoutError:
-            pass
-    writer.close()
+def _polite(port: int, stop: threading.Event, marks: list[tuple[float, float]]) -> None:
+    """PUB every 100 ms on its own blocking connection; (time sent, round trip s) per OK,
+    heartbeats answered with NOP. Runs in a thread until ``stop`` is set."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(wire.MAGIC_V2)
+        body = b"x" * 100
+        cmd = b"PUB polite\n" + _SIZE.pack(len(body)) + body
+        rf = s.makefile("rb")
+        while not stop.is_set():
+            t0 = time.monotonic()
+            s.sendall(cmd)
+            while True:
+                size = _SIZE.unpack(rf.read(4))[0]
+                frame = rf.read(size)
+                if frame[4:] == wire.HEARTBEAT:
+                    s.sendall(_NOP)
+                    continue
+                break
+            marks.append((t0, time.monotonic() - t0))
+            stop.wait(0.1)
+
+
+async def _hold(port: int, conns: int, topics: int, batch_size: int, timeout: float, pipe) -> None:
+    """The consumers' process body: connect every consumer, say so (seconds taken), hold them
+    open until the parent says "close"."""
+    protos: list[Consumer] = []
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    for first in range(0, conns, batch_size):
+        batch = range(first, min(conns, first + batch_size))
+        await asyncio.wait_for(
+            asyncio.gather(*(_consumer(port, f"t{i % topics}", protos) for i in batch)),
+            max(1.0, deadline - time.monotonic()),
+        )
+    pipe.send(time.monotonic() - t0)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, pipe.recv)
+    for p in protos:
+        if p.transport is not None:
+            p.transport.close()
+
+
+def _consumers_main(port: int, conns: int, topics: int, batch: int, timeout: float, pipe) -> None:
+    try:
+        asyncio.run(_hold(port, conns, topics, batch, timeout, pipe))
+    except BaseException as e:  # the parent reads it instead of a duration
+        pipe.send(f"{type(e).__name__}: {e}")
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -136,35 +165,43 @@ def _window(marks: list[tuple[float, float]], t0: float, t1: float) -> tuple[flo
     return rtts[-1] * 1000, p99 * 1000
 
 
-async def _run(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
-    stop = asyncio.Event()
+def _run(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    stop = threading.Event()
     marks: list[tuple[float, float]] = []
-    polite = asyncio.create_task(_polite(port, stop, marks))
-    await asyncio.sleep(0.5)
-    protos: list[Consumer] = []
+    polite = threading.Thread(target=_polite, args=(port, stop, marks), daemon=True)
+    polite.start()
+    time.sleep(0.5)
+    ours, theirs = multiprocessing.get_context("spawn").Pipe()
+    child = multiprocessing.get_context("spawn").Process(
+        target=_consumers_main,
+        args=(port, args.conns, args.topics, args.connect_batch, args.timeout, theirs),
+        daemon=True,
+    )
     t_storm = time.monotonic()
-    deadline = t_storm + args.timeout
-    for first in range(0, args.conns, args.connect_batch):
-        batch = range(first, min(args.conns, first + args.connect_batch))
-        await asyncio.wait_for(
-            asyncio.gather(*(_consumer(port, f"t{i % args.topics}", protos) for i in batch)),
-            max(1.0, deadline - time.monotonic()),
-        )
-    t_idle = time.monotonic()
-    rss = _rss_mib(pid)
-    cpu0 = _proc_cpu_s(pid)
-    await asyncio.sleep(args.idle_seconds)
-    cpu1 = _proc_cpu_s(pid)
-    t_end = time.monotonic()
-    stop.set()
-    await asyncio.wait_for(polite, 5)
+    child.start()
+    try:
+        if not ours.poll(args.timeout + 30):
+            raise TimeoutError("the consumers did not connect in time")
+        took = ours.recv()
+        if isinstance(took, str):
+            raise RuntimeError(f"consumers failed: {took}")
+        t_idle = time.monotonic()
+        rss = _rss_mib(pid)
+        cpu0 = _proc_cpu_s(pid)
+        time.sleep(args.idle_seconds)
+        cpu1 = _proc_cpu_s(pid)
+        t_end = time.monotonic()
+    finally:
+        stop.set()
+        polite.join(15)
+        ours.send("close")
+        child.join(30)
+        if child.is_alive():
+            child.kill()
     storm_max, storm_p99 = _window(marks, t_storm, t_idle)
     idle_max, idle_p99 = _window(marks, t_idle, t_end)
-    for p in protos:
-        if p.transport is not None:
-            p.transport.close()
     return {
-        "connect_s": t_idle - t_storm,
+        "connect_s": took,
         "storm_max_ms": storm_max,
         "storm_p99_ms": storm_p99,
         "idle_max_ms": idle_max,
@@ -184,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1, help="rounds, daemons alternating")
     p.add_argument("--timeout", type=float, default=120.0, help="connect deadline, seconds")
     p.add_argument("--no-go", action="store_true", help="nsqpy-d only")
+    p.add_argument(
+        "--nsqd-cmd",
+        metavar="CMD",
+        help="nsqpy-d's command (default: this Python's -m nsqpy), e.g. under a profiler",
+    )
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -191,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if hard < args.conns + 100:
         print(f"bench.connections: open-files hard limit {hard} < {args.conns}", file=sys.stderr)
         return 1
-    daemons: list[tuple[str, str | None]] = [("nsqpy-d", None)]
+    daemons: list[tuple[str, str | None]] = [("nsqpy-d", args.nsqd_cmd)]
     if not args.no_go and os.access(GO_NSQD, os.X_OK):
         daemons.append(("go-nsqd", GO_NSQD))
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in daemons}
@@ -199,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, cmd in daemons:
             d = Daemon([], cmd=cmd)
             try:
-                r = asyncio.run(_run(d.tcp_port, d.proc.pid, args))
+                r = _run(d.tcp_port, d.proc.pid, args)
             finally:
                 d.stop()
             r["load"] = os.getloadavg()[0]

@@ -49,6 +49,7 @@ import termios
 from typing import Any, cast
 
 from . import wire
+from .admission import Admission
 from .compression import INFLATE_STEP
 from .internal.netaddr import join_host_port
 from .internal.readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
@@ -118,11 +119,31 @@ def _unread_replies(fd: int) -> int:
         return 0
 
 
+def _take_magic(conn: Connection, data: bytes) -> bytes:
+    """The first four bytes of a connection are its protocol magic (nsqd's tcp.go reads them
+    before it picks the protocol): take them from ``data`` and return the rest (empty while the
+    magic is incomplete, or when it is not "  V2": then E_BAD_PROTOCOL and the close)."""
+    need = 4 - len(conn._magic)
+    conn._magic += data[:need]
+    data = data[need:]
+    if len(conn._magic) < 4:
+        return b""
+    magic = conn._magic.decode("latin-1")
+    log.info("CLIENT(%s): desired protocol magic %r", conn.remote_address, magic)
+    if conn._magic != wire.MAGIC_V2:
+        log.error("client(%s) bad protocol magic %r", conn.remote_address, magic)
+        conn.out += wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
+        conn.close()
+        return b""
+    return data
+
+
 class Connection(ClientState):
     """One V2 client connection (an asyncio.Protocol by its methods); see the module
     docstring. ``core`` is the daemon's ProtocolV2, whose clock is the event loop's."""
 
     __slots__ = (
+        "_admission",
         "_flush_scheduled",
         "_gate",
         "_in_read",
@@ -140,8 +161,11 @@ class Connection(ClientState):
         "transport",
     )
 
-    def __init__(self, core: ProtocolV2) -> None:
+    def __init__(self, core: ProtocolV2, admission: Admission | None = None) -> None:
         super().__init__(core)
+        #: Until this connection's first read has been admitted (admission.py): the shared
+        #: per-pass admission; None afterwards (and for connections made without one).
+        self._admission = admission
         self.nsqd = core.nsqd
         opts = self.opts = core.opts
         self.loop = asyncio.get_event_loop()
@@ -262,30 +286,25 @@ class Connection(ClientState):
             return
         self.last_read = self.core.clock()
         if len(self._magic) < 4:
-            need = 4 - len(self._magic)
-            self._magic += data[:need]
-            data = data[need:]
-            if len(self._magic) < 4:
-                return
-            log.info(
-                "CLIENT(%s): desired protocol magic %r",
-                self.remote_address,
-                self._magic.decode("latin-1"),
-            )
-            if self._magic != wire.MAGIC_V2:
-                log.error(
-                    "client(%s) bad protocol magic %r",
-                    self.remote_address,
-                    self._magic.decode("latin-1"),
-                )
-                self.out += wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
-                self.close()
-                return
+            data = _take_magic(self, data)
             if not data:
                 return
         self.parser.feed(data)
         if self._gate.bits & BUDGET:
             return  # a continuation is scheduled; it takes these bytes in turn
+        if self._admission is not None:
+            admission = self._admission
+            self._admission = None
+            if not admission.admit(self._admitted):
+                self._gate.pause(BUDGET)  # the first read waits for a later pass
+                return
+        self._run_commands()
+
+    def _admitted(self) -> None:
+        """The first read's turn has come (admission.py): run what waits in the parser."""
+        if self._gate.bits & ~BUDGET or self.closed or self._suspended:
+            self._resume_read(BUDGET)  # another reason holds reading; its end continues
+            return
         self._run_commands()
 
     def _continue_commands(self) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import cast
 
+from .admission import Admission
 from .client_v2 import Connection
 from .http_api import start_http
 from .internal.http.server import HTTPServer, close_unix, listen, listen_unix
@@ -81,10 +82,12 @@ class Server:
         opts = nsqd.opts
         # the V2 rules on the event loop's clock (their timers are the loop's); a Connection is
         # an asyncio.Protocol by its methods (a sans-IO ClientState underneath)
-        core = ProtocolV2(nsqd, asyncio.get_running_loop().time)
+        loop = asyncio.get_running_loop()
+        core = ProtocolV2(nsqd, loop.time)
+        admission = Admission(loop)  # new connections' first reads, a few per pass
 
         def connection() -> asyncio.Protocol:
-            return cast(asyncio.Protocol, Connection(core))
+            return cast(asyncio.Protocol, Connection(core, admission))
 
         # nsqd's util.TypeOfAddr: an address that is not host:port is a unix socket path
         # (then the address has no port: /info says -1, broadcast ports stay as given).

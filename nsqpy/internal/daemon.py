@@ -48,13 +48,13 @@ def raise_nofile_limit() -> None:
 
 def freeze_startup_objects() -> None:
     """Move start-up objects (modules, the HTTP routes, ...) out of the cyclic collector's sight,
-    so a full collection never walks them again (it cost 20-30 ms per pass), and collect young
-    objects less often: queued messages are bytes, which the collector does not track. Turns
-    the collector on."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
-    gc.enable()
+    so a full collection never walks them again (it cost 20-30 ms per pass), collect young
+    objects less often (queued messages are bytes, which the collector does not track), and from
+    then on keep the collector's pauses short: internal.gcpacer. Turns the collector on; runs on
+    the event loop."""
+    from .gcpacer import GcPacer
+
+    GcPacer(asyncio.get_running_loop()).start()
 
 
 #: glibc's M_MMAP_THRESHOLD option number, and the size fixed for it (bytes).
