@@ -111,14 +111,18 @@ def test_admin_cfg_names_leave_nsqpys_own_out_of_config() -> None:
         assert own in ADMIN.cfg_to_flag  # but a config file may set it
 
 
-def test_admin_table_answers_as_admin_http_api_does() -> None:
-    """The table's getOptByCfgName agrees with admin/http_api's for every name, so the
-    latter's own name map can give way to it."""
-    from nsqpy.admin import http_api
-
+def test_admin_table_answers_as_go_nsqadmins_get_opt_by_cfg_name() -> None:
+    """nsqadmin's getOptByCfgName over its Options struct: fields by their cfg name, values as
+    Go's JSON has them (durations in ns, the log level as its number: debug is 1); flags that
+    are not struct fields (config, version, verbose) and nsqpy's own rows are not found."""
     o = AdminOptions(nsqd_http_addresses=["a:1"], log_level="debug", history_window_ms=5)
-    for name in [*ADMIN.cfg_to_flag, "nope", "config", "verbose", "version"]:
-        assert option_by_cfg_name(o, name) == http_api.option_by_cfg_name(o, name), name
+    assert option_by_cfg_name(o, "log_level") == (True, 1)
+    assert option_by_cfg_name(o, "nsqd_http_addresses") == (True, ["a:1"])
+    assert option_by_cfg_name(o, "http_client_connect_timeout") == (True, 2_000_000_000)
+    assert option_by_cfg_name(o, "acl_http_header") == (True, "X-Forwarded-User")
+    assert option_by_cfg_name(o, "notification_http_endpoint") == (True, "")
+    for name in ("nope", "config", "verbose", "version", "history_window"):
+        assert option_by_cfg_name(o, name) == (False, None), name
 
 
 def test_percentiles_parse_through_the_row() -> None:
