@@ -132,6 +132,7 @@ class Conn(asyncio.Protocol):
         self._switch = False
         self._identify_fut: asyncio.Future[bytes] | None = None
         self._tls_ok: asyncio.Future[bytes] | None = None
+        self._tls = False
         self._codec_ok: asyncio.Future[bytes] | None = None
         self._last_read = 0.0
         self._read_timer: asyncio.TimerHandle | None = None
@@ -173,6 +174,7 @@ class Conn(asyncio.Protocol):
             if tr is None:
                 raise ConnectionError(f"TLS upgrade to {self.addr} failed")
             self._transport = tr  # type: ignore[assignment]
+            self._tls = True
             await self._tls_ok
         if self._codec_ok is not None:
             await self._codec_ok
@@ -409,6 +411,17 @@ class Conn(asyncio.Protocol):
                 self._flush_handle.cancel()
                 self._flush()
             tr.close()
+            if self._tls:
+                # asyncio's TLS close waits for the peer's close_notify (30 s by default),
+                # which an nsqd may never send: once our bytes are out, drop the socket.
+                self._loop.call_later(0.05, self._abort_when_flushed, tr, 40)
+
+    def _abort_when_flushed(self, tr: asyncio.Transport, tries: int) -> None:
+        if tr.is_closing() and self._transport is tr:
+            if tr.get_write_buffer_size() and tries > 0:
+                self._loop.call_later(0.05, self._abort_when_flushed, tr, tries - 1)
+            else:
+                tr.abort()
 
     def call(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` on the connection's loop: at once on its thread, else soon."""
