@@ -118,6 +118,7 @@ class Conn(asyncio.Protocol):
         self.last_msg_time = 0.0
         self.in_flight = 0
         self.closing = False  # CLS sent (or close requested)
+        self.close_wait = False  # nsqd answered CLS: no more messages will come
         self.error: BaseException | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
