@@ -265,6 +265,31 @@ async def test_client_lookupd_discovery_and_rdy_spread(daemon_factory, lookupd):
     await c.stop(5)
 
 
+async def test_client_rdy_redistribution_when_conns_outnumber_max_in_flight(daemon_factory):
+    """max_in_flight 1 over two nsqd: never more than RDY 1 in all; the redistribution pass
+    takes RDY from the idle connection (low_rdy_idle_timeout 1 s) and gives it to another, so
+    messages waiting on either nsqd get read."""
+    d1, d2 = daemon_factory(), daemon_factory()
+    got = Collector(2)
+    cfg = fast(max_in_flight=1, rdy_redistribute_interval=0.05, low_rdy_idle_timeout=1.0)
+    c = Consumer("redis", "ch", cfg)
+    c.add_handler(got)
+    await c.connect_to_nsqd(d1.tcp_address)
+    await c.connect_to_nsqd(d2.tcp_address)
+    held = {a: conn.rdy for a, conn in c.conns.items()}
+    assert sorted(held.values()) == [0, 1]
+    sent = spy_rdy(c)
+    d1.pub("redis", b"on1")
+    d2.pub("redis", b"on2")
+    await got.wait(15)
+    assert sorted(got.bodies) == [b"on1", b"on2"]
+    assert {a for a, _ in sent} == set(held)  # RDY moved to both, one at a time:
+    for addr, n in sent:
+        held[addr] = n
+        assert sum(held.values()) <= 1, sent
+    await c.stop(5)
+
+
 async def _until(pred) -> None:
     while not pred():
         await asyncio.sleep(0.02)
