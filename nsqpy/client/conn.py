@@ -283,7 +283,7 @@ class Conn(asyncio.Protocol):
             self,
         )
         self.in_flight += 1
-        self.last_msg_time = self._loop.time()
+        self.last_msg_time = self._last_read  # this read's time (one clock call per read)
         if self.delegate is not None:
             self.delegate.on_message(self, msg)
 
