@@ -157,7 +157,8 @@ class Consumer:
         return False
 
     def _run_sync(self, handler: Handler, msg: Message) -> None:
-        if self._fails(msg):
+        n = self.config.max_attempts
+        if n and msg.attempts > n and self._fails(msg):
             return
         try:
             handler(msg)
@@ -223,8 +224,10 @@ class Consumer:
 
     def on_message_finished(self, conn: Conn, msg: Message) -> None:
         self._finished += 1
-        self._answered(conn, msg)
-        self._signal(_RESUME)
+        if msg._touch_timer is not None or conn.close_wait:
+            self._answered(conn, msg)
+        if self._backoff_level:  # a resume signal changes nothing at level 0
+            self._signal(_RESUME)
 
     def on_message_requeued(self, conn: Conn, msg: Message, backoff: bool) -> None:
         self._requeued += 1
