@@ -240,7 +240,8 @@ async def test_client_errors_are_nsqds(nsqd):
 
 
 async def test_client_lookupd_discovery_and_rdy_spread(daemon_factory, lookupd):
-    """Two nsqd registered with lookupd: the consumer finds both, splits max_in_flight 8 as 4
+    """Two nsqd registered with lookupd (listed after a dead lookupd): the consumer finds both,
+    splits max_in_flight 8 as 4
     + 4, and reads from both; a third nsqd that appears later is connected at the next poll
     and the split becomes 3/3/2... at most 8 in all."""
     flags = (f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1")
@@ -251,7 +252,8 @@ async def test_client_lookupd_discovery_and_rdy_spread(daemon_factory, lookupd):
     got = Collector(2)
     c = Consumer("disc", "ch", fast(max_in_flight=8))
     c.add_handler(got)
-    await c.connect_to_lookupd(lookupd.http_address)
+    # a dead lookupd first: each poll tries the next lookupd (up to 3 tries), as go-nsq
+    await c.connect_to_lookupds([f"127.0.0.1:{_free_port()}", lookupd.http_address])
     await got.wait()
     assert sorted(got.bodies) == [b"from1", b"from2"]
     assert sorted(c.conns) == sorted([d1.tcp_address, d2.tcp_address])
