@@ -136,6 +136,12 @@ class StreamLayers:
                 pending = tls.pending_out()
                 if pending:
                     host.raw_write(pending)
+                if tls.peer_closed:
+                    # the client's close_notify: as nsqd's read loop at EOF, run the commands
+                    # that came before it, then close (answering with our close_notify)
+                    if not data:
+                        raise ssl.SSLZeroReturnError
+                    self._loop.call_soon(host.close)
             codec = self._codec
             if codec is not None and data:
                 codec.feed(data)

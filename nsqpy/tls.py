@@ -124,13 +124,15 @@ _VERSION_NAMES = {
 class TLSSession:
     """Server-side TLS over memory BIOs for one connection."""
 
-    __slots__ = ("_in", "_out", "handshake_done", "obj")
+    __slots__ = ("_in", "_out", "handshake_done", "obj", "peer_closed")
 
     def __init__(self, ctx: ssl.SSLContext) -> None:
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self._in, self._out, server_side=True)
         self.handshake_done = False
+        #: The peer sent close_notify (its clean end of the TLS stream).
+        self.peer_closed = False
 
     def handshake(self, data: bytes) -> bytes:
         """Feed handshake bytes; returns records to send. Sets handshake_done when complete.
@@ -145,8 +147,9 @@ class TLSSession:
         return self._out.read()
 
     def decrypt(self, data: bytes) -> bytes:
-        """Feed records; returns the plaintext now available. Raises ssl.SSLError on bad
-        records; ssl.SSLZeroReturnError when the peer sent close_notify."""
+        """Feed records; returns the plaintext now available (what came before a close_notify
+        too). Raises ssl.SSLError on bad records. Sets ``peer_closed`` when the peer sent
+        close_notify: SSLObject.read then returns b"" (CPython's _ssl on SSL_ERROR_ZERO_RETURN)."""
         if data:
             self._in.write(data)
         chunks = []
@@ -156,7 +159,11 @@ class TLSSession:
                 chunk = read(65536)
             except ssl.SSLWantReadError:
                 break
+            except ssl.SSLZeroReturnError:
+                self.peer_closed = True
+                break
             if not chunk:
+                self.peer_closed = True
                 break
             chunks.append(chunk)
         return b"".join(chunks)

@@ -136,6 +136,24 @@ def test_tls_upgrade_sequence(daemon_factory, certs):
     c.close()
 
 
+def test_client_close_notify_closes_the_connection_at_once(daemon_factory, certs):
+    """A client that ends its TLS stream (close_notify) sees the connection close at once, as Go nsqd's read loop ends at EOF; nsqpy-d answers with its own
+    close_notify (Go drops the TCP connection without one), so a client's unwrap() returns
+    rather than waiting for its timeout."""
+    d = daemon_factory(*certs.flags())
+    c = TLSClient(d.tcp_port, certs.client_context())
+    assert c.sock.recv(64) == OK_FRAME
+    c.sock.settimeout(10)
+    c.cmd(b"PUB", b"tls_close", body=b"last")
+    assert c.sock.recv(64) == OK_FRAME
+    raw = c.sock.unwrap()  # sends close_notify, returns once the daemon's comes back
+    assert raw.recv(64) == b""  # and the TCP connection is closed behind it
+    raw.close()
+    wait_for(lambda: d.get_json("/stats?format=json&topic=tls_close")["topics"], what="topic")
+    (t,) = d.get_json("/stats?format=json&topic=tls_close")["topics"]
+    assert t["message_count"] == 1
+
+
 def test_tls12_cipher_suite_name(daemon_factory, certs):
     d = daemon_factory(*certs.flags())
     ctx = certs.client_context()
