@@ -269,8 +269,10 @@ class LookupPeer:
             raise
 
     async def _on_connect(self) -> None:
-        """nsqd's connectCallback: IDENTIFY, then the whole state (pending commands are
-        covered by it and dropped)."""
+        """nsqd's connectCallback: IDENTIFY, then the whole state. Commands still pending go
+        out after it, in order, as nsqd sends each command after its connectCallback: a
+        repeat of what the state says is harmless, but dropping them is not (a REGISTER sent
+        after the state with its UNREGISTER dropped would leave a registration behind)."""
         cmd = identify_cmd(self._identity())
         resp = await self._round_trip(cmd)
         if resp.startswith(b"E_"):
@@ -287,7 +289,6 @@ class LookupPeer:
         log.info("LOOKUPD(%s): peer info %s", self.addr, _peer_info_text(info))
         if not info.get("broadcast_address"):
             log.error("LOOKUPD(%s): no broadcast address", self.addr)
-        self._queue = deque(c for c in self._queue if c == _PING)
         for cmd in self._state():
             log.info("LOOKUPD(%s): %s", self.addr, _cmd_text(cmd))
             await self._round_trip(cmd)

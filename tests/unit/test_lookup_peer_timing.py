@@ -18,7 +18,13 @@ import struct
 
 import pytest
 
-from nsqpy.lookup_peer import IO_TIMEOUT_S, PING_INTERVAL_S, LookupPeer, register_cmd
+from nsqpy.lookup_peer import (
+    IO_TIMEOUT_S,
+    PING_INTERVAL_S,
+    LookupPeer,
+    register_cmd,
+    unregister_cmd,
+)
 from nsqpy.testing.virtual_time import VirtualTimeLoop, run_virtual
 
 HOST, PORT = "127.0.0.1", 4160
@@ -329,3 +335,43 @@ def test_commands_written_behind_the_lost_one_reconnect_at_once() -> None:
         "IDENTIFY", "REGISTER t1", "REGISTER t4", "REGISTER t5", "REGISTER t5"
     ]  # fmt: skip
     assert {at for at, _ in lk.conns[1]} == {2.0}
+
+
+def _registered(lines: list[str]) -> set[str]:
+    """What a lookupd holds after these command lines (REGISTER adds, UNREGISTER removes)."""
+    held: set[str] = set()
+    for line in lines:
+        cmd, _, key = line.partition(" ")
+        if cmd == "REGISTER":
+            held.add(key)
+        elif cmd == "UNREGISTER":
+            held.discard(key)
+    return held
+
+
+def test_commands_pending_at_a_reconnect_all_follow_the_state_in_order() -> None:
+    """A topic registered and deleted again while the connection was being lost: both
+    commands wait behind the lost one, and after the new connection's state (which no longer
+    has the topic) both go out, in order, as nsqd sends every command after its
+    connectCallback. Dropping the later ones as covered by the state would leave the first
+    one's registration behind."""
+
+    async def main(loop: VirtualTimeLoop) -> FakeLookupd:
+        lk, node = FakeLookupd(loop), Node()
+        node.topics["t1"] = []
+        peer = new_peer(node)
+        await until(1)
+        lk.drop()
+        await until(2)
+        node.add(peer, "lost")  # meets the dead connection
+        node.add(peer, "gone")
+        del node.topics["gone"]
+        peer.send(unregister_cmd("gone"))
+        await until(3)
+        await peer.close()
+        return lk
+
+    lk = run_virtual(main)
+    assert len(lk.conns) == 2
+    assert _registered(lk.commands(1)) == {"t1", "lost"}
+    assert lk.commands(1)[-2:] == ["REGISTER gone", "UNREGISTER gone"]
