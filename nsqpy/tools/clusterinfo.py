@@ -101,9 +101,7 @@ class ClusterInfo:
             return json.loads(body)
 
     async def _each(self, endpoints: list[str]) -> tuple[list[Any], list[str]]:
-        results = await asyncio.gather(
-            *(self.get_v1(e) for e in endpoints), return_exceptions=True
-        )
+        results = await asyncio.gather(*(self.get_v1(e) for e in endpoints), return_exceptions=True)
         ok = [r for r in results if not isinstance(r, BaseException)]
         errs = [f"{e}: {r}" for e, r in zip(endpoints, results) if isinstance(r, BaseException)]
         return ok, errs

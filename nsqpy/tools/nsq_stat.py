@@ -43,9 +43,7 @@ def format_line(cur: ChannelStats, prev: ChannelStats, interval_s: float) -> str
     """One report line: rates per second over ``interval_s`` then the current counters."""
     c, o = cur.counters, prev.counters
     ingress = int((c["message_count"] - o["message_count"]) / interval_s)
-    egress = int(
-        (c["message_count"] - o["message_count"] - (c["depth"] - o["depth"])) / interval_s
-    )
+    egress = int((c["message_count"] - o["message_count"] - (c["depth"] - o["depth"])) / interval_s)
     return (
         f"{ingress:7d} {egress:7d} | {c['depth']:7d} {c['memory_depth']:7d} "
         f"{c['backend_depth']:7d} {c['in_flight_count']:5d} {c['deferred_count']:5d} | "
@@ -83,8 +81,7 @@ async def stat_loop(opts: dict) -> None:
             cur = stats.get(channel)
             if cur is None:
                 fail(
-                    f"ERROR: failed to find channel({channel}) in stats metadata for "
-                    f"topic({topic})"
+                    f"ERROR: failed to find channel({channel}) in stats metadata for topic({topic})"
                 )
             out = sys.stdout
             if i % HEADER_EVERY == 0:
