@@ -25,8 +25,8 @@ def id_cmd(message_id: str) -> None:
 
     Exits 1 with the reason when MESSAGE_ID is not an nsqd ID.
     """
-    from .guid import decode_id
-    from .internal.gotime import rfc3339_ms
+    from ..guid import decode_id
+    from ..internal.gotime import rfc3339_ms
 
     try:
         d = decode_id(message_id)
