@@ -1,0 +1,42 @@
+"""nsqpy.client: an NSQ client (asyncio, with blocking wrappers for threads).
+
+Example (an nsqd on 127.0.0.1:4150)::
+
+    import asyncio
+    from nsqpy.client import Config, Consumer, Producer
+
+    async def main():
+        p = Producer("127.0.0.1:4150")
+        await p.publish("events", b"hello")
+        c = Consumer("events", "archive", Config(max_in_flight=100))
+        c.add_handler(lambda msg: print(msg.body))  # return: FIN; raise: REQ with backoff
+        await c.connect_to_nsqd("127.0.0.1:4150")  # or connect_to_lookupd("127.0.0.1:4161")
+        await asyncio.sleep(1)
+        await c.stop(); await p.stop()
+
+    asyncio.run(main())
+
+Strategy: one module per concept, as go-nsq: config (go-nsq's options, durations in seconds),
+conn (one nsqd connection: IDENTIFY, TLS, snappy/deflate, AUTH, heartbeats, frames), message,
+producer (Producer, ProducerPool), consumer (RDY spread, backoff, lookupd discovery), lookup
+(GET /lookup), blocking (BlockingProducer, BlockingConsumer: a loop in a daemon thread)."""
+
+from .blocking import BlockingConsumer, BlockingProducer
+from .config import Config
+from .conn import Conn, NSQError
+from .consumer import Consumer, ConsumerStats
+from .message import Message
+from .producer import Producer, ProducerPool
+
+__all__ = [
+    "BlockingConsumer",
+    "BlockingProducer",
+    "Config",
+    "Conn",
+    "Consumer",
+    "ConsumerStats",
+    "Message",
+    "NSQError",
+    "Producer",
+    "ProducerPool",
+]
