@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .flags import log
+from .flags import app_log
 from .strftime import strftime
 
 _GZIP_OS_UNKNOWN = 255
@@ -160,8 +160,8 @@ class FileLogger:
         self.filesize = 0
         self.rev = 0
 
-    def _logf(self, text: str) -> None:
-        log(f"[{self.topic}/{self.opts.channel}] {text}")
+    def _logf(self, text: str, level: int = 2) -> None:
+        app_log(level, f"[{self.topic}/{self.opts.channel}] {text}")
 
     def current_filename(self) -> str:
         """The file name template for now (<DATETIME> replaced)."""
@@ -219,7 +219,7 @@ class FileLogger:
                 out_path = self._output_path(path)
                 _mkdir_for(out_path)
                 if os.path.lexists(out_path):
-                    self._logf(f"output file already exists: {out_path}")
+                    self._logf(f"output file already exists: {out_path}", 3)
                     self.rev += 1
                     continue
             flags = os.O_WRONLY | os.O_CREAT
@@ -227,7 +227,7 @@ class FileLogger:
             try:
                 fd = os.open(path, flags, 0o666)
             except FileExistsError:
-                self._logf(f"working file already exists: {path}")
+                self._logf(f"working file already exists: {path}", 3)
                 self.rev += 1
                 continue
             self._logf(f"opening {path}")
@@ -289,7 +289,7 @@ class FileLogger:
             template = _go_path_join(posixpath.dirname(dst), posixpath.basename(self.filename))
             i = self.rev + 1
             while True:
-                self._logf(f"destination file already exists: {dst}")
+                self._logf(f"destination file already exists: {dst}", 3)
                 dst = template.replace("<REV>", f"-{i:06d}")
                 try:
                     _exclusive_rename(src, dst)

@@ -131,6 +131,32 @@ def log(text: str) -> None:
     sys.stderr.flush()
 
 
+#: NSQ's internal/lg levels, as --log-level spells them, and their names in a line.
+LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
+_LEVEL_NAMES = {1: "DEBUG", 2: "INFO", 3: "WARNING", 4: "ERROR", 5: "FATAL"}
+_app_log: list = ["", 2]  # prefix, least level
+
+
+def set_app_log(prefix: str, level: str) -> None:
+    """The prefix and least level of ``app_log`` (nsq_to_file's --log-prefix, --log-level);
+    ValueError for a level NSQ does not know."""
+    if level.lower() not in LOG_LEVELS:
+        raise ValueError(level)
+    _app_log[:] = [prefix, LOG_LEVELS[level.lower()]]
+
+
+def app_log(level: int, text: str) -> None:
+    """A line of NSQ's internal/lg on stderr: ``<prefix>2006/01/02 15:04:05.000000 INFO: text``,
+    left out below the level set with set_app_log."""
+    if level < _app_log[1]:
+        return
+    now = time.time()
+    stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now))
+    micros = int(now % 1 * 1e6)
+    sys.stderr.write(f"{_app_log[0]}{stamp}.{micros:06d} {_LEVEL_NAMES[level]}: {text}\n")
+    sys.stderr.flush()
+
+
 def fail(text: str) -> NoReturn:
     """Go's log.Fatal: ``text`` logged on stderr, then exit 1."""
     log(text)

@@ -30,11 +30,12 @@ from .flags import (
     STR,
     VERSION,
     Flag,
+    app_log,
     check_one_source,
     fail,
-    log,
     parse,
     print_version,
+    set_app_log,
 )
 from .runtime import Signals, make_config, run_main, start_consumer
 
@@ -112,7 +113,9 @@ class TopicWriter:
     def _sync(self) -> None:
         if not self.held:
             return
-        log(f"[{self.topic}/{self.opts['channel']}] syncing {len(self.held)} records to disk")
+        app_log(
+            2, f"[{self.topic}/{self.opts['channel']}] syncing {len(self.held)} records to disk"
+        )
         self.file.sync()
         for m in reversed(self.held):
             m.finish()
@@ -189,12 +192,12 @@ async def discover(opts: dict, fopts: FileOptions) -> None:
                 except re.error:
                     allowed = False
                 if not allowed:
-                    log(f"WARNING: skipping topic {topic} (doesn't match pattern {pattern})")
+                    app_log(3, f"skipping topic {topic} (doesn't match pattern {pattern})")
                     continue
             try:
                 w = TopicWriter(opts, fopts, topic, cfg)
             except ValueError as e:
-                log(f"ERROR: couldn't create logger for new topic {topic}: {e}")
+                app_log(4, f"couldn't create logger for new topic {topic}: {e}")
                 continue
             writers[topic] = w
             await w.start()
@@ -217,7 +220,7 @@ async def discover(opts: dict, fopts: FileOptions) -> None:
                     if errs:
                         raise ClusterError("; ".join(errs))
                 except (TimeoutError, ClusterError, OSError) as e:
-                    log(f"ERROR: could not retrieve topic list: {e}")
+                    app_log(4, f"could not retrieve topic list: {e}")
                     continue
                 await update(topics)
     for w in writers.values():
@@ -231,7 +234,9 @@ def run(argv: Sequence[str]) -> None:
     opts = parse("nsq_to_file", FLAGS, argv)
     if opts is None:
         return
-    if opts["log_level"] not in ("debug", "info", "warn", "error", "fatal"):
+    try:
+        set_app_log(opts["log_prefix"], opts["log_level"])
+    except ValueError:
         fail("--log-level is invalid")
     if opts["version"]:
         print_version("nsq_to_file")
