@@ -166,8 +166,8 @@ class BlockingConsumer:
         return self._lt.run(get(), self.timeout)
 
     def stop(self, timeout: float | None = None) -> None:
-        """CLS, requeue the messages not taken, wait until those taken are answered (at most ``timeout`` s, default the
-        wrapper's), close, end the loop thread."""
+        """CLS, requeue the messages not taken, wait until those taken are answered (at most
+        ``timeout`` s, default the wrapper's), close, end the loop thread."""
         t = self.timeout if timeout is None else timeout
         while True:  # messages nobody took go back now, without backoff
             try:

@@ -10,12 +10,28 @@ Source: go-nsq message.go (v1.1)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .conn import Conn
+from .config import Config
 
 _FIN, _REQ, _TOUCH = 0, 1, 2
+
+
+class Responder(Protocol):
+    """What a message needs of its connection (conn.Conn is one)."""
+
+    addr: str
+    config: Config
+
+    @property
+    def is_open(self) -> bool: ...
+
+    def call(self, fn: Callable[..., None], *args: Any) -> None: ...
+
+    def respond(
+        self, msg: Message, kind: int, delay_ms: int = 0, backoff: bool = False
+    ) -> None: ...
 
 
 class Message:
@@ -39,7 +55,7 @@ class Message:
         "timestamp",
     )
 
-    def __init__(self, msg_id: bytes, body: bytes, attempts: int, timestamp: int, conn: Conn):
+    def __init__(self, msg_id: bytes, body: bytes, attempts: int, timestamp: int, conn: Responder):
         self.id = msg_id
         self.body = body
         self.attempts = attempts
