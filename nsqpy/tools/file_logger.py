@@ -159,15 +159,22 @@ class FileLogger:
         self.open_time = 0.0
         self.filesize = 0
         self.rev = 0
+        self._name_sec = -1
+        self._name = ""
 
     def _logf(self, text: str, level: int = 2) -> None:
         app_log(level, f"[{self.topic}/{self.opts.channel}] {text}")
 
     def current_filename(self) -> str:
-        """The file name template for now (<DATETIME> replaced)."""
-        return self.filename_format.replace(
-            "<DATETIME>", strftime(self.opts.datetime_format, self.clock())
-        )
+        """The file name template for now (<DATETIME> replaced); formatted once per second
+        (the finest unit a --datetime-format can show), since every message asks."""
+        sec = int(self.clock())
+        if sec != self._name_sec:
+            self._name_sec = sec
+            self._name = self.filename_format.replace(
+                "<DATETIME>", strftime(self.opts.datetime_format, sec)
+            )
+        return self._name
 
     def needs_rotation(self) -> bool:
         """True when no file is open, the name changed with the time, the file is older than
