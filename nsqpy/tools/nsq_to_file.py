@@ -172,7 +172,7 @@ class TopicWriter:
 
 async def discover(opts: dict, fopts: FileOptions) -> None:
     """topic_discoverer.go's run: the given topics, or the lookupds' topics every refresh."""
-    cfg = make_config("nsq_to_file", opts["consumer_opt"], opts["max_in_flight"])
+    cfg = make_config("nsq_to_file", opts["consumer_opt"], opts["max_in_flight"], strict=False)
     writers: dict[str, TopicWriter] = {}
 
     def hup() -> None:

@@ -148,7 +148,7 @@ async def copy(opts: dict) -> None:
 
     dests = opts["destination_nsqd_tcp_address"]
     ccfg = make_config("nsq_to_nsq", opts["consumer_opt"], opts["max_in_flight"])
-    pcfg = make_config("nsq_to_nsq", opts["producer_opt"])
+    pcfg = make_config("nsq_to_nsq", opts["producer_opt"], flag="producer-opt")
     producers = {}
     for addr in dests:
         try:

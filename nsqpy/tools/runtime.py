@@ -11,20 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from .flags import NSQ_TOOLS_VERSION, fail, split_opt
+from .flags import NSQ_TOOLS_VERSION, fail, log, split_opt
 
 
 def user_agent(program: str) -> str:
     return f"{program}/{NSQ_TOOLS_VERSION} nsqpy/{__version__}"
 
 
-def make_config(program: str, opts: Sequence[str], max_in_flight: int | None = None) -> Any:
+def make_config(
+    program: str,
+    opts: Sequence[str],
+    max_in_flight: int | None = None,
+    flag: str = "consumer-opt",
+    strict: bool = True,
+) -> Any:
     """An nsqpy.client Config with each ``name,value`` of ``opts`` set as go-nsq's ConfigFlag
-    sets it; a bad option is fatal, as in Go (log.Fatal)."""
+    sets it. A bad option is a flag error (exit 2), as Go's flag package makes it; with
+    ``strict`` False it is logged and skipped (nsq_to_file sets its options after parsing and
+    ignores their errors)."""
     from ..client import Config
 
     cfg = Config()
@@ -33,7 +42,11 @@ def make_config(program: str, opts: Sequence[str], max_in_flight: int | None = N
         try:
             cfg.set(name, value)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
-            fail(f"invalid option {opt!r} - {e}")
+            text = f'invalid value "{opt}" for flag -{flag}: {e}'
+            if strict:
+                sys.stderr.write(text + "\n")
+                sys.exit(2)
+            log(f"{text} (ignored, as Go's {program} ignores it)")
     cfg.user_agent = user_agent(program)
     if max_in_flight is not None:
         cfg.max_in_flight = max_in_flight

@@ -76,7 +76,7 @@ class Throttle:
 async def publish_stdin(opts: dict, delim: bytes) -> None:
     from ..client import Producer
 
-    cfg = make_config("to_nsq", opts["producer_opt"])
+    cfg = make_config("to_nsq", opts["producer_opt"], flag="producer-opt")
     producers = []
     for addr in opts["nsqd_tcp_address"]:
         try:

@@ -138,3 +138,18 @@ def test_tools_to_nsq_pieces_split_at_the_delimiter() -> None:
     assert asyncio.run(collect(b"a\n\nbb\nc", b"\n")) == [b"a", b"bb", b"c"]
     assert asyncio.run(collect(b"x,y,", b",")) == [b"x", b"y"]
     assert asyncio.run(collect(b"", b"\n")) == []
+
+
+def test_tools_client_options_as_go_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    from nsqpy.tools.runtime import make_config
+
+    cfg = make_config("nsq_tail", ["max_attempts,3", "snappy", "read-timeout,90s"], 7)
+    assert (cfg.max_attempts, cfg.snappy, cfg.read_timeout, cfg.max_in_flight) == (3, True, 90, 7)
+    assert cfg.user_agent.startswith("nsq_tail/1.3.0 nsqpy/")
+    with pytest.raises(SystemExit) as e:
+        make_config("nsq_tail", ["bogus,1"])
+    assert e.value.code == 2 and 'invalid value "bogus,1" for flag -consumer-opt' in (
+        capsys.readouterr().err
+    )
+    lenient = make_config("nsq_to_file", ["bogus,1", "max_attempts,4"], strict=False)
+    assert lenient.max_attempts == 4  # nsq_to_file ignores a bad option, as Go's does
