@@ -138,19 +138,26 @@ def drain(nsqd: Nsqd, topic: str, n: int, channel: str = "check") -> list[bytes]
 # ---------------------------------------------------------------------------- nsq_tail
 
 
-def test_nsq_tail_prints_the_same_lines_as_go(cluster) -> None:
-    nsqd, _ = cluster
-    channels(nsqd, "tail_t", "go", "py")
+@pytest.mark.parametrize("source", ["nsqd", "lookupd"])
+def test_nsq_tail_prints_the_same_lines_as_go(cluster, source: str) -> None:
+    nsqd, lk = cluster
+    topic = f"tail_{source}"
+    channels(nsqd, topic, "go", "py")
     bodies = [b"one", b"two words", "\u00e9t\u00e9".encode(), b" ", b"x" * 3000, b"last"]
-    nsqd.mpub("tail_t", bodies)
-    common = ["--topic=tail_t", f"--nsqd-tcp-address={nsqd.tcp_address}", "-n", "6"]
+    nsqd.mpub(topic, bodies)
+    if source == "lookupd":
+        wait_for(lambda: lk.producers(topic), what="the topic at the lookupd")
+        addr = f"--lookupd-http-address={lk.http_address}"
+    else:
+        addr = f"--nsqd-tcp-address={nsqd.tcp_address}"
+    common = [f"--topic={topic}", addr, "-n", "6"]
     out = both(
         "nsq_tail",
         {w: [*common, f"--channel={w}", "-print-topic"] for w in ("go", "py")},
     )
     assert out["go"][0] == out["py"][0] == 0
     assert out["py"][1] == out["go"][1]
-    assert out["py"][1] == b"".join(b"tail_t | " + b + b"\n" for b in bodies)
+    assert out["py"][1] == b"".join(topic.encode() + b" | " + b + b"\n" for b in bodies)
 
 
 # ---------------------------------------------------------------------------- to_nsq
@@ -460,23 +467,30 @@ class Recorder:
         )
 
 
-@pytest.mark.parametrize("mode", ["post", "get"])
-def test_nsq_to_http_sends_the_same_requests_as_go(cluster, mode: str) -> None:
+@pytest.mark.parametrize(
+    "method,mode", [("post", "round-robin"), ("get", "hostpool"), ("post", "every")]
+)
+def test_nsq_to_http_sends_the_same_requests_as_go(cluster, method: str, mode: str) -> None:
+    """--mode: round-robin, hostpool (the default), and an unknown mode, which Go's code
+    reads as its zero mode: every address gets every message."""
     nsqd, _ = cluster
-    topic = f"http_{mode}"
+    topic = f"http_{method}_{mode.replace('-', '_')}"
     bodies = [b"plain", b"sp ace&amp=1/?", "\u00fc".encode(), b'{"j":1}']
     channels(nsqd, topic, "go", "py")
     nsqd.mpub(topic, bodies)
+    per_address = len(bodies) if mode == "every" else len(bodies) // 2
     rec = Recorder()
     try:
         base = f"http://127.0.0.1:{rec.port}"
 
         def target(w: str, name: str) -> str:
-            if mode == "post":
+            if method == "post":
                 return f"--post={base}/{w}/{name}"
             return f"--get={base}/{w}/{name}?msg=%s&x=1"
 
-        extra = ["--content-type=application/json"] if mode == "post" else []
+        extra = ["--content-type=application/json"] if method == "post" else []
+        if mode != "hostpool":
+            extra.append(f"--mode={mode}")
         procs = {
             w: spawn(
                 w,
@@ -486,7 +500,6 @@ def test_nsq_to_http_sends_the_same_requests_as_go(cluster, mode: str) -> None:
                 f"--nsqd-tcp-address={nsqd.tcp_address}",
                 target(w, "a"),
                 target(w, "b"),
-                "--mode=round-robin",
                 "-n",
                 "1",
                 "--header=X-Trace: t1",
@@ -495,7 +508,7 @@ def test_nsq_to_http_sends_the_same_requests_as_go(cluster, mode: str) -> None:
             for w in ("go", "py")
         }
         wait_for(
-            lambda: len(rec.of("go")) == len(rec.of("py")) == len(bodies),
+            lambda: len(rec.of("go")) == len(rec.of("py")) == 2 * per_address,
             TIMEOUT,
             what="every request at the server",
         )
@@ -505,5 +518,6 @@ def test_nsq_to_http_sends_the_same_requests_as_go(cluster, mode: str) -> None:
         rec.close()
     assert py == go
     paths = [p for _, p, _, _ in py]
-    assert sum(p.startswith("/a") for p in paths) == sum(p.startswith("/b") for p in paths) == 2
+    assert sum(p.startswith("/a") for p in paths) == per_address
+    assert sum(p.startswith("/b") for p in paths) == per_address
     assert all(h[1] == "nsq_to_http v1.3.0" and h[2] == "t1" for _, _, h, _ in py)
