@@ -3,10 +3,10 @@ apps/nsq_tail/nsq_tail.go (v1.3.0) does.
 
 Strategy: one nsqpy.client Consumer per ``--topic`` on one channel (default: an ephemeral
 ``tail<6 digits>#ephemeral``), each with a handler that writes the body and a newline
-(``<topic> | `` first with ``--print-topic``). With ``-n N`` the tool ends once one topic's
-handler has printed N messages (Go counts per topic too; max-in-flight is lowered to N) and
-prints nothing after that (what arrives later goes back at once, as Go's exit
-leaves it to nsqd); SIGINT/SIGTERM end it otherwise."""
+(``<topic> | `` first with ``--print-topic``), flushed once per event-loop pass. With ``-n N``
+the tool ends once one topic's handler has printed N messages (Go counts per topic too;
+max-in-flight is lowered to N) and prints nothing after that (what arrives later goes back at
+once, as Go's exit leaves it to nsqd); SIGINT/SIGTERM end it otherwise."""
 
 from __future__ import annotations
 
@@ -47,12 +47,20 @@ FLAGS = (
 class TailHandler:
     """Prints one topic's messages; sets ``done`` when it has printed ``total`` (0: never)."""
 
-    __slots__ = ("prefix", "total", "shown", "done", "out")
+    __slots__ = ("prefix", "total", "shown", "done", "out", "flush_due")
 
     def __init__(self, topic: str, print_topic: bool, total: int, done: asyncio.Event) -> None:
         self.prefix = f"{topic} | ".encode() if print_topic else b""
         self.total, self.shown, self.done = total, 0, done
         self.out = sys.stdout.buffer
+        self.flush_due = False
+
+    def flush(self) -> None:
+        self.flush_due = False
+        try:
+            self.out.flush()
+        except OSError as e:  # Go: log.Fatalf on a failed write to stdout
+            fail(f"ERROR: failed to write to os.Stdout - {e}")
 
     async def __call__(self, msg: Any) -> None:
         if self.done.is_set():  # Go has exited by now: the message goes back, unprinted
@@ -60,8 +68,13 @@ class TailHandler:
             msg.requeue(0, backoff=False)
             return
         self.shown += 1
-        self.out.write(self.prefix + msg.body + b"\n")
-        self.out.flush()
+        try:
+            self.out.write(self.prefix + msg.body + b"\n")
+        except OSError as e:
+            fail(f"ERROR: failed to write to os.Stdout - {e}")
+        if not self.flush_due:  # one flush per event-loop pass, after the lines it printed
+            self.flush_due = True
+            asyncio.get_running_loop().call_soon(self.flush)
         if self.total > 0 and self.shown >= self.total:
             self.done.set()
 
@@ -89,6 +102,7 @@ async def tail(opts: dict) -> None:
             )
         )
     await signals.wait(done)
+    sys.stdout.flush()
     await stop_all(consumers)
 
 
