@@ -5,7 +5,8 @@ defaults; every duration is a float in **seconds** (go-nsq keeps time.Duration).
 go-nsq's ``min``/``max`` tags, checked by :meth:`Config.validate` and by :meth:`Config.set`.
 ``set(name, value)`` is go-nsq's Config.Set as the Go tools' ``--consumer-opt`` and
 ``--producer-opt`` flags use it: hyphens read as underscores, strings coerced as Go's coerce()
-does (durations with time.ParseDuration's grammar, booleans with strconv.ParseBool's). TLS is
+does (durations with time.ParseDuration's grammar, booleans with strconv.ParseBool's), and
+``set_flag("name,value")`` is go-nsq's ConfigFlag (the flag value as the tools get it). TLS is
 either the file options (go-nsq's tlsConfig handler: ``tls_root_ca_file``, ``tls_cert``,
 ``tls_key``, ``tls_insecure_skip_verify``, ``tls_min_version``) or a ready ``ssl.SSLContext``
 in ``tls_context``; :meth:`Config.ssl_context` builds the context a connection uses.
@@ -160,6 +161,8 @@ class Config:
         kind = f.metadata.get("kind")
         current = getattr(self, opt)
         try:
+            if isinstance(value, bool) and not isinstance(current, bool):
+                raise ValueError("invalid value type")  # go-nsq's coerce refuses it too
             if kind == "duration":
                 coerced: Any = _coerce_duration(value)
             elif isinstance(current, bool):
@@ -176,6 +179,13 @@ class Config:
         if opt == "tls_min_version" and coerced and coerced not in _TLS_VERSIONS:
             raise ValueError(f"ERROR: {coerced} is not a tls version")
         setattr(self, opt, coerced)
+
+    def set_flag(self, opt: str) -> None:
+        """One ``--consumer-opt``/``--producer-opt`` value of the Go tools (go-nsq's
+        ConfigFlag.Set): ``"name,value"`` split at the first comma, then :meth:`set`; a bare
+        ``"name"`` sets it to true. Raises ValueError as set()."""
+        key, sep, value = opt.partition(",")
+        self.set(key, value if sep else True)
 
     def validate(self) -> None:
         """Check every bounded field and that heartbeat_interval < read_timeout (go-nsq's

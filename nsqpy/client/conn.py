@@ -34,7 +34,6 @@ import json
 import struct
 import threading
 from collections import deque
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import wire
@@ -118,6 +117,7 @@ class Conn(asyncio.Protocol):
         self.last_msg_time = 0.0
         self.in_flight = 0
         self.closing = False  # CLS sent (or close requested)
+        self.close_wait = False  # nsqd answered CLS: no more messages will come
         self.error: BaseException | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
@@ -282,7 +282,7 @@ class Conn(asyncio.Protocol):
             self,
         )
         self.in_flight += 1
-        self.last_msg_time = self._loop.time()
+        self.last_msg_time = self._last_read  # this read's time (one clock call per read)
         if self.delegate is not None:
             self.delegate.on_message(self, msg)
 
@@ -423,13 +423,6 @@ class Conn(asyncio.Protocol):
             else:
                 tr.abort()
 
-    def call(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` on the connection's loop: at once on its thread, else soon."""
-        if threading.get_ident() == self._thread:
-            fn(*args)
-        else:
-            self._loop.call_soon_threadsafe(fn, *args)
-
     # ------------------------------------------------------------------ message responses
 
     def set_rdy(self, count: int) -> None:
@@ -441,11 +434,16 @@ class Conn(asyncio.Protocol):
 
     def respond(self, msg: Message, kind: int, delay_ms: int = 0, backoff: bool = False) -> None:
         """FIN (kind 0), REQ (kind 1, ``delay_ms``) or TOUCH (kind 2) ``msg``, then tell the
-        delegate (on the loop's thread)."""
+        delegate; from any thread (moved onto the loop's)."""
+        if threading.get_ident() != self._thread:
+            self._loop.call_soon_threadsafe(self.respond, msg, kind, delay_ms, backoff)
+            return
         if self._transport is None:
             return  # nsqd has already put it back in its queue
-        if kind == 0:
-            self._write(b"FIN %s\n" % msg.id)
+        if kind == 0:  # the hot path: _write inlined
+            self._out += b"FIN %s\n" % msg.id
+            if self._flush_handle is None:
+                self._flush_handle = self._loop.call_soon(self._flush)
         elif kind == 1:
             self._write(b"REQ %s %d\n" % (msg.id, delay_ms))
         else:

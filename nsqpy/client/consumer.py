@@ -9,7 +9,8 @@ Strategy (go-nsq consumer.go, v1.1, rule for rule):
   first lowers the others. With more connections than max_in_flight, a redistribution pass
   every ``rdy_redistribute_interval`` takes RDY back from connections idle for
   ``low_rdy_idle_timeout`` (or holding it for ``low_rdy_timeout``) and hands RDY 1 to random
-  connections up to the max.
+  connections up to the max. When a connection closes, the others take its share back at once
+  (go-nsq waits for the next connection or redistribution pass).
 - **Backoff.** A FIN is a "resume" signal, a REQ with backoff a "backoff" signal, a REQ
   without it "continue". Backoff raises a level (while multiplier × 2**(level+1) stays within
   max_backoff_duration) and sends RDY 0 everywhere for multiplier × 2**level seconds; then RDY
@@ -156,7 +157,8 @@ class Consumer:
         return False
 
     def _run_sync(self, handler: Handler, msg: Message) -> None:
-        if self._fails(msg):
+        n = self.config.max_attempts
+        if n and msg.attempts > n and self._fails(msg):
             return
         try:
             handler(msg)
@@ -217,13 +219,15 @@ class Consumer:
         if msg._touch_timer is not None:
             msg._touch_timer.cancel()
             msg._touch_timer = None
-        if conn.closing and conn.in_flight <= 0 and conn.identify_response.get("_close_wait"):
+        if conn.close_wait and conn.in_flight <= 0:
             conn.close()
 
     def on_message_finished(self, conn: Conn, msg: Message) -> None:
         self._finished += 1
-        self._answered(conn, msg)
-        self._signal(_RESUME)
+        if msg._touch_timer is not None or conn.close_wait:
+            self._answered(conn, msg)
+        if self._backoff_level:  # a resume signal changes nothing at level 0
+            self._signal(_RESUME)
 
     def on_message_requeued(self, conn: Conn, msg: Message, backoff: bool) -> None:
         self._requeued += 1
@@ -494,6 +498,11 @@ class Consumer:
 
     # ------------------------------------------------------------------ stop, stats
 
+    @property
+    def stopped(self) -> bool:
+        """Whether stop() was called."""
+        return self._stopping
+
     def stats(self) -> ConsumerStats:
         """The counters now."""
         return ConsumerStats(
@@ -543,7 +552,7 @@ class Consumer:
             if f.cancelled() or f.exception() is not None:
                 conn.close()
                 return
-            conn.identify_response["_close_wait"] = True
+            conn.close_wait = True
             if conn.in_flight <= 0:
                 conn.close()
 

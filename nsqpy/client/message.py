@@ -10,7 +10,6 @@ Source: go-nsq message.go (v1.1)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from .config import Config
@@ -26,8 +25,6 @@ class Responder(Protocol):
 
     @property
     def is_open(self) -> bool: ...
-
-    def call(self, fn: Callable[..., None], *args: Any) -> None: ...
 
     def respond(
         self, msg: Message, kind: int, delay_ms: int = 0, backoff: bool = False
@@ -89,7 +86,7 @@ class Message:
         if self._responded:
             return
         self._responded = True
-        self._conn.call(self._conn.respond, self, _FIN)
+        self._conn.respond(self, _FIN)
 
     def requeue(self, delay: float | None = None, backoff: bool = True) -> None:
         """Send REQ: nsqd delivers the message again after ``delay`` seconds. ``None`` means
@@ -102,10 +99,10 @@ class Message:
         cfg = self._conn.config
         if delay is None or delay < 0:
             delay = min(cfg.default_requeue_delay * self.attempts, cfg.max_requeue_delay)
-        self._conn.call(self._conn.respond, self, _REQ, int(delay * 1000), backoff)
+        self._conn.respond(self, _REQ, int(delay * 1000), backoff)
 
     def touch(self) -> None:
         """Send TOUCH: nsqd restarts the message's timeout. A no-op once answered."""
         if self._responded:
             return
-        self._conn.call(self._conn.respond, self, _TOUCH)
+        self._conn.respond(self, _TOUCH)

@@ -240,7 +240,8 @@ async def test_client_errors_are_nsqds(nsqd):
 
 
 async def test_client_lookupd_discovery_and_rdy_spread(daemon_factory, lookupd):
-    """Two nsqd registered with lookupd: the consumer finds both, splits max_in_flight 8 as 4
+    """Two nsqd registered with lookupd (listed after a dead lookupd): the consumer finds both,
+    splits max_in_flight 8 as 4
     + 4, and reads from both; a third nsqd that appears later is connected at the next poll
     and the split becomes 3/3/2... at most 8 in all."""
     flags = (f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1")
@@ -251,7 +252,8 @@ async def test_client_lookupd_discovery_and_rdy_spread(daemon_factory, lookupd):
     got = Collector(2)
     c = Consumer("disc", "ch", fast(max_in_flight=8))
     c.add_handler(got)
-    await c.connect_to_lookupd(lookupd.http_address)
+    # a dead lookupd first: each poll tries the next lookupd (up to 3 tries), as go-nsq
+    await c.connect_to_lookupds([f"127.0.0.1:{_free_port()}", lookupd.http_address])
     await got.wait()
     assert sorted(got.bodies) == [b"from1", b"from2"]
     assert sorted(c.conns) == sorted([d1.tcp_address, d2.tcp_address])
@@ -262,6 +264,31 @@ async def test_client_lookupd_discovery_and_rdy_spread(daemon_factory, lookupd):
     await asyncio.wait_for(_until(lambda: len(got.msgs) == 3), 10)
     total = sum(sum(ready_counts(d, "disc", "ch")) for d in (d1, d2, d3))
     assert 3 <= total <= 8
+    await c.stop(5)
+
+
+async def test_client_rdy_redistribution_when_conns_outnumber_max_in_flight(daemon_factory):
+    """max_in_flight 1 over two nsqd: never more than RDY 1 in all; the redistribution pass
+    takes RDY from the idle connection (low_rdy_idle_timeout 1 s) and gives it to another, so
+    messages waiting on either nsqd get read."""
+    d1, d2 = daemon_factory(), daemon_factory()
+    got = Collector(2)
+    cfg = fast(max_in_flight=1, rdy_redistribute_interval=0.05, low_rdy_idle_timeout=1.0)
+    c = Consumer("redis", "ch", cfg)
+    c.add_handler(got)
+    await c.connect_to_nsqd(d1.tcp_address)
+    await c.connect_to_nsqd(d2.tcp_address)
+    held = {a: conn.rdy for a, conn in c.conns.items()}
+    assert sorted(held.values()) == [0, 1]
+    sent = spy_rdy(c)
+    d1.pub("redis", b"on1")
+    d2.pub("redis", b"on2")
+    await got.wait(15)
+    assert sorted(got.bodies) == [b"on1", b"on2"]
+    assert {a for a, _ in sent} == set(held)  # RDY moved to both, one at a time:
+    for addr, n in sent:
+        held[addr] = n
+        assert sum(held.values()) <= 1, sent
     await c.stop(5)
 
 

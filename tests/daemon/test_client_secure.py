@@ -34,6 +34,10 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+#: A body of many snappy chunks (64 KiB each) and many inflate steps, incompressible in part.
+BIG = (bytes(range(256)) * 1024 + b"z" * 300_000)[:500_000]
+
+
 def daemon_flags(case: dict[str, Any], certs: Certs, authd: AuthServer | None) -> list[str]:
     """The nsqd flags (nsqpy-d's and Go's spellings are the same) a case needs."""
     flags: list[str] = []
@@ -71,8 +75,9 @@ def client_config(case: dict[str, Any], certs: Certs) -> Config:
 async def run_case(
     tcp_address: str, case: dict[str, Any], certs: Certs, stats: Callable[[], dict[str, Any]]
 ) -> None:
-    """Subscribe, publish (PUB, MPUB of 50, a DPUB of 60 s) and consume the 51 over
-    connections with the case's features; check /stats' deferred count and client fields."""
+    """Subscribe, publish (PUB, MPUB of 50 with one 500 KB body, a DPUB of 60 s) and consume
+    the 51 over connections with the case's features; check /stats' deferred count and client
+    fields."""
     cfg = client_config(case, certs)
     got: list[bytes] = []
     done = asyncio.Event()
@@ -87,7 +92,7 @@ async def run_case(
     await c.connect_to_nsqd(tcp_address)
     p = Producer(tcp_address, cfg)
     await p.publish("orders", b"one")
-    await p.multi_publish("orders", [b"m%03d" % i for i in range(50)])
+    await p.multi_publish("orders", [b"m%03d" % i for i in range(49)] + [BIG])
     # Deferred for a minute: it must sit in the channel's deferred queue (Go nsqd would only
     # scan a new channel after its 5 s QueueScanRefreshInterval anyway).
     await p.deferred_publish("orders", 60, b"deferred")
@@ -97,7 +102,7 @@ async def run_case(
     assert ident.get("deflate") is bool(case.get("deflate"))
     assert ident.get("auth_required") is bool(case.get("auth"))
     await asyncio.wait_for(done.wait(), 10)
-    assert sorted(got) == sorted([b"one", *(b"m%03d" % i for i in range(50))])
+    assert sorted(got) == sorted([b"one", BIG, *(b"m%03d" % i for i in range(49))])
 
     st = await asyncio.to_thread(stats)
     (ch,) = [ch for t in st["topics"] for ch in t["channels"]]

@@ -1,6 +1,7 @@
 """nsqpy.client against Go nsqd 1.3: the feature matrix of tests/daemon/test_client_secure.py
 (TLS, a verified client certificate, snappy, deflate, AUTH and their mixes: publish, consume,
-then /stats' client fields), plus backoff and requeue attempts as Go nsqd counts them.
+then /stats' client fields), backoff and requeue attempts as Go nsqd counts them, and discovery
+through Go nsqlookupd's /lookup answer.
 
 Go's nsqd comes from tests/gobin.py (skipped with the reason when it is missing)."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import gobin
 import pytest
+from conftest import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 
@@ -97,3 +99,32 @@ async def test_client_requeue_and_backoff_on_go_nsqd(go_nsqd):
     assert rdys == [0, 1, 7]
     await c.stop(5)
     await p.stop()
+
+
+@pytest.mark.asyncio
+async def test_client_discovery_through_go_lookupd(go_nsqd):
+    """Go nsqlookupd with two Go nsqd: the consumer finds both from /lookup and reads from
+    both, max_in_flight 6 split 3 + 3."""
+    lk = gobin.start_go_lookupd()
+    try:
+        flags = (f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+        d1, d2 = go_nsqd(*flags), go_nsqd(*flags)
+        p1, p2 = Producer(d1.tcp_address), Producer(d2.tcp_address)
+        await p1.publish("go_disc", b"one")
+        await p2.publish("go_disc", b"two")
+        await asyncio.to_thread(
+            wait_for, lambda: len(lk.get_json("/lookup?topic=go_disc")["producers"]) == 2
+        )
+        got: list[bytes] = []
+        c = Consumer("go_disc", "ch", Config(max_in_flight=6, lookupd_poll_interval=0.5))
+        c.add_handler(lambda m: got.append(m.body))
+        await c.connect_to_lookupd(lk.http_address)
+        await asyncio.to_thread(wait_for, lambda: len(got) == 2)
+        assert sorted(got) == [b"one", b"two"]
+        assert sorted(c.conns) == sorted([d1.tcp_address, d2.tcp_address])
+        assert sorted(conn.rdy for conn in c.conns.values()) == [3, 3]
+        await c.stop(5)
+        await p1.stop()
+        await p2.stop()
+    finally:
+        assert lk.stop() == 0

@@ -76,6 +76,20 @@ def test_client_config_set_refuses(name, value, why):
     assert c == before
 
 
+def test_client_config_set_flag_is_go_nsqs_config_flag():
+    c = Config()
+    c.set_flag("max_in_flight,200")
+    c.set_flag("tls_v1")  # bare name: true
+    c.set_flag("user_agent,nsq_tail/1.3.0 go-nsq/1.1.0,extra")  # split at the first comma
+    c.set_flag("heartbeat-interval,10s")
+    assert (c.max_in_flight, c.tls_v1, c.heartbeat_interval) == (200, True, 10.0)
+    assert c.user_agent == "nsq_tail/1.3.0 go-nsq/1.1.0,extra"
+    with pytest.raises(ValueError, match="invalid option"):
+        c.set_flag("nope,1")
+    with pytest.raises(ValueError, match="failed to coerce"):
+        c.set_flag("max_in_flight")  # bare: true, not an int... as Go refuses
+
+
 def test_client_config_validate_heartbeat_vs_read_timeout():
     with pytest.raises(ValueError, match="heartbeat_interval"):
         Config(heartbeat_interval=61).validate()
