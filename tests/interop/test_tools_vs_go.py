@@ -11,7 +11,8 @@ egress columns (rates over each tool's own polling instants); nsq_to_file's <PID
 processes); gzip files are compared decompressed (Go's deflate and zlib choose different
 bytes, and the number of members follows the sync timing). Differences on purpose (README,
 "NSQ's tools in nsqpy"): to_nsq publishes a last line that has no delimiter whole (Go drops
-its last byte) -- checked here too."""
+its last byte), and nsq_tail -n N finishes the N-th message (Go's exit sends it back) -- both
+checked here too."""
 
 from __future__ import annotations
 
@@ -158,6 +159,10 @@ def test_nsq_tail_prints_the_same_lines_as_go(cluster, source: str) -> None:
     assert out["go"][0] == out["py"][0] == 0
     assert out["py"][1] == out["go"][1]
     assert out["py"][1] == b"".join(topic.encode() + b" | " + b + b"\n" for b in bodies)
+    # the difference on purpose: Go exits inside the N-th message's handler, so that message
+    # goes back to its channel; nsqpy finishes every message it printed
+    wait_for(lambda: nsqd.depth(topic, "go") == 1, what="Go's last message back in its channel")
+    assert nsqd.depth(topic, "py") == 0
 
 
 # ---------------------------------------------------------------------------- to_nsq
