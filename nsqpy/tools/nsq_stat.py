@@ -1,0 +1,126 @@
+"""`nsqpy nsq_stat`: poll a channel's /stats on every nsqd of its topic and print one line per
+interval, as NSQ's apps/nsq_stat/nsq_stat.go (v1.3.0) does.
+
+Strategy: a loop on asyncio and clusterinfo.py: find the topic's producers (lookupd /lookup or
+each nsqd's /stats), sum the channel over them, print the header at every 25th report (the
+first report only primes the rates and prints no line), then sleep ``--interval``. Rates are
+the message count's change (ingress) and the change not left in depth (egress) over the
+interval, truncated toward zero. ``--count N`` stops after N lines; errors are fatal, as in Go
+(log.Fatalf, exit 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from .clusterinfo import ChannelStats, ClusterError, ClusterInfo
+from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse, print_version
+
+FLAGS = (
+    VERSION,
+    Flag("topic", STR, "", "NSQ topic"),
+    Flag("channel", STR, "", "NSQ channel"),
+    Flag("interval", DURATION, 2.0, "duration of time between polling/printing output"),
+    Flag("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"),
+    Flag("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
+    Flag("count", INT, None, "number of reports"),
+    Flag("nsqd-http-address", LIST, (), "nsqd HTTP address (may be given multiple times)"),
+    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+)
+
+HEADER = (
+    "------rate------+----------------depth----------------+--------------metadata---------------\n"
+    "{:>7} {:>7} | {:>7} {:>7} {:>7} {:>5} {:>5} | {:>7} {:>7} {:>12} {:>7}\n".format(
+        "ingress", "egress", "total", "mem", "disk", "inflt", "def", "req", "t-o", "msgs", "clients"
+    )
+)
+#: A header every this many reports (the first report, which primes the rates, counts).
+HEADER_EVERY = 25
+
+
+def format_line(cur: ChannelStats, prev: ChannelStats, interval_s: float) -> str:
+    """One report line: rates per second over ``interval_s`` then the current counters."""
+    c, o = cur.counters, prev.counters
+    ingress = int((c["message_count"] - o["message_count"]) / interval_s)
+    egress = int((c["message_count"] - o["message_count"] - (c["depth"] - o["depth"])) / interval_s)
+    return (
+        f"{ingress:7d} {egress:7d} | {c['depth']:7d} {c['memory_depth']:7d} "
+        f"{c['backend_depth']:7d} {c['in_flight_count']:5d} {c['deferred_count']:5d} | "
+        f"{c['requeue_count']:7d} {c['timeout_count']:7d} {c['message_count']:12d} "
+        f"{c['client_count']:7d}\n"
+    )
+
+
+async def stat_loop(opts: dict) -> None:
+    topic, channel = opts["topic"], opts["channel"]
+    interval = opts["interval"]
+    count = opts["count"]
+    lookupds, nsqds = opts["lookupd_http_address"], opts["nsqd_http_address"]
+    prev: ChannelStats | None = None
+    async with ClusterInfo(
+        opts["http_client_connect_timeout"], opts["http_client_request_timeout"]
+    ) as ci:
+        i = 0
+        while count is None or count >= i:
+            try:
+                if lookupds:
+                    producers, errs = await ci.lookupd_topic_producers(topic, lookupds)
+                else:
+                    producers, errs = await ci.nsqd_topic_producers(topic, nsqds)
+                if errs:
+                    raise ClusterError("; ".join(errs))
+            except (ClusterError, OSError) as e:
+                fail(f"ERROR: failed to get topic producers - {e}")
+            try:
+                stats, errs = await ci.nsqd_channel_stats(producers, topic, channel)
+                if errs:
+                    raise ClusterError("; ".join(errs))
+            except (ClusterError, OSError) as e:
+                fail(f"ERROR: failed to get nsqd stats - {e}")
+            cur = stats.get(channel)
+            if cur is None:
+                fail(
+                    f"ERROR: failed to find channel({channel}) in stats metadata for topic({topic})"
+                )
+            out = sys.stdout
+            if i % HEADER_EVERY == 0:
+                out.write(HEADER)
+            if prev is not None:
+                out.write(format_line(cur, prev, interval))
+            out.flush()
+            prev = cur
+            i += 1
+            await asyncio.sleep(interval)
+
+
+def run(argv: Sequence[str]) -> None:
+    """nsq_stat's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
+    opts = parse("nsq_stat", FLAGS, argv)
+    if opts is None:
+        return
+    if opts["version"]:
+        print_version("nsq_stat")
+        return
+    if not opts["topic"] or not opts["channel"]:
+        fail("--topic and --channel are required")
+    if opts["interval"] <= 0:
+        fail("--interval should be positive")
+    if opts["http_client_connect_timeout"] <= 0:
+        fail("--http-client-connect-timeout should be positive")
+    if opts["http_client_request_timeout"] <= 0:
+        fail("--http-client-request-timeout should be positive")
+    if opts["count"] is not None and opts["count"] <= 0:
+        fail("--count should be positive")
+    nsqds, lookupds = opts["nsqd_http_address"], opts["lookupd_http_address"]
+    if not nsqds and not lookupds:
+        fail("--nsqd-http-address or --lookupd-http-address required")
+    if nsqds and lookupds:
+        fail("use --nsqd-http-address or --lookupd-http-address not both")
+    for flag, addrs in (("nsqd-http-address", nsqds), ("lookupd-http-address", lookupds)):
+        if any(a.startswith("http") for a in addrs):
+            fail(f"--{flag} error - address should not contain scheme")
+    try:
+        asyncio.run(stat_loop(opts))
+    except KeyboardInterrupt:
+        pass
