@@ -137,9 +137,10 @@ def test_tls_upgrade_sequence(daemon_factory, certs):
 
 
 def test_client_close_notify_closes_the_connection_at_once(daemon_factory, certs):
-    """A client that ends its TLS stream (close_notify) sees the connection close at once, as Go nsqd's read loop ends at EOF; nsqpy-d answers with its own
-    close_notify (Go drops the TCP connection without one), so a client's unwrap() returns
-    rather than waiting for its timeout."""
+    """A client that ends its TLS stream (close_notify) sees the connection close at once, as
+    Go nsqd's read loop ends at EOF; nsqpy-d answers with its own close_notify (Go drops the TCP
+    connection without one), so a client's unwrap() returns rather than waiting for its
+    timeout."""
     d = daemon_factory(*certs.flags())
     c = TLSClient(d.tcp_port, certs.client_context())
     assert c.sock.recv(64) == OK_FRAME
