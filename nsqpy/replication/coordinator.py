@@ -283,8 +283,10 @@ class Coordinator:
 
     async def watch_topics(self) -> AsyncIterator[TopicChange]:
         """Every topic record now (one change each, key order), then every change after, with no
-        gap (the watch starts at the revision after the read). After a compaction the records
-        are read again and re-announced. Runs until the caller stops iterating."""
+        gap (the watch starts at the revision after the read); a dropped connection is
+        reopened from the next revision. After a compaction the records are read again and
+        re-announced (deleted ones as deletions). Runs until the caller stops iterating;
+        EtcdUnavailable when no endpoint answers."""
         async for kv, deleted in self._watch(self.keys.topics):
             try:
                 topic = self.keys.topic_of(kv.key)
@@ -302,12 +304,24 @@ class Coordinator:
             yield NodeChange(node_id, None if deleted else _member(kv))
 
     async def _watch(self, prefix: bytes) -> AsyncIterator[tuple[KV, bool]]:
+        """(kv, deleted) for every key under ``prefix`` now, then every change. After a
+        compaction the prefix is read again: keys gone meanwhile come out as deletions, the
+        others as they are now."""
+        known: set[bytes] = set()
         while True:
             kvs, rev = await self.client.get_prefix(prefix)
+            now = {kv.key for kv in kvs}
+            for key in sorted(known - now):
+                yield KV(key, b"", 0, rev, 0, 0), True
+            known = now
             for kv in kvs:
                 yield kv, False
             try:
                 async for ev in self.client.watch_prefix(prefix, rev + 1):
+                    if ev.deleted:
+                        known.discard(ev.kv.key)
+                    else:
+                        known.add(ev.kv.key)
                     yield ev.kv, ev.deleted
             except WatchCompacted:
                 log.warning("watch on %r compacted: reading it again", prefix)

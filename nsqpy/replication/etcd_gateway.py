@@ -257,23 +257,32 @@ class EtcdClient:
 
 
 async def _watch_events(resp: aiohttp.ClientResponse) -> AsyncIterator[WatchEvent]:
-    while True:
-        line = await resp.content.readline()
-        if not line:
-            return
-        if not line.strip():
-            continue
-        obj = json.loads(line)
-        if "error" in obj:
-            err = obj["error"]
-            raise EtcdError(f"watch: {err.get('message', err)}", int(err.get("grpc_code", -1)))
-        res = obj.get("result", {})
-        if int(res.get("compact_revision", 0)) and res.get("canceled"):
+    """The events of one watch stream: newline-separated JSON objects, split here rather than
+    with readline (whose line limit a response carrying many events can pass)."""
+    buf = bytearray()
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        while (nl := buf.find(b"\n")) >= 0:
+            line = bytes(buf[:nl])
+            del buf[: nl + 1]
+            if line.strip():
+                for ev in _watch_message(json.loads(line)):
+                    yield ev
+
+
+def _watch_message(obj: dict[str, Any]) -> list[WatchEvent]:
+    if "error" in obj:
+        err = obj["error"]
+        raise EtcdError(f"watch: {err.get('message', err)}", int(err.get("grpc_code") or -1))
+    res = obj.get("result", {})
+    if res.get("canceled"):
+        if int(res.get("compact_revision", 0)):
             raise WatchCompacted(int(res["compact_revision"]))
-        if res.get("canceled"):
-            raise EtcdError(f"watch canceled: {res.get('cancel_reason', '')}")
-        for ev in res.get("events", []):
-            yield WatchEvent(ev.get("type") == "DELETE", KV.from_json(ev.get("kv", {})))
+        raise EtcdError(f"watch canceled: {res.get('cancel_reason', '')}")
+    return [
+        WatchEvent(ev.get("type") == "DELETE", KV.from_json(ev.get("kv", {})))
+        for ev in res.get("events", [])
+    ]
 
 
 def _revision(out: dict[str, Any]) -> int:
