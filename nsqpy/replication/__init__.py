@@ -84,7 +84,7 @@ from .records import (
     choose_placement,
     default_root,
 )
-from .session import LeaseClock, LeaseLost, NodeIdTaken, NodeSession
+from .session import LeaseClock, NodeIdTaken, NodeSession
 
 __all__ = [
     "Contended",
@@ -95,7 +95,6 @@ __all__ = [
     "Fenced",
     "Keys",
     "LeaseClock",
-    "LeaseLost",
     "Member",
     "NoEligibleLeader",
     "NodeChange",

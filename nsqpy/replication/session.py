@@ -33,10 +33,6 @@ from .records import Keys, NodeInfo, ReplicationError, cmp_absent, op_get, op_pu
 log = logging.getLogger("nsqpy.replication")
 
 
-class LeaseLost(ReplicationError):
-    """The node's lease expired on the server (or was revoked): it is no longer a member."""
-
-
 class LeaseClock:
     """The fencing arithmetic alone: ``LeaseClock(ttl, margin, clock)``; :meth:`renewed` with
     the monotonic time the successful keepalive was *sent* and the TTL it granted; ``deadline``
@@ -112,8 +108,8 @@ class NodeSession:
         return self.lease_id != 0 and not self.lost.is_set() and self.lease_clock.may_acknowledge()
 
     async def join(self) -> int:
-        """Grant a lease, write the node key under it (create-if-absent, or replace a key of this
-        node id whose lease is ours), start keepalives; returns the lease id."""
+        """Grant a lease, write the node key under it if absent, start keepalives; returns the
+        lease id. NodeIdTaken when the key exists (the lease just granted is then revoked)."""
         sent = self.lease_clock.clock()
         lease, ttl = await self.client.lease_grant(self.requested_ttl)
         key = self.keys.node(self.node_id)
@@ -131,10 +127,10 @@ class NodeSession:
         return lease
 
     async def rejoin(self) -> int:
-        """After ``lost``: stop the old keepalives and join again with a new lease."""
-        await self.stop_keepalive()
-        self.lease_clock.expire()
-        self.lease_id = 0
+        """Join again with a new lease (after ``lost``, or to give up a lease this node can no
+        longer vouch for): the old lease is revoked first when etcd still has it, so its node
+        key does not block the new one."""
+        await self.leave()
         return await self.join()
 
     async def stop_keepalive(self) -> None:

@@ -34,6 +34,7 @@ from nsqpy.replication import (
     NotEnoughNodes,
     TopicChange,
     TopicState,
+    WatchCompacted,
     default_root,
 )
 
@@ -327,3 +328,16 @@ async def test_repl_watch_delivers_every_change(cluster: Cluster) -> None:
     snap = await _next(late, lambda ch: True)
     assert snap == TopicChange("w", st3)
     await late.aclose()
+
+
+async def test_repl_watch_from_compacted_revision(cluster: Cluster) -> None:
+    client = await cluster.client()
+    key = cluster.keys.topic("gone")
+    first = await client.put(key, b"x")
+    last = await client.put(key, b"y")
+    await client.call("kv/compaction", {"revision": str(last), "physical": True})
+    with pytest.raises(WatchCompacted) as info:
+        await _next(client.watch_prefix(cluster.keys.topics, first), lambda ev: True)
+    assert info.value.compact_revision == last
+    now = await client.get(key)
+    assert now is not None and now.value == b"y"
