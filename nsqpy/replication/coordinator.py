@@ -327,16 +327,16 @@ class Coordinator:
                 log.warning("watch on %r compacted: reading it again", prefix)
 
     async def run_failover(self, retry_delay: float = 0.5) -> None:
-        """Run until cancelled: at start and whenever a node's key goes (its lease lapsed or it
-        left), elect new leaders for the topics whose leader lapsed (elect_lapsed). Every node
-        may run this; the transactions make concurrent runs safe. etcd errors are logged and
-        the watch is opened again after ``retry_delay`` seconds."""
+        """Run until cancelled: at start and at every membership change, elect new leaders for
+        the topics whose leader lapsed (elect_lapsed): a node's key going (its lease lapsed or
+        it left) can depose a leader, and a node joining can make a leaderless topic's ISR
+        member live again. Every node may run this; the transactions make concurrent runs safe.
+        etcd errors are logged and the watch is opened again after ``retry_delay`` seconds."""
         while True:
             try:
                 await self.elect_lapsed()
-                async for change in self.watch_members():
-                    if change.member is None:
-                        await self.elect_lapsed()
+                async for _change in self.watch_members():
+                    await self.elect_lapsed()
             except EtcdError as exc:
                 log.warning("failover watch: %s; again in %.1fs", exc, retry_delay)
                 await asyncio.sleep(retry_delay)

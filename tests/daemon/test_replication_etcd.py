@@ -13,6 +13,7 @@ with bounded timeouts; the only timed waits are the lease TTLs themselves.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -26,6 +27,7 @@ from etcd_server import EtcdServer, etcd_binary
 from nsqpy.replication import (
     Coordinator,
     EtcdClient,
+    EtcdUnavailable,
     Fenced,
     Keys,
     NodeIdTaken,
@@ -341,3 +343,48 @@ async def test_repl_watch_from_compacted_revision(cluster: Cluster) -> None:
     assert info.value.compact_revision == last
     now = await client.get(key)
     assert now is not None and now.value == b"y"
+
+
+async def test_repl_client_skips_dead_endpoints(cluster: Cluster) -> None:
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
+    dead_ep = f"127.0.0.1:{dead.getsockname()[1]}"
+    try:
+        async with EtcdClient([dead_ep, cluster.etcd.endpoint], timeout=2) as client:
+            rev = await client.put(cluster.keys.topic("k"), b"v")
+            kv = await client.get(cluster.keys.topic("k"))
+            assert kv is not None and kv.mod_revision == rev
+        async with EtcdClient([dead_ep], timeout=2) as client:
+            with pytest.raises(EtcdUnavailable):
+                await client.get(cluster.keys.topic("k"))
+    finally:
+        dead.close()
+
+
+async def test_repl_lone_isr_leader_reelected_on_return(cluster: Cluster) -> None:
+    a = await cluster.node("a")
+    b = await cluster.node("b")
+    st, _ = await a.create_topic("solo", 1)
+    lone = b if st.record.leader == "b" else a
+    other = a if lone is b else b
+    failover = asyncio.create_task(other.run_failover())
+    watch = other.watch_members()
+    try:
+        await _next(watch, lambda ch: True)
+        await lone.session.stop_keepalive()
+        await _next(watch, lambda ch: ch.member is None, timeout=TTL + 3)
+        # no other ISR member: the topic waits, no unclean election onto `other`
+        cur = await other.get_topic("solo")
+        assert cur is not None and cur.record == st.record
+        await lone.session.rejoin()
+        topics = other.watch_topics()
+        back = await _next(topics, lambda ch: ch.state is not None and ch.state.record.epoch == 2)
+        await topics.aclose()
+    finally:
+        failover.cancel()
+        await asyncio.gather(failover, return_exceptions=True)
+        await watch.aclose()
+    assert back.state is not None
+    assert back.state.record.leader == lone.node_id
+    assert back.state.record.leader_lease == lone.session.lease_id
+    assert lone.may_acknowledge(back.state) and not lone.may_acknowledge(st)
