@@ -143,8 +143,17 @@ class Coordinator:
         return _state(kv) if kv is not None else None
 
     async def topics(self) -> dict[str, TopicState]:
+        """Topic -> state for every record (a value that does not decode is logged, skipped)."""
         kvs, _ = await self.client.get_prefix(self.keys.topics)
-        return {s.record.topic: s for s in map(_state, kvs)}
+        out: dict[str, TopicState] = {}
+        for kv in kvs:
+            try:
+                st = _state(kv)
+            except RecordError as exc:
+                log.warning("ignoring topic key %r: %s", kv.key, exc)
+                continue
+            out[st.record.topic] = st
+        return out
 
     # --- writes ---
 
