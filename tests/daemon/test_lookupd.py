@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import pytest
 from conftest import DAEMON_CWD, Lookupd, wait_for
 
+from nsqpy.build_info import build_name
+
 NSQD_BODY = {
     "broadcast_address": "nsqd1",
     "hostname": "nsqd1.local",
@@ -472,7 +474,9 @@ def test_version() -> None:
     r = run_cli("--version")
     py = ".".join(map(str, sys.version_info[:3]))
     assert r.returncode == 0
-    assert r.stdout == f"nsqlookupd v1.3.0 (built w/nsqpy-0.1.0-python{py})\n"
+    build = build_name()  # the package's build: "-mypyc" at the end when compiled
+    tag = "" if build == "pure" else f"-{build}"
+    assert r.stdout == f"nsqlookupd v1.3.0 (built w/nsqpy-0.1.0-python{py}{tag})\n"
     assert run_cli("-version").stdout == r.stdout
     assert run_cli("-version=true").stdout == r.stdout
 
