@@ -17,20 +17,31 @@ import time
 from typing import Any
 
 _new_record = logging.LogRecord.__new__
+_LogRecord = logging.LogRecord
+_time = time.time
 
 
 class InfoLines:
     """Log preformatted INFO lines to ``logger`` (see the module docstring)."""
 
-    __slots__ = ("logger", "_template")
+    __slots__ = ("logger", "_template", "_start_ms")
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
         self._template: dict[str, Any] | None = None
+        self._start_ms = 0.0
 
     def enabled(self) -> bool:
         """Whether INFO lines are logged at all (callers can skip formatting them)."""
         return self.logger.isEnabledFor(logging.INFO)
+
+    def _make_template(self) -> dict[str, Any]:
+        logger = self.logger
+        record = logger.makeRecord(logger.name, logging.INFO, "(unknown file)", 0, "", (), None)
+        template = self._template = dict(record.__dict__)
+        # logging's start time, which relativeCreated counts from, in ms
+        self._start_ms = record.created * 1000.0 - record.relativeCreated
+        return template
 
     def __call__(self, message: str) -> None:
         logger = self.logger
@@ -38,14 +49,14 @@ class InfoLines:
             return
         template = self._template
         if template is None:
-            record = logger.makeRecord(logger.name, logging.INFO, "(unknown file)", 0, "", (), None)
-            template = self._template = dict(record.__dict__)
-        record = _new_record(logging.LogRecord)
-        attrs = record.__dict__
-        attrs.update(template)
+            template = self._make_template()
+        attrs = template.copy()
+        now = _time()
+        ms = now * 1000.0
         attrs["msg"] = message
-        now = time.time()
         attrs["created"] = now
-        attrs["msecs"] = int((now - int(now)) * 1000) + 0.0
-        attrs["relativeCreated"] = template["relativeCreated"] + (now - template["created"]) * 1000
+        attrs["msecs"] = ms % 1000.0 // 1.0
+        attrs["relativeCreated"] = ms - self._start_ms
+        record = _new_record(_LogRecord)
+        record.__dict__ = attrs
         logger.handle(record)
