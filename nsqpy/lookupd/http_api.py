@@ -183,10 +183,11 @@ _JSON_HEADERS = {**NSQ_HEADER, "Content-Type": JSON_TYPE}
 
 def lookup_answer(channels: list[str], producers: list[PeerInfo]) -> Response:
     """/lookup's 200: the bytes json_answer({"channels": channels, "producers": [peer JSON]})
-    gives, written by parts (gojson.encode of each: compact JSON, so they join as one). The
-    Response may be cached and sent again: its headers are one shared dict, never changed."""
-    peers = go_json([p.to_json() for p in producers])
-    body = b'{"channels":' + go_json(channels) + b',"producers":' + peers + b"}"
+    gives, written by parts (gojson.encode of each, each peer's kept by PeerInfo.json_bytes:
+    compact JSON, so they join as one). The Response may be cached and sent again: its
+    headers are one shared dict, never changed."""
+    peers = b",".join([p.json_bytes() for p in producers])
+    body = b'{"channels":' + go_json(channels) + b',"producers":[' + peers + b"]}"
     return Response(200, body, _JSON_HEADERS)
 
 

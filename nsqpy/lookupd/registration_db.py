@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Generic, NamedTuple, TypeVar
 
+from ..internal.gojson import encode as go_json
 from ..internal.netaddr import dial_address
 
 #: Go's time.Time{}.UnixNano() (an overflowed int64): what /debug shows for "tombstoned_at" of
@@ -79,6 +80,7 @@ class PeerInfo:
         "version",
         "last_update",
         "node_id",
+        "_json",
     )
 
     def __init__(
@@ -102,6 +104,7 @@ class PeerInfo:
         self.version = version
         self.last_update = last_update
         self.node_id = node_id
+        self._json: tuple[tuple[object, ...], bytes] | None = None
 
     def to_json(self) -> dict[str, object]:
         """The peer as /lookup lists it, in Go's field order (1.3.0 has no topology fields)."""
@@ -113,6 +116,22 @@ class PeerInfo:
             "http_port": self.http_port,
             "version": self.version,
         }
+
+    def json_bytes(self) -> bytes:
+        """``to_json()`` encoded as Go's encoding/json writes it (gojson.encode), kept until
+        one of its fields changes (a peer's fields are set once, at IDENTIFY)."""
+        fields = (
+            self.remote_address,
+            self.hostname,
+            self.broadcast_address,
+            self.tcp_port,
+            self.http_port,
+            self.version,
+        )
+        kept = self._json
+        if kept is None or kept[0] != fields:
+            kept = self._json = (fields, go_json(self.to_json()))
+        return kept[1]
 
 
 class Producer:

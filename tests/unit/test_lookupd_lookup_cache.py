@@ -217,3 +217,7 @@ def test_lookup_answer_bytes_are_json_answers() -> None:
             "X-Nsq-Content-Type": "nsq; version=1.0",
             "Content-Type": "application/json; charset=utf-8",
         }
+    peers[0].http_port = 1  # a changed field is encoded again
+    assert lookup_answer([], peers).body == encode(
+        {"channels": [], "producers": [p.to_json() for p in peers]}
+    )
