@@ -13,9 +13,10 @@ connection goes, its producer leaves every registration at once.
 
 Cost: a cluster registering sends the same REGISTER lines from every nsqd (200 nodes x 1,500
 lines each), so a line that parsed as a valid REGISTER or UNREGISTER is remembered, raw bytes
--> (verb, topic, channel) in a bounded table (PARSED_LINES, cleared when full): the next
-identified peer sending it skips the split and the name checks. Its INFO lines (one per
-registration made or left, as Go logs them) go through loglines.InfoLines.
+-> (verb, topic, channel) in a bounded table (_PARSED, up to MAX_PARSED_LINES, cleared when
+full): an identified peer's run of such lines is answered back to back (_remembered), without
+the split and the name checks. Their INFO lines (one per registration made or left, as Go logs
+them) go through loglines.InfoLines.
 
 Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3)."""
 
@@ -238,6 +239,11 @@ class LookupProtocolV1(asyncio.Protocol):
         try:
             while not self.gate.holds(BACKPRESSURE) and self.state != _ST_CLOSED:
                 if self.state == _ST_LINE:
+                    if self.peer is not None and budget > 0:
+                        done, pos = self._remembered(buf, pos, budget)
+                        if done:
+                            budget -= done
+                            continue
                     budget -= 1
                     if budget < 0:
                         # Let other connections run: stop reading, go on in the next turn.
@@ -257,15 +263,7 @@ class LookupProtocolV1(asyncio.Protocol):
                         )
                     line = bytes(buf[pos:nl])
                     pos = nl + 1
-                    parsed = _PARSED.get(line)
-                    if parsed is not None and self.peer is not None:
-                        if parsed[0]:
-                            self._do_register(parsed[1], parsed[2])
-                        else:
-                            self._do_unregister(parsed[1], parsed[2])
-                        self.out += _OK_FRAME
-                    else:
-                        self._exec(trim_space(line).split(b" "), line)
+                    self._exec(trim_space(line).split(b" "), line)
                 elif self.state == _ST_SIZE:
                     if len(buf) - pos < 4:
                         break
@@ -304,6 +302,41 @@ class LookupProtocolV1(asyncio.Protocol):
             buf.clear()
         elif pos:
             del buf[:pos]
+
+    def _remembered(self, buf: bytearray, pos: int, budget: int) -> tuple[int, int]:
+        """Run the remembered REGISTER/UNREGISTER lines (_PARSED) from ``pos`` back to
+        back, at most ``budget`` of them, for an identified peer: (how many, the position after
+        them). Stops at the first other line, which the generic path takes."""
+        peer = self.peer
+        assert peer is not None
+        db = self.lookupd.db
+        logged = info_line.enabled()
+        addr = self.addr
+        find = buf.find
+        done = 0
+        while done < budget:
+            nl = find(b"\n", pos)
+            if nl < 0 or nl - pos > MAX_LINE_LENGTH:
+                break
+            parsed = _PARSED.get(bytes(buf[pos:nl]))
+            if parsed is None:
+                break
+            pos = nl + 1
+            done += 1
+            register, topic, channel = parsed
+            if register:
+                added = db.register(peer, topic, channel)
+                if added and logged:
+                    for r in added:
+                        info_line(
+                            f"DB: client({addr}) REGISTER category:{r.category} key:{r.key} "
+                            f"subkey:{r.subkey}"
+                        )
+            else:
+                self._do_unregister(topic, channel)
+        if done:
+            self.out += _OK_FRAME * done
+        return done, pos
 
     def _exec(self, params: list[bytes], line: bytes = b"") -> None:
         """Run one command; ``line`` is its raw line (remembered once it parsed)."""
