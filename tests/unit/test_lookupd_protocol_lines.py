@@ -131,3 +131,16 @@ def test_lookupd_register_lines_off_below_info(lk: NSQLookupd, caplog) -> None:
     a.close()
     assert caplog.messages == []
     assert lk.db.topics() == ["t"]
+
+
+def test_lookupd_remembered_run_keeps_reply_order(lk: NSQLookupd) -> None:
+    a, ta = connect(lk, 1000)
+    a.data_received(b"REGISTER t c\nREGISTER u\n")  # now remembered
+    b, tb = connect(lk, 2000)
+    tb.data = b""
+    b.data_received(b"REGISTER t c\nREGISTER u\nPING\nREGISTER u\nREGISTER t  c\nREGISTER t!\n")
+    err = b"E_BAD_TOPIC REGISTER topic name 't!' is not valid"
+    assert tb.data == OK * 5 + struct.pack(">i", len(err)) + err
+    assert tb.closed
+    # b's registrations were made, then left at its close
+    assert [p.peer_info.tcp_port for p in lk.db.find_producers("topic", "u", "")] == [1000]
