@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..internal.http.request import Request, Response, parse_go_query
+from ..internal.gojson import encode as go_json
+from ..internal.http.request import JSON_TYPE, Request, Response, parse_go_query
 from ..internal.http.router import Router
-from ..internal.http.v1 import NsqHTTPError, api, json_answer, plain_text
+from ..internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, json_answer, plain_text
 from ..options import NSQ_VERSION
 from ..wire import is_valid_name
-from .registration_db import Registration
+from .registration_db import PeerInfo, Registration
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
@@ -76,21 +77,16 @@ class LookupdHTTP:
 
     def lookup(self, request: Request) -> Any:
         """GET /lookup?topic=T: {"channels": [...], "producers": [peer...]}, only active and
-        not tombstoned producers; 404 TOPIC_NOT_FOUND when T has no registration."""
+        not tombstoned producers; 404 TOPIC_NOT_FOUND when T has no registration. The
+        answer is the registration DB's cached one (RegistrationDB.lookup) while it holds."""
         topic = _get(_params(request), "topic", "MISSING_ARG_TOPIC")
-        db = self.db
-        if not db.find_registrations("topic", topic, ""):
-            raise NsqHTTPError(404, "TOPIC_NOT_FOUND")
         lk = self.lookupd
-        producers = db.active_producers(
-            topic, lk.inactive_producer_timeout_ns, lk.tombstone_lifetime_ns
+        answer = self.db.lookup(
+            topic, lk.inactive_producer_timeout_ns, lk.tombstone_lifetime_ns, lookup_answer
         )
-        return json_answer(
-            {
-                "channels": db.channels(topic),
-                "producers": [p.to_json() for p in producers],
-            }
-        )
+        if answer is None:
+            raise NsqHTTPError(404, "TOPIC_NOT_FOUND")
+        return answer
 
     def nodes(self, request: Request) -> Any:
         """GET /nodes: {"producers": [node...]}: every active identified nsqd (tombstoned ones
@@ -180,6 +176,19 @@ class LookupdHTTP:
 
         query = {k: v[0] for k, v in _params(request).items()}
         return await message_lookup.answer(self.lookupd, query)
+
+
+_JSON_HEADERS = {**NSQ_HEADER, "Content-Type": JSON_TYPE}
+
+
+def lookup_answer(channels: list[str], producers: list[PeerInfo]) -> Response:
+    """/lookup's 200: the bytes json_answer({"channels": channels, "producers": [peer JSON]})
+    gives, written by parts (gojson.encode of each, each peer's kept by PeerInfo.json_bytes:
+    compact JSON, so they join as one). The Response may be cached and sent again: its
+    headers are one shared dict, never changed."""
+    peers = b",".join([p.json_bytes() for p in producers])
+    body = b'{"channels":' + go_json(channels) + b',"producers":[' + peers + b"]}"
+    return Response(200, body, _JSON_HEADERS)
 
 
 def build_router(lookupd: NSQLookupd) -> Router:

@@ -11,6 +11,13 @@ does not read its replies stops being read (pause_writing -> pause_reading, thro
 internal.readgate.ReadGate shared with the command budget's pause). When the
 connection goes, its producer leaves every registration at once.
 
+Cost: a cluster registering sends the same REGISTER lines from every nsqd (200 nodes x 1,500
+lines each), so a line that parsed as a valid REGISTER or UNREGISTER is remembered, raw bytes
+-> (verb, topic, channel) in a bounded table (_PARSED, up to MAX_PARSED_LINES, cleared when
+full): an identified peer's run of such lines is answered back to back (_remembered), without
+the split and the name checks. Their INFO lines (one per registration made or left, as Go logs
+them) go through loglines.InfoLines.
+
 Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3)."""
 
 from __future__ import annotations
@@ -25,12 +32,14 @@ from ..internal.gojson import GoJSONError, GoStruct
 from ..internal.netaddr import dial_address, join_host_port
 from ..internal.readgate import BACKPRESSURE, BUDGET, ReadGate
 from ..wire import MAX_LINE_LENGTH, is_valid_name
+from .loglines import InfoLines
 from .registration_db import PeerInfo
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
 
 log = logging.getLogger("nsqpy")
+info_line = InfoLines(log)
 
 MAGIC_V1 = b"  V1"
 OK = b"OK"
@@ -41,6 +50,12 @@ MAX_IDENTIFY_BODY = 1024 * 1024
 COMMANDS_PER_TURN = 256
 
 _SIZE = struct.Struct(">i")
+_OK_FRAME = _SIZE.pack(len(OK)) + OK
+
+#: Most raw command lines remembered as parsed (see the module docstring).
+MAX_PARSED_LINES = 1 << 16
+#: raw line -> (is REGISTER, topic, channel) of lines that parsed cleanly
+_PARSED: dict[bytes, tuple[bool, str, str]] = {}
 
 # Go's unicode.IsSpace, which strings.TrimSpace strips.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
@@ -224,6 +239,11 @@ class LookupProtocolV1(asyncio.Protocol):
         try:
             while not self.gate.holds(BACKPRESSURE) and self.state != _ST_CLOSED:
                 if self.state == _ST_LINE:
+                    if self.peer is not None and budget > 0:
+                        done, pos = self._remembered(buf, pos, budget)
+                        if done:
+                            budget -= done
+                            continue
                     budget -= 1
                     if budget < 0:
                         # Let other connections run: stop reading, go on in the next turn.
@@ -243,7 +263,7 @@ class LookupProtocolV1(asyncio.Protocol):
                         )
                     line = bytes(buf[pos:nl])
                     pos = nl + 1
-                    self._exec(trim_space(line).split(b" "))
+                    self._exec(trim_space(line).split(b" "), line)
                 elif self.state == _ST_SIZE:
                     if len(buf) - pos < 4:
                         break
@@ -283,7 +303,43 @@ class LookupProtocolV1(asyncio.Protocol):
         elif pos:
             del buf[:pos]
 
-    def _exec(self, params: list[bytes]) -> None:
+    def _remembered(self, buf: bytearray, pos: int, budget: int) -> tuple[int, int]:
+        """Run the remembered REGISTER/UNREGISTER lines (_PARSED) from ``pos`` back to
+        back, at most ``budget`` of them, for an identified peer: (how many, the position after
+        them). Stops at the first other line, which the generic path takes."""
+        peer = self.peer
+        assert peer is not None
+        db = self.lookupd.db
+        logged = info_line.enabled()
+        addr = self.addr
+        find = buf.find
+        done = 0
+        while done < budget:
+            nl = find(b"\n", pos)
+            if nl < 0 or nl - pos > MAX_LINE_LENGTH:
+                break
+            parsed = _PARSED.get(bytes(buf[pos:nl]))
+            if parsed is None:
+                break
+            pos = nl + 1
+            done += 1
+            register, topic, channel = parsed
+            if register:
+                added = db.register(peer, topic, channel)
+                if added and logged:
+                    for r in added:
+                        info_line(
+                            f"DB: client({addr}) REGISTER category:{r.category} key:{r.key} "
+                            f"subkey:{r.subkey}"
+                        )
+            else:
+                self._do_unregister(topic, channel)
+        if done:
+            self.out += _OK_FRAME * done
+        return done, pos
+
+    def _exec(self, params: list[bytes], line: bytes = b"") -> None:
+        """Run one command; ``line`` is its raw line (remembered once it parsed)."""
         cmd = params[0]
         if cmd == b"PING":
             self._reply(self._ping())
@@ -292,9 +348,9 @@ class LookupProtocolV1(asyncio.Protocol):
                 raise FatalClientError("E_INVALID", "cannot IDENTIFY again")
             self.state = _ST_SIZE
         elif cmd == b"REGISTER":
-            self._reply(self._register(params[1:]))
+            self._reply(self._register(params[1:], line))
         elif cmd == b"UNREGISTER":
-            self._reply(self._unregister(params[1:]))
+            self._reply(self._unregister(params[1:], line))
         else:
             raise FatalClientError("E_INVALID", b"invalid command " + cmd)
 
@@ -349,24 +405,34 @@ class LookupProtocolV1(asyncio.Protocol):
                 ", ".join(sorted(others)),
             )
 
-    def _register(self, params: list[bytes]) -> bytes:
+    def _register(self, params: list[bytes], line: bytes = b"") -> bytes:
         if self.peer is None:
             raise FatalClientError("E_INVALID", "client must IDENTIFY")
         topic, channel = get_topic_chan("REGISTER", params)
-        for r in self.lookupd.db.register(self.peer, topic, channel):
-            log.info(
-                "DB: client(%s) REGISTER category:%s key:%s subkey:%s",
-                self,
-                r.category,
-                r.key,
-                r.subkey,
-            )
+        _remember(line, True, topic, channel)
+        self._do_register(topic, channel)
         return OK
 
-    def _unregister(self, params: list[bytes]) -> bytes:
+    def _do_register(self, topic: str, channel: str) -> None:
+        assert self.peer is not None
+        added = self.lookupd.db.register(self.peer, topic, channel)
+        if added and info_line.enabled():
+            for r in added:
+                info_line(
+                    f"DB: client({self.addr}) REGISTER category:{r.category} key:{r.key} "
+                    f"subkey:{r.subkey}"
+                )
+
+    def _unregister(self, params: list[bytes], line: bytes = b"") -> bytes:
         if self.peer is None:
             raise FatalClientError("E_INVALID", "client must IDENTIFY")
         topic, channel = get_topic_chan("UNREGISTER", params)
+        _remember(line, False, topic, channel)
+        self._do_unregister(topic, channel)
+        return OK
+
+    def _do_unregister(self, topic: str, channel: str) -> None:
+        assert self.peer is not None
         removed, unexpected = self.lookupd.db.unregister(self.peer.id, topic, channel)
         for r in unexpected:
             log.warning(
@@ -376,14 +442,10 @@ class LookupProtocolV1(asyncio.Protocol):
                 r.subkey,
             )
         for r in removed:
-            log.info(
-                "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
-                self,
-                r.category,
-                r.key,
-                r.subkey,
+            info_line(
+                f"DB: client({self.addr}) UNREGISTER category:{r.category} key:{r.key} "
+                f"subkey:{r.subkey}"
             )
-        return OK
 
     # ------------------------------------------------------------ output and teardown
 
@@ -424,14 +486,19 @@ class LookupProtocolV1(asyncio.Protocol):
         if peer is None:
             return
         log.info("PROTOCOL(V1): [%s] exiting ioloop", self)
-        for r in self.lookupd.db.remove_peer(peer.id):
-            log.info(
-                "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
-                self,
-                r.category,
-                r.key,
-                r.subkey,
-            )
+        regs = self.lookupd.db.remove_peer(peer.id)
+        if regs and info_line.enabled():
+            head = f"DB: client({self.addr}) UNREGISTER category:"
+            for r in regs:
+                info_line(f"{head}{r.category} key:{r.key} subkey:{r.subkey}")
+
+
+def _remember(line: bytes, register: bool, topic: str, channel: str) -> None:
+    """Keep ``line``'s parse for the next peer that sends it (see the module docstring)."""
+    if line:
+        if len(_PARSED) >= MAX_PARSED_LINES:
+            _PARSED.clear()
+        _PARSED[line] = (register, topic, channel)
 
 
 def _text(b: bytes) -> str:

@@ -2,20 +2,34 @@
 
 Strategy: the same model as nsqlookupd/registration_db.go (a registration is a
 (category, key, subkey) triple: ("client", "", ""), ("topic", T, ""), ("channel", T, C); each
-maps peer id -> Producer), stored as a tree category -> key -> subkey -> producers so that exact
-finds are O(1) and "*" finds only walk one category (or one topic's channels), plus an index
-peer id -> registrations so a disconnect or /nodes never scans the whole map. Registrations
-outlive their last producer, as in Go (only the #ephemeral rules of UNREGISTER drop them). Time
-is a `now()` callable returning Unix nanoseconds, injected so tests control expiry and
-tombstones. Lists come back in a fixed order where Go's map order is random: registrations
-sorted, producers in the order they registered."""
+maps peer id -> Producer). Each registration is one entry, reached both from a flat map
+(exact finds: one dict lookup) and from a tree category -> key -> subkey (so "*" finds walk one
+category, or one topic's channels), plus an index peer id -> its registrations (in the order
+they were made) so a disconnect or /nodes never scans the whole map. Registrations outlive
+their last producer, as in Go (only the #ephemeral rules of UNREGISTER drop them). Time is a
+`now()` callable returning Unix nanoseconds, injected so tests control expiry and tombstones.
+Lists come back in a fixed order where Go's map order is random: registrations sorted,
+producers in the order they registered.
+
+Memory at cluster scale (200 nsqds x 1,500 registrations each) is one dict slot per
+(registration, peer) in each direction: the Registration tuple (and its strings) is the
+entry's one object, shared by every peer's index, and a peer's memberships share one
+untombstoned Producer until a tombstone gives that membership its own.
+
+/lookup's answer is cached per topic (``lookup``): an entry is dropped by every change that
+can alter it (a producer or registration of the topic added or removed, a channel
+registration of the topic, a tombstone; an identify, or a PING of a peer that was inactive,
+for the peer's topics), and it carries its own expiry: the first instant at which one of its
+producers goes inactive or a tombstone hiding one runs out. A peer's ``last_update`` must
+change only through ``identify`` and ``ping`` for the cache to stay right."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
+from ..internal.gojson import encode as go_json
 from ..internal.netaddr import dial_address
 
 #: Go's time.Time{}.UnixNano() (an overflowed int64): what /debug shows for "tombstoned_at" of
@@ -25,6 +39,7 @@ ZERO_TIME_UNIX_NANO = -6795364578871345152
 EPHEMERAL_SUFFIX = "#ephemeral"
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 
 
 class Registration(NamedTuple):
@@ -65,6 +80,7 @@ class PeerInfo:
         "version",
         "last_update",
         "node_id",
+        "_json",
     )
 
     def __init__(
@@ -88,6 +104,7 @@ class PeerInfo:
         self.version = version
         self.last_update = last_update
         self.node_id = node_id
+        self._json: tuple[tuple[object, ...], bytes] | None = None
 
     def to_json(self) -> dict[str, object]:
         """The peer as /lookup lists it, in Go's field order (1.3.0 has no topology fields)."""
@@ -99,6 +116,22 @@ class PeerInfo:
             "http_port": self.http_port,
             "version": self.version,
         }
+
+    def json_bytes(self) -> bytes:
+        """``to_json()`` encoded as Go's encoding/json writes it (gojson.encode), kept until
+        one of its fields changes (a peer's fields are set once, at IDENTIFY)."""
+        fields = (
+            self.remote_address,
+            self.hostname,
+            self.broadcast_address,
+            self.tcp_port,
+            self.http_port,
+            self.version,
+        )
+        kept = self._json
+        if kept is None or kept[0] != fields:
+            kept = self._json = (fields, go_json(self.to_json()))
+        return kept[1]
 
 
 class Producer:
@@ -150,6 +183,38 @@ def _is_node(peer: PeerInfo, node: str) -> bool:
     return bool(sep) and head == host and tail == str(port)
 
 
+class _Entry:
+    """One registration: its canonical key and its producers (peer id -> Producer)."""
+
+    __slots__ = ("reg", "producers")
+
+    def __init__(self, reg: Registration) -> None:
+        self.reg = reg
+        self.producers: dict[str, Producer] = {}
+
+
+class _Peer:
+    """One peer id's side: the Producer its untombstoned memberships share and its
+    registrations in the order they were made (a dict used as an ordered set)."""
+
+    __slots__ = ("producer", "regs")
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.regs: dict[Registration, None] = {}
+
+
+class _Cached(Generic[T]):
+    """A cached /lookup answer: valid while ``built <= now < until``."""
+
+    __slots__ = ("value", "built", "until")
+
+    def __init__(self, value: T, built: int, until: int) -> None:
+        self.value = value
+        self.built = built
+        self.until = until
+
+
 class RegistrationDB:
     """nsqlookupd's RegistrationDB (registration_db.go) plus the rules of the V1 protocol's
     REGISTER/UNREGISTER/disconnect and of /topic/tombstone that act on it.
@@ -159,119 +224,139 @@ class RegistrationDB:
 
     def __init__(self, now: Clock = time.time_ns) -> None:
         self.now = now
-        # category -> key -> subkey -> peer id -> Producer
-        self._tree: dict[str, dict[str, dict[str, dict[str, Producer]]]] = {}
-        # peer id -> the registrations it is a producer of
-        self._by_peer: dict[str, set[Registration]] = {}
+        # Registration -> its entry (a plain (category, key, subkey) tuple finds it too)
+        self._flat: dict[tuple[str, str, str], _Entry] = {}
+        # category -> key -> subkey -> the same entries
+        self._tree: dict[str, dict[str, dict[str, _Entry]]] = {}
+        # peer id -> its shared Producer and registrations
+        self._by_peer: dict[str, _Peer] = {}
+        # topic -> cached /lookup answer, all built with the same two durations
+        self._lookups: dict[str, _Cached[object]] = {}
+        self._lookup_params = (-1, -1)
 
     # ------------------------------------------------------------ primitives (Go's methods)
 
-    def _producers(self, k: Registration) -> dict[str, Producer] | None:
-        keys = self._tree.get(k.category)
-        if keys is None:
-            return None
-        subkeys = keys.get(k.key)
-        if subkeys is None:
-            return None
-        return subkeys.get(k.subkey)
+    def _entry(self, k: tuple[str, str, str]) -> _Entry:
+        """``k``'s entry, created (empty) when missing."""
+        e = self._flat.get(k)
+        if e is None:
+            reg = k if type(k) is Registration else Registration(*k)
+            e = self._flat[reg] = _Entry(reg)
+            self._tree.setdefault(reg.category, {}).setdefault(reg.key, {})[reg.subkey] = e
+            self._changed(reg)
+        return e
 
-    def _ensure(self, k: Registration) -> dict[str, Producer]:
-        subkeys = self._tree.setdefault(k.category, {}).setdefault(k.key, {})
-        producers = subkeys.get(k.subkey)
-        if producers is None:
-            producers = subkeys[k.subkey] = {}
-        return producers
+    def _changed(self, reg: Registration) -> None:
+        """``reg`` or its producers changed: drop the /lookup answer it is part of."""
+        if reg.category != "client" and self._lookups:
+            self._lookups.pop(reg.key, None)
 
     def __contains__(self, k: Registration) -> bool:
-        return self._producers(k) is not None
+        return k in self._flat
 
     def add_registration(self, k: Registration) -> None:
         """Create ``k`` with no producers (a no-op when it exists)."""
-        self._ensure(k)
+        self._entry(k)
 
     def add_producer(self, k: Registration, peer: PeerInfo) -> bool:
         """Add ``peer`` to ``k`` (creating it); False when the peer was already there (its
         Producer, and so its tombstone, is kept)."""
-        producers = self._ensure(k)
-        if peer.id in producers:
-            return False
-        producers[peer.id] = Producer(peer)
-        self._by_peer.setdefault(peer.id, set()).add(k)
-        return True
+        return self._add(k, peer) is not None
+
+    def _add(self, k: tuple[str, str, str], peer: PeerInfo) -> Registration | None:
+        """add_producer: the registration (its one object) when the peer was added, else None.
+        ``k`` may be a plain tuple."""
+        e = self._flat.get(k)
+        if e is None:
+            e = self._entry(k)
+        producers = e.producers
+        pid = peer.id
+        if pid in producers:
+            return None
+        side = self._by_peer.get(pid)
+        if side is None:
+            side = self._by_peer[pid] = _Peer(Producer(peer))
+        shared = side.producer
+        producers[pid] = shared if shared.peer_info is peer else Producer(peer)
+        reg = e.reg
+        side.regs[reg] = None
+        if self._lookups and reg.category != "client":
+            self._lookups.pop(reg.key, None)
+        return reg
 
     def remove_producer(self, k: Registration, peer_id: str) -> tuple[bool, int]:
         """Remove the peer from ``k``: (was it there, producers left). The registration stays,
         even empty (as in Go)."""
-        producers = self._producers(k)
-        if producers is None:
+        e = self._flat.get(k)
+        if e is None:
             return False, 0
+        producers = e.producers
         removed = producers.pop(peer_id, None) is not None
         if removed:
-            regs = self._by_peer.get(peer_id)
-            if regs is not None:
-                regs.discard(k)
-                if not regs:
-                    del self._by_peer[peer_id]
+            self._forget(peer_id, e.reg)
+            self._changed(e.reg)
         return removed, len(producers)
+
+    def _forget(self, peer_id: str, reg: Registration) -> None:
+        side = self._by_peer.get(peer_id)
+        if side is not None:
+            side.regs.pop(reg, None)
+            if not side.regs:
+                del self._by_peer[peer_id]
 
     def remove_registration(self, k: Registration) -> None:
         """Drop ``k`` and its producers."""
-        keys = self._tree.get(k.category)
-        if keys is None:
+        e = self._flat.pop(k, None)
+        if e is None:
             return
-        subkeys = keys.get(k.key)
-        if subkeys is None:
-            return
-        producers = subkeys.pop(k.subkey, None)
+        reg = e.reg
+        keys = self._tree[reg.category]
+        subkeys = keys[reg.key]
+        del subkeys[reg.subkey]
         if not subkeys:
-            del keys[k.key]
-        if producers:
-            for peer_id in producers:
-                regs = self._by_peer.get(peer_id)
-                if regs is not None:
-                    regs.discard(k)
-                    if not regs:
-                        del self._by_peer[peer_id]
+            del keys[reg.key]
+        for peer_id in e.producers:
+            self._forget(peer_id, reg)
+        self._changed(reg)
 
     def find_registrations(self, category: str, key: str, subkey: str) -> list[Registration]:
         """Registrations matching; "*" as key or subkey matches any. Sorted."""
+        if key != "*" and subkey != "*":
+            e = self._flat.get((category, key, subkey))
+            return [e.reg] if e is not None else []
         keys = self._tree.get(category)
         if keys is None:
-            return []
-        if key != "*" and subkey != "*":
-            subkeys = keys.get(key)
-            if subkeys is not None and subkey in subkeys:
-                return [Registration(category, key, subkey)]
             return []
         out: list[Registration] = []
         for k in sorted(keys) if key == "*" else ([key] if key in keys else []):
             subkeys = keys[k]
             if subkey == "*":
-                out.extend(Registration(category, k, s) for s in sorted(subkeys))
+                out.extend(subkeys[s].reg for s in sorted(subkeys))
             elif subkey in subkeys:
-                out.append(Registration(category, k, subkey))
+                out.append(subkeys[subkey].reg)
         return out
 
     def find_producers(self, category: str, key: str, subkey: str) -> list[Producer]:
         """Producers of the matching registrations, each peer once (the first registration's
         Producer wins, registrations taken in sorted order)."""
         if key != "*" and subkey != "*":
-            producers = self._producers(Registration(category, key, subkey))
-            return list(producers.values()) if producers else []
+            e = self._flat.get((category, key, subkey))
+            return list(e.producers.values()) if e is not None else []
         seen: dict[str, Producer] = {}
         for reg in self.find_registrations(category, key, subkey):
-            for peer_id, p in self._producers(reg).items():  # type: ignore[union-attr]
+            for peer_id, p in self._flat[reg].producers.items():
                 seen.setdefault(peer_id, p)
         return list(seen.values())
 
     def producer(self, k: Registration, peer_id: str) -> Producer | None:
         """The peer's Producer in ``k``, if any."""
-        producers = self._producers(k)
-        return producers.get(peer_id) if producers else None
+        e = self._flat.get(k)
+        return e.producers.get(peer_id) if e is not None else None
 
     def lookup_registrations(self, peer_id: str) -> list[Registration]:
         """Every registration the peer is a producer of, sorted."""
-        return sorted(self._by_peer.get(peer_id, ()))
+        side = self._by_peer.get(peer_id)
+        return sorted(side.regs) if side is not None else []
 
     def registrations(self) -> list[tuple[Registration, list[Producer]]]:
         """Every registration with its producers (sorted by key, producers by peer id)."""
@@ -281,13 +366,9 @@ class RegistrationDB:
             for key in sorted(keys):
                 subkeys = keys[key]
                 for subkey in sorted(subkeys):
-                    producers = subkeys[subkey]
-                    out.append(
-                        (
-                            Registration(category, key, subkey),
-                            [producers[i] for i in sorted(producers)],
-                        )
-                    )
+                    e = subkeys[subkey]
+                    producers = e.producers
+                    out.append((e.reg, [producers[i] for i in sorted(producers)]))
         return out
 
     # ------------------------------------------------------------ the rules built on them
@@ -295,6 +376,7 @@ class RegistrationDB:
     def identify(self, peer: PeerInfo) -> bool:
         """IDENTIFY: stamp last_update and add the peer to ("client", "", "")."""
         peer.last_update = self.now()
+        self._peer_topics_changed(peer.id)
         return self.add_producer(CLIENT, peer)
 
     def ping(self, peer: PeerInfo) -> int:
@@ -302,19 +384,30 @@ class RegistrationDB:
         now = self.now()
         since = now - peer.last_update
         peer.last_update = now
+        if since > self._lookup_params[0]:
+            # the peer may have been inactive, so missing from cached answers
+            self._peer_topics_changed(peer.id)
         return since
+
+    def _peer_topics_changed(self, peer_id: str) -> None:
+        lookups = self._lookups
+        side = self._by_peer.get(peer_id)
+        if lookups and side is not None:
+            for reg in side.regs:
+                if reg.category == "topic":
+                    lookups.pop(reg.key, None)
 
     def register(self, peer: PeerInfo, topic: str, channel: str = "") -> list[Registration]:
         """REGISTER topic [channel] (lookup_protocol_v1.go): the channel registration first, then
         the topic's. Returns the registrations the peer was newly added to."""
         added = []
         if channel:
-            k = Registration("channel", topic, channel)
-            if self.add_producer(k, peer):
-                added.append(k)
-        k = Registration("topic", topic, "")
-        if self.add_producer(k, peer):
-            added.append(k)
+            reg = self._add(("channel", topic, channel), peer)
+            if reg is not None:
+                added.append(reg)
+        reg = self._add(("topic", topic, ""), peer)
+        if reg is not None:
+            added.append(reg)
         return added
 
     def unregister(
@@ -351,11 +444,19 @@ class RegistrationDB:
         return removed, unexpected
 
     def remove_peer(self, peer_id: str) -> list[Registration]:
-        """A producer's connection closed: it leaves every registration at once. Registrations
-        themselves stay, #ephemeral ones included (nsqlookupd 1.3 does the same)."""
-        regs = self.lookup_registrations(peer_id)
+        """A producer's connection closed: it leaves every registration at once, which come
+        back in the order they were made. Registrations themselves stay, #ephemeral ones
+        included (nsqlookupd 1.3 does the same)."""
+        side = self._by_peer.pop(peer_id, None)
+        if side is None:
+            return []
+        regs = list(side.regs)
+        flat = self._flat
+        lookups = self._lookups
         for reg in regs:
-            self.remove_producer(reg, peer_id)
+            del flat[reg].producers[peer_id]
+            if lookups and reg.category != "client":
+                lookups.pop(reg.key, None)
         return regs
 
     def tombstone(self, topic: str, node: str) -> int:
@@ -363,10 +464,17 @@ class RegistrationDB:
         is ``node``; returns how many."""
         now = self.now()
         n = 0
-        for p in self.find_producers("topic", topic, ""):
-            if _is_node(p.peer_info, node):
-                p.tombstone(now)
-                n += 1
+        for reg in self.find_registrations("topic", topic, ""):
+            producers = self._flat[reg].producers
+            for peer_id, p in list(producers.items()):
+                if _is_node(p.peer_info, node):
+                    side = self._by_peer.get(peer_id)
+                    if side is not None and p is side.producer:
+                        # a shared Producer: this membership gets its own
+                        p = producers[peer_id] = Producer(p.peer_info)
+                    p.tombstone(now)
+                    n += 1
+            self._changed(reg)
         return n
 
     def delete_topic(self, topic: str) -> list[Registration]:
@@ -395,6 +503,48 @@ class RegistrationDB:
         producers = self.find_producers("topic", topic, "")
         active = filter_by_active(producers, inactive_timeout_ns, tombstone_lifetime_ns, self.now())
         return [p.peer_info for p in active]
+
+    def lookup(
+        self,
+        topic: str,
+        inactive_timeout_ns: int,
+        tombstone_lifetime_ns: int,
+        build: Callable[[list[str], list[PeerInfo]], T],
+    ) -> T | None:
+        """/lookup?topic=: None when the topic has no registration, else ``build(channels,
+        active producers)`` (as ``channels`` and ``active_producers`` give them), cached until
+        something changes it (see the module docstring). A cached value is returned as is, so
+        it must not be changed by the caller. "*" (every topic, as in Go) is never cached."""
+        now = self.now()
+        params = (inactive_timeout_ns, tombstone_lifetime_ns)
+        if params != self._lookup_params:
+            self._lookups.clear()
+            self._lookup_params = params
+        hit = self._lookups.get(topic)
+        if hit is not None and hit.built <= now < hit.until:
+            return hit.value  # type: ignore[return-value]
+        if topic == "*":
+            if not self.find_registrations("topic", topic, ""):
+                return None
+            peers = self.active_producers(topic, inactive_timeout_ns, tombstone_lifetime_ns)
+            return build(self.channels(topic), peers)
+        e = self._flat.get(("topic", topic, ""))
+        if e is None:
+            return None
+        until = now + inactive_timeout_ns + 1
+        peers = []
+        for p in e.producers.values():
+            peer = p.peer_info
+            if now - peer.last_update > inactive_timeout_ns:
+                continue  # back only by a PING, which drops the cached answer
+            if p.is_tombstoned(tombstone_lifetime_ns, now):
+                until = min(until, p.tombstoned_at + tombstone_lifetime_ns)
+                continue
+            until = min(until, peer.last_update + inactive_timeout_ns + 1)
+            peers.append(peer)
+        value = build(self.channels(topic), peers)
+        self._lookups[topic] = _Cached(value, now, until)
+        return value
 
     def peers_with_node_id(self, node_id: int, inactive_timeout_ns: int) -> list[PeerInfo]:
         """The active identified peers that sent ``node_id`` (more than one distinct node is

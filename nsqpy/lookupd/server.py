@@ -2,7 +2,9 @@
 
 Strategy: as nsqlookupd/nsqlookupd.go Main: TCP first, then HTTP, each logging
 "<NAME>: listening on <addr>" with the real port (port 0 picks a free one); a clean stop
-closes the listeners and every connection (their producers leave the DB)."""
+closes the listeners and every connection (their producers leave the DB), logging
+"<NAME>: closing <addr>" for each listener as Go's does (the order may differ: Go logs from
+each listener's goroutine)."""
 
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ class Server:
         if self._http is not None:
             await self._http.close()
             self._http = None
+            log.info("HTTP: closing %s", format_listen_addr(lookupd.http_address or ("", 0)))
         if self._tcp_server is not None:
             try:
                 await asyncio.wait_for(self._tcp_server.wait_closed(), 2)
