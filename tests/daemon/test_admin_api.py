@@ -267,6 +267,11 @@ def test_acl_refuses_non_admin_and_notifies_admin_actions(cluster: Cluster) -> N
         pub_both(cluster, topic, 2, 2)
         for n in cluster.nodes:
             n.post("/channel/create", topic=topic, channel="c")
+        # the topics copy what they hold into the new channel: wait for that before the picture
+        wait_for(
+            lambda: all(cluster.topic_stats(n, topic)["depth"] == 0 for n in cluster.nodes),
+            what="the topics' messages in their channel",
+        )
         before = [cluster.topic_stats(n, topic) for n in cluster.nodes]
         for method, path, body in (
             ("POST", f"/api/topics/{topic}", {"action": "pause"}),

@@ -132,6 +132,9 @@ def _post(d, path: str) -> None:
 def test_identify_and_registrations_are_nsqds(daemon_factory, recorder):
     d = daemon_factory(f"--lookupd-tcp-address={recorder.address}", "--broadcast-address=127.0.0.1")
     wait_for(lambda: recorder.conns and recorder.commands(), what="IDENTIFY")
+    # and its answer read (the empty state then sent): a topic made before would be in the
+    # state and its REGISTER then sent once more, as nsqd would too
+    wait_for(lambda: "peer info {TCPPort:" in d.log_text(), what="IDENTIFY's answer read")
     assert recorder.magics[0] == b"  V1"
     body = recorder.identify_body()
     # go's json.Marshal of a map: keys sorted; ports are the bound ones when not set; node_id
