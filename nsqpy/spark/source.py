@@ -29,7 +29,7 @@ from typing import Any
 from .client import split_addresses
 from .fetch import Fetcher
 from .lookup import HTTP_ADDRESSES, channel_backlog
-from .options import int_option, parse_duration_ms
+from .options import CONN_OPTIONS, conn_config, int_option, parse_duration_ms
 from .spool import Slice, Spool, read_slice
 
 try:  # pyspark is an optional dependency (the `spark` extra)
@@ -99,6 +99,9 @@ class SourceOptions:
         )
         self.connections_per_nsqd: int = int_option(o, "connections_per_nsqd", 1)
         self.max_rows_per_partition: int = int_option(o, "max_rows_per_partition", 100_000)
+        #: the connection options (TLS, compression, AUTH): see options.conn_config
+        self.conn_options = {k: str(o[k]) for k in CONN_OPTIONS if o.get(k) is not None}
+        conn_config(self.conn_options, "check", check_files=False)
         if self.nsqd_http_addresses and len(self.nsqd_http_addresses) != len(
             self.nsqd_tcp_addresses
         ):
