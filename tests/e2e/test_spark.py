@@ -28,8 +28,8 @@ from conftest import ROOT, Daemon, wait_for
 
 from nsqpy import wire
 from nsqpy.spark.client import NSQConnection, NSQError, Producer, parse_address
-from nsqpy.wire_client import WireClient
 from nsqpy.spark.lookup import lookup_producers, parse_lookup
+from nsqpy.wire_client import WireClient
 
 JOBS = ROOT / "spark_jobs"
 sys.path.insert(0, str(JOBS))

@@ -173,8 +173,10 @@ def test_spark_source_and_sink_over_tls_with_auth(spark, broker, certs, tmp_path
         assert q.exception() is None, q.exception()
         rows = spark.sql(f"select body, nsqd_address from {table}").collect()
         wait_for(
-            lambda: channel(d, "orders", "spark").get("in_flight_count") == 0
-            and channel(d, "orders", "spark").get("depth") == 0,
+            lambda: (
+                channel(d, "orders", "spark").get("in_flight_count") == 0
+                and channel(d, "orders", "spark").get("depth") == 0
+            ),
             30,
             what="every message FIN'd",
         )
