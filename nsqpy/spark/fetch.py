@@ -1,13 +1,15 @@
 r"""The driver side of the nsq source: nsqd connections -> write-ahead spool -> FIN.
 
-Strategy: one fetcher thread per nsqd (its `connections_per_nsqd` connections, one selector)
-reads whole socket buffers and splits them into frames with one small loop; a run of message
-frames becomes a `_Chunk` of columns (ids, bodies, publish times, attempts) built with numpy and
-pyarrow, not per-row objects. The writer thread takes every chunk waiting, writes them to the
-spool as one Arrow record batch, fsyncs (a group commit: one fsync for everything that arrived
-during the previous one), then FINs each chunk's messages on the connection that delivered them
-(one write of `FIN <id>\n` lines per chunk). So a message is FIN'd only once it is durable, and
-RDY (max_in_flight) bounds what is held in memory: nsqd sends no more than that un-FIN'd.
+Strategy: every nsqd connection (`connections_per_nsqd` per nsqd) is an nsqpy.client Conn
+(IDENTIFY, TLS, snappy/deflate, AUTH, heartbeats; configured by options.conn_config), all on one
+event loop in a daemon thread. A Conn hands each read's message frames over in bulk
+(`on_records`), and they become a `_Chunk` of columns (ids, bodies, publish times, attempts)
+built with numpy and pyarrow, not per-row objects. The writer thread takes every chunk waiting,
+writes them to the spool as one Arrow record batch; the sync thread fsyncs (a group commit: one
+fsync for everything that arrived during the previous one), then the loop FINs each chunk's
+messages on the connection that delivered them (one write of `FIN <id>\n` lines per chunk). So
+a message is FIN'd only once it is durable, and RDY (max_in_flight) bounds what is held in
+memory: nsqd sends no more than that un-FIN'd.
 
 Backpressure: when the spool holds more than `max_spool_bytes` past what Spark committed, the
 fetchers set RDY 0 (nsqd keeps the messages; its depth grows) until a commit frees room.
@@ -106,7 +108,8 @@ def _record_batch(chunks: list[_Chunk], topic: str, channel: str) -> pa.RecordBa
 class Fetcher:
     """Connections to every nsqd of the topic, the spool writer, and what Spark asks of them.
 
-    ``opts`` is a source.SourceOptions. Threads: one per nsqd, one writer, one for lookupd.
+    ``opts`` is a source.SourceOptions. Threads: the connections' event loop, the writer, the
+    syncer, and one for lookupd.
     """
 
     def __init__(self, opts: Any, spool: Spool) -> None:

@@ -10,7 +10,13 @@ writers are Spark's Arrow writers: the task gets Arrow record batches, and an MP
 (`[count]([size][bytes])*`) is assembled from the column's offsets and data buffers with numpy,
 no Python object per row. Any answer other than OK raises, so the task fails and Spark retries
 it (`spark.task.maxFailures`): what a failed task had already published stays published, so
-the sink is at-least-once."""
+the sink is at-least-once.
+
+Options: nsqd_tcp_addresses and/or lookupd_http_addresses, topic (or a string `topic` column),
+batch_size (500), batch_bytes (1 MiB), mpub_window (4), and the connection options of
+options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify, compression
+(none|snappy|deflate), deflate_level, auth_secret (the certificate files are read on the
+executors)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,15 @@ Trigger.AvailableNow: prepareForTriggerAvailableNow stops taking messages for a 
 every nsqd's /stats for the channel's depth + in-flight count, and sets the target to the
 spool's end plus that; batches run until the spool reaches the target, or nothing more arrives
 for fetch_wait (an nsqd whose /stats cannot be read, or messages taken by another consumer of
-the channel), and then the query ends."""
+the channel), and then the query ends.
+
+Options (all strings, as Spark passes them; see SourceOptions and the README's Spark section):
+nsqd_tcp_addresses / lookupd_http_addresses, topic, channel, spool_dir, spool_read_uri,
+max_in_flight, max_spool_bytes, spool_segment_bytes, max_messages_per_trigger,
+max_bytes_per_trigger, nsqd_http_addresses, msg_timeout, fetch_wait, lookupd_poll_interval,
+connections_per_nsqd, max_rows_per_partition, and the connection options of
+options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify (TLS, a client
+certificate), compression (none|snappy|deflate), deflate_level, auth_secret."""
 
 from __future__ import annotations
 
