@@ -301,22 +301,24 @@ class Fetcher:
                 rows = sum(c.n for _, chunks in todo for c in chunks)
                 with self.cond:
                     self.queued -= rows  # durable: what is left is sending the FINs
-                done = [c for _, chunks in todo for c in chunks]
-                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to FIN
-                    self.loop.call_soon_threadsafe(self._fin, done)
                 with self.cond:
                     self.counters["spooled"] += rows
                     self.counters["groups"] += len(todo)
                     self.timings["fsync"] += t1 - t0
-                    self.timings["fin"] += time.perf_counter() - t1
-                    self._check_room()
+                    self._check_room()  # before the FINs: a full spool sends RDY 0 first
                     self.cond.notify_all()
+                done = [c for _, chunks in todo for c in chunks]
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to FIN
+                    self.loop.call_soon_threadsafe(self._fin, done)
+                self.timings["fin"] += time.perf_counter() - t1
             if last:
                 return
 
     def _fin(self, chunks: list[_Chunk]) -> None:
         """On the loop: FIN every message of ``chunks`` (now durable) on the connection that
         delivered it, one write per chunk; those whose connection is gone become suspects."""
+        for node in list(self.nodes.values()):
+            node.set_rdy()  # RDY 0 before the FINs free nsqd's in-flight slots, when paused
         failed = []
         for c in chunks:
             conn = c.conn
@@ -484,7 +486,7 @@ class _Node:
             if len(self.conns) < f.opts.connections_per_nsqd:
                 if time.monotonic() >= self._retry_at:
                     await self._connect()
-            self._set_rdy()
+            self.set_rdy()
             await asyncio.sleep(0.05)
 
     async def _connect(self) -> None:
@@ -513,7 +515,9 @@ class _Node:
                 "nsq source: subscribed to %s/%s on %s", opts.topic, opts.channel, self.address
             )
 
-    def _set_rdy(self) -> None:
+    def set_rdy(self) -> None:
+        """Send each connection its RDY when it changed (0 while the Fetcher is paused or
+        holds); run every 50 ms, before each group's FINs, and after a read while paused."""
         share = self.f.rdy_share()
         for conn in list(self.conns):
             want = min(share, conn.max_rdy)
@@ -557,6 +561,8 @@ class _Node:
                 h = h[mask]
                 bodies = [b for b, k in zip(bodies, mask.tolist(), strict=True) if k]
         f.on_chunk(_Chunk(conn, h, bodies))
+        if f.paused or f.hold:
+            self.set_rdy()
 
     def on_close(self, conn: Conn) -> None:
         if not self._halt or conn in self.conns:
