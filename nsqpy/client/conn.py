@@ -34,6 +34,7 @@ import json
 import struct
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import wire
@@ -95,6 +96,10 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+#: ``on_records(conn, data, starts, ends)``: the message frames of one read, in bulk (see Conn).
+RecordsHandler = Callable[["Conn", bytes, list[int], list[int]], None]
+
+
 class Conn(asyncio.Protocol):
     """One nsqd connection, ``Conn(addr, config, delegate)``; ``await connect()`` dials and
     handshakes (raises OSError/TimeoutError when nsqd cannot be reached within
@@ -102,12 +107,26 @@ class Conn(asyncio.Protocol):
     TLS handshake fails). ``identify_response`` holds nsqd's IDENTIFY answer (dict),
     ``auth_response`` the AUTH answer. ``command(data)`` sends a command that gets a response
     and returns a future of the response's data; ``send(data)`` sends one that gets none.
-    ``closed`` is a future done once the socket is gone."""
+    ``closed`` is a future done once the socket is gone.
 
-    def __init__(self, addr: str, config: Config, delegate: ConnDelegate | None = None) -> None:
+    ``on_records`` (optional) takes message frames in bulk instead of one Message per frame
+    (for consumers that store messages as columns, such as the Spark source): after each read,
+    ``on_records(conn, data, starts, ends)`` gets ``data`` (bytes) and, for each message frame
+    of the read in order, its record ``data[starts[i]:ends[i]]`` (nsqpy.message's layout:
+    timestamp ns, attempts, 16-byte ID, body). The callee answers with raw ``FIN <id>\\n``
+    commands through :meth:`send`; ``in_flight`` and the delegate's on_message are left out."""
+
+    def __init__(
+        self,
+        addr: str,
+        config: Config,
+        delegate: ConnDelegate | None = None,
+        on_records: RecordsHandler | None = None,
+    ) -> None:
         self.addr = addr
         self.config = config
         self.delegate = delegate
+        self.on_records = on_records
         self.identify_response: dict[str, Any] = {}
         self.auth_response: dict[str, Any] | None = None
         self.max_rdy = 2500
@@ -242,13 +261,20 @@ class Conn(asyncio.Protocol):
     def _parse(self) -> None:
         buf = self._buf
         max_size = self.config.max_msg_size
+        bulk = self.on_records
         while True:
             pos = 0
+            starts: list[int] = []
+            ends: list[int] = []
             for ftype, start, end in wire.iter_frames(buf):
                 pos = end
                 if ftype == wire.FRAME_TYPE_MESSAGE:
                     if max_size and end - start > max_size + BODY_START:
                         raise ValueError(f"message of {end - start} bytes over max_msg_size")
+                    if bulk is not None:
+                        starts.append(start)
+                        ends.append(end)
+                        continue
                     self._on_message(buf, start, end)
                 elif ftype == wire.FRAME_TYPE_RESPONSE:
                     self._on_response(bytes(buf[start:end]))
@@ -258,6 +284,9 @@ class Conn(asyncio.Protocol):
                     raise ValueError(f"unknown frame type {ftype}")
                 if self._switch or self._transport is None:
                     break
+            if starts and bulk is not None:
+                self.last_msg_time = self._last_read
+                bulk(self, bytes(memoryview(buf)[:pos]), starts, ends)
             if pos:
                 del buf[:pos]
             if not self._switch:

@@ -1,9 +1,10 @@
 """Spark connector for NSQ: the `nsq` format (streaming source, batch and streaming sink) on
-Spark 4's Python Data Source API, plus the small blocking NSQ client it runs on.
+Spark 4's Python Data Source API, with its nsqd connections on nsqpy.client (TLS, snappy/deflate,
+AUTH).
 
 Strategy: importing nsqpy.spark costs nothing and needs no pyspark; `NSQDataSource` and
-`register` load pyspark on first use, so the client (nsqpy.spark.client) and lookupd discovery
-(nsqpy.spark.lookup) work without it.
+`register` load pyspark on first use, so the publishing client (nsqpy.spark.client) and lookupd
+discovery (nsqpy.spark.lookup) work without it.
 
     from nsqpy.spark import NSQDataSource
     spark.dataSource.register(NSQDataSource)"""

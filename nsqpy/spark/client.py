@@ -1,49 +1,43 @@
-"""The NSQ TCP V2 client of the Spark driver and executors, on nsqpy.wire_client.
+"""The connector's publishing client and address helpers, on nsqpy.client.
 
-Strategy: each NSQConnection wraps one nsqpy.wire_client.WireClient (the blocking client of the
-wire that bench and the tests use too: one socket, one receive buffer, frames walked with
-nsqpy.wire.iter_frames) and adds what the connector needs: an address string, nsqd's IDENTIFY
-settings, an ``alive`` flag, NSQError with nsqd's E_* code, and the batching Producer.
-Request/response calls (IDENTIFY, SUB, PUB, MPUB) read until their answer and reply to
-heartbeats on the way; a consumer's socket is otherwise read by its owner (the source's I/O
-thread) through `read_available`, which also answers heartbeats with NOP. Every send goes
-through the WireClient's lock, so the driver thread (FIN) and the I/O thread (TOUCH, NOP) can
-share a connection. Every blocking call has a timeout."""
+Strategy: the sink (and the jobs, bench and tests that pre-fill topics) publish through
+:class:`Producer`, a blocking, pipelined MPUB publisher for one nsqd and one topic: its
+connection is an :class:`nsqpy.client.Conn` (IDENTIFY, TLS, snappy/deflate, AUTH and heartbeats
+as nsqpy.client does them, configured by nsqpy.spark.options.conn_config) on an event loop that
+runs in a daemon thread (nsqpy.client.blocking's loop thread). The calling thread encodes each
+MPUB and hands it to the loop (``call_soon_threadsafe``), keeping up to ``window`` unanswered,
+and checks every answer, in order, for ``OK`` (nsqd answers in order). The source's consuming
+side lives in nsqpy.spark.fetch, on the same Conn.
+
+``NSQConnection`` is a plain blocking connection on nsqpy.wire_client.WireClient kept for
+tests/e2e/test_cluster.py's publisher (no TLS, no compression, no AUTH); the connector does not
+use it."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import socket
 import struct
-import time
 from collections import deque
 from typing import Any
 
 from nsqpy import wire
+from nsqpy.client import Config, Conn, NSQError
+from nsqpy.client.blocking import _LoopThread
 from nsqpy.internal.netaddr import split_host_port
-from nsqpy.message import decode_record
 from nsqpy.wire_client import ConnectionClosed, WireClient
 
-USER_AGENT = "nsqpy-spark/0.1"
+__all__ = ["NSQConnection", "NSQError", "Producer", "parse_address", "split_addresses"]
+
+USER_AGENT = "nsqpy-spark/0.2"
 
 _LEN = struct.Struct(">i")
 
 
-class NSQError(Exception):
-    """nsqd answered with an error frame (``code`` is its E_* code), or not as expected."""
-
-    def __init__(self, text: str, code: str = "") -> None:
-        super().__init__(text)
-        self.code = code
-
-    @classmethod
-    def from_frame(cls, data: bytes) -> NSQError:
-        text = data.decode("utf-8", "replace")
-        return cls(text, text.split(" ", 1)[0])
-
-
 def parse_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``."""
+    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``; ValueError otherwise."""
     address = address.strip()
     try:
         host, port = split_host_port(address)
@@ -63,216 +57,20 @@ def split_addresses(value: str | None) -> list[str]:
     return out
 
 
-class Message:
-    """One delivered message and the connection that delivered it (FIN/TOUCH go there)."""
-
-    __slots__ = ("attempts", "body", "conn", "id", "timestamp_ns")
-
-    def __init__(
-        self, msg_id: bytes, body: bytes, timestamp_ns: int, attempts: int, conn: NSQConnection
-    ) -> None:
-        self.id = msg_id
-        self.body = body
-        self.timestamp_ns = timestamp_ns
-        self.attempts = attempts
-        self.conn = conn
-
-
-class NSQConnection:
-    """One TCP V2 connection to an nsqd (consumer or producer)."""
-
-    def __init__(
-        self,
-        address: str,
-        *,
-        timeout: float = 10.0,
-        msg_timeout_ms: int | None = None,
-        heartbeat_interval_ms: int | None = None,
-        client_id: str | None = None,
-    ) -> None:
-        self.address = address
-        self.timeout = timeout
-        self.msg_timeout_ms = msg_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.client_id = client_id or socket.gethostname().split(".")[0]
-        self.sock: socket.socket | None = None
-        self.wire: WireClient | None = None
-        self.settings: dict[str, Any] = {}
-        self.alive = False
-        self.last_recv = 0.0
-
-    # ------------------------------------------------------------------ set-up
-
-    def connect(self) -> dict[str, Any]:
-        """Connect, send the magic and IDENTIFY (feature negotiation); returns nsqd's settings."""
-        host, port = parse_address(self.address)
-        self.wire = WireClient.connect((host, port), timeout=self.timeout, buffer_size=1 << 18)
-        self.sock = self.wire.sock
-        self.alive = True
-        self.last_recv = time.monotonic()
-        try:
-            fields: dict[str, Any] = {
-                "client_id": self.client_id,
-                "hostname": socket.gethostname(),
-                "user_agent": USER_AGENT,
-                "feature_negotiation": True,
-            }
-            if self.msg_timeout_ms is not None:
-                fields["msg_timeout"] = int(self.msg_timeout_ms)
-            if self.heartbeat_interval_ms is not None:
-                fields["heartbeat_interval"] = int(self.heartbeat_interval_ms)
-            self.wire.command(b"IDENTIFY", body=json.dumps(fields).encode())
-            data = self._response()
-            self.settings = json.loads(data) if data.startswith(b"{") else {}
-        except BaseException:
-            self.close()
-            raise
-        return self.settings
-
-    @property
-    def max_rdy_count(self) -> int:
-        return int(self.settings.get("max_rdy_count", 2500))
-
-    # ------------------------------------------------------------------ sending
-
-    def send(self, data: bytes) -> None:
-        client = self.wire
-        if client is None or not self.alive:
-            raise ConnectionError(f"connection to {self.address} is closed")
-        try:
-            client.send(data)
-        except OSError:
-            self.alive = False
-            raise
-
-    def sub(self, topic: str, channel: str) -> None:
-        self.send(wire.encode_command(b"SUB", topic.encode(), channel.encode()))
-        self._expect_ok()
-
-    def rdy(self, count: int) -> None:
-        self.send(wire.encode_command(b"RDY", str(int(count)).encode()))
-
-    def fin(self, msg_id: bytes) -> None:
-        self.send(wire.encode_command(b"FIN", msg_id))
-
-    def touch(self, msg_id: bytes) -> None:
-        self.send(wire.encode_command(b"TOUCH", msg_id))
-
-    def req(self, msg_id: bytes, delay_ms: int = 0) -> None:
-        self.send(wire.encode_command(b"REQ", msg_id, str(int(delay_ms)).encode()))
-
-    def send_many(self, name: bytes, ids: list[bytes]) -> None:
-        """``name <id>\\n`` for every id, in one write (FIN and TOUCH in bulk)."""
-        if ids:
-            self.send(b"".join(name + b" " + i + b"\n" for i in ids))
-
-    def nop(self) -> None:
-        self.send(b"NOP\n")
-
-    def pub(self, topic: str, body: bytes) -> None:
-        """PUB and wait for OK; raises NSQError when nsqd answers anything else."""
-        self.send(wire.encode_command(b"PUB", topic.encode(), body=body))
-        self._expect_ok()
-
-    def mpub(self, topic: str, bodies: list[bytes]) -> None:
-        """MPUB and wait for OK; raises NSQError when nsqd answers anything else."""
-        self.send(wire.encode_mpub(topic.encode(), bodies))
-        self._expect_ok()
-
-    def send_mpub(self, topic: str, bodies: list[bytes]) -> None:
-        """MPUB without waiting: read its answer later with :meth:`expect_ok` (answers come in
-        order)."""
-        self.send(wire.encode_mpub(topic.encode(), bodies))
-
-    def expect_ok(self) -> None:
-        self._expect_ok()
-
-    # ------------------------------------------------------------------ receiving
-
-    def read_available(self) -> list[tuple[int, bytes]]:
-        """One ``recv`` (call when the socket is readable): the whole frames it completed.
-
-        Heartbeats are answered (NOP) and left out. Raises ConnectionError on EOF."""
-        client = self.wire
-        if client is None:
-            raise ConnectionError(f"connection to {self.address} is closed")
-        try:
-            client.fill()
-        except (BlockingIOError, InterruptedError, TimeoutError):
-            return []
-        except OSError as e:
-            self.alive = False
-            if isinstance(e, ConnectionClosed):
-                raise ConnectionError(f"{self.address} closed the connection") from e
-            raise ConnectionError(f"{self.address}: {e}") from e
-        self.last_recv = time.monotonic()
-        out = []
-        buf = client.buf
-        for ftype, start, end in client.frames():
-            client.pos = end
-            data = bytes(buf[start:end])
-            if ftype == wire.FRAME_TYPE_RESPONSE and data == wire.HEARTBEAT:
-                self.nop()
-            else:
-                out.append((ftype, data))
-        return out
-
-    def read_frame(self, timeout: float | None = None) -> tuple[int, bytes]:
-        """The next frame other than a heartbeat (answered with NOP), waiting at most
-        ``timeout`` s (default: the connection's timeout)."""
-        client = self.wire
-        if client is None:
-            raise ConnectionError(f"connection to {self.address} is closed")
-        try:
-            frame = client.read_frame(self.timeout if timeout is None else timeout)
-        except TimeoutError:
-            raise TimeoutError(f"no answer from {self.address}") from None
-        except OSError as e:
-            self.alive = False
-            if isinstance(e, ConnectionClosed):
-                raise ConnectionError(f"{self.address} closed the connection") from e
-            raise ConnectionError(f"{self.address}: {e}") from e
-        self.last_recv = time.monotonic()
-        return frame
-
-    def _response(self) -> bytes:
-        ftype, data = self.read_frame()
-        if ftype == wire.FRAME_TYPE_ERROR:
-            raise NSQError.from_frame(data)
-        if ftype != wire.FRAME_TYPE_RESPONSE:
-            raise NSQError(f"unexpected frame type {ftype} from {self.address}")
-        return data
-
-    def _expect_ok(self) -> None:
-        data = self._response()
-        if data != wire.OK:
-            raise NSQError(f"expected OK from {self.address}, got {data[:100]!r}")
-
-    def fileno(self) -> int:
-        return self.sock.fileno() if self.sock is not None else -1
-
-    def close(self) -> None:
-        self.alive = False
-        client, self.wire, self.sock = self.wire, None, None
-        if client is not None:
-            try:
-                client.close()
-            except OSError:
-                pass
-
-
-def decode_message_frame(data: bytes, conn: NSQConnection) -> Message:
-    ts, attempts, msg_id, body = decode_record(data)
-    return Message(msg_id, body, ts, attempts, conn)
-
-
 class Producer:
-    """Publishes batches with MPUB, a few in flight at once, and checks every answer is OK.
+    """Publishes to ``topic`` on the nsqd at ``address`` with MPUB, a few in flight at once.
 
-    ``publish(bodies)`` splits ``bodies`` into MPUBs of at most ``batch_size`` messages and
-    ``batch_bytes`` bytes, keeps up to ``window`` of them unanswered, and raises NSQError on the
-    first answer that is not OK (nsqd closes the connection after a fatal error anyway).
-    """
+    ``config``: the connection's nsqpy.client Config (TLS, compression, auth_secret; default
+    a plain connection), dialled and handshaken in the constructor within ``timeout`` s
+    (OSError/TimeoutError when nsqd cannot be reached, NSQError when IDENTIFY or AUTH is
+    refused, ssl.SSLError when the TLS handshake fails). ``put(body)`` queues one message and
+    sends an MPUB of at most ``batch_size`` messages and ``batch_bytes`` bytes when full;
+    ``send_encoded(count, body)`` sends one MPUB whose body is already encoded; up to
+    ``window`` MPUBs stay unanswered. ``flush()`` sends what is queued and waits for every
+    answer; ``published`` counts the messages nsqd answered OK for. Any other answer raises
+    NSQError (E_BAD_TOPIC, E_BAD_MESSAGE, E_UNAUTHORIZED, ...; nsqd then closes the
+    connection), a dropped connection ConnectionError, an answer later than ``timeout`` s
+    TimeoutError. A context manager: flush at a clean exit, close always."""
 
     def __init__(
         self,
@@ -283,21 +81,70 @@ class Producer:
         batch_bytes: int = 1 << 20,
         window: int = 4,
         timeout: float = 30.0,
+        config: Config | None = None,
     ) -> None:
+        parse_address(address)
+        self.address = address
         self.topic = topic
         self.batch_size = max(1, batch_size)
         self.batch_bytes = max(1, batch_bytes)
         self.window = max(1, window)
-        self.conn = NSQConnection(address, timeout=timeout)
-        self.conn.connect()
-        self._unanswered: deque[int] = deque()  # sizes of the MPUBs not yet answered
+        self.timeout = timeout
+        cfg = config.copy() if config is not None else Config(dial_timeout=min(timeout, 5.0))
+        cfg.user_agent = USER_AGENT
+        self._head = b"MPUB " + topic.encode() + b"\n"
+        self._unanswered: deque[tuple[int, concurrent.futures.Future[bytes]]] = deque()
         self._batch: list[bytes] = []
         self._batch_size_bytes = 0
         #: messages nsqd has answered OK for
         self.published = 0
+        self._lt = _LoopThread("nsq-spark-producer")
+        self._loop = self._lt.loop
+        try:
+            self.conn: Conn = self._lt.run(self._connect(cfg), timeout)
+        except BaseException:
+            self._lt.close()
+            raise
+
+    async def _connect(self, cfg: Config) -> Conn:
+        conn = Conn(self.address, cfg)
+        await conn.connect()
+        return conn
+
+    # ------------------------------------------------------------------ sending
+
+    def _submit(self, data: bytes, cf: concurrent.futures.Future[bytes]) -> None:
+        """On the loop: send one command, and pass its answer to ``cf``."""
+        try:
+            fut = self.conn.command(data)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            cf.set_exception(e)
+            return
+
+        def done(f: asyncio.Future[bytes]) -> None:
+            if f.cancelled():
+                cf.cancel()
+            elif (err := f.exception()) is not None:
+                cf.set_exception(err)
+            else:
+                cf.set_result(f.result())
+
+        fut.add_done_callback(done)
+
+    def _send(self, count: int, data: bytes) -> None:
+        while len(self._unanswered) >= self.window:
+            self._answer()
+        cf: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        self._loop.call_soon_threadsafe(self._submit, data, cf)
+        self._unanswered.append((count, cf))
+
+    def send_encoded(self, count: int, mpub_body: bytes | memoryview) -> None:
+        """Send one MPUB of ``count`` messages whose body (``[4-byte count]([4-byte size]
+        [bytes])*``) is already encoded (see nsqpy.spark.sink.mpub_bodies)."""
+        self._send(count, b"".join((self._head, _LEN.pack(len(mpub_body)), mpub_body)))
 
     def put(self, body: bytes) -> None:
-        """Queue one message; sends an MPUB when the batch is full."""
+        """Queue one message (ValueError when empty); sends an MPUB when the batch is full."""
         if not body:
             raise ValueError("NSQ messages cannot be empty")
         if self._batch and (
@@ -309,30 +156,25 @@ class Producer:
         self._batch_size_bytes += len(body) + 4
 
     def publish(self, bodies: list[bytes]) -> None:
+        """put() each of ``bodies``, then flush()."""
         for b in bodies:
             self.put(b)
         self.flush()
 
-    def send_encoded(self, count: int, mpub_body: bytes | memoryview) -> None:
-        """Send one MPUB whose body (``[4-byte count]([4-byte size][bytes])*``) is already
-        encoded (see nsqpy.spark.sink.mpub_bodies); up to ``window`` stay unanswered."""
-        while len(self._unanswered) >= self.window:
-            self._answer()
-        self.conn.send(
-            b"MPUB " + self.topic.encode() + b"\n" + _LEN.pack(len(mpub_body)) + bytes(mpub_body)
-        )
-        self._unanswered.append(count)
-
     def _send_batch(self) -> None:
         batch, self._batch, self._batch_size_bytes = self._batch, [], 0
-        while len(self._unanswered) >= self.window:
-            self._answer()
-        self.conn.send_mpub(self.topic, batch)
-        self._unanswered.append(len(batch))
+        self._send(len(batch), wire.encode_mpub(self.topic.encode(), batch))
 
     def _answer(self) -> None:
-        self.conn.expect_ok()
-        self.published += self._unanswered.popleft()
+        count, cf = self._unanswered[0]
+        try:
+            data = cf.result(self.timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no answer from nsqd {self.address} in {self.timeout} s") from None
+        self._unanswered.popleft()
+        if data != wire.OK:
+            raise NSQError("E_BAD_RESPONSE", f"expected OK from {self.address}, got {data[:100]!r}")
+        self.published += count
 
     def flush(self) -> None:
         """Send what is queued and wait for every answer."""
@@ -342,7 +184,20 @@ class Producer:
             self._answer()
 
     def close(self) -> None:
-        self.conn.close()
+        """Close the connection (answers not yet read are lost) and the loop thread."""
+        if self._loop.is_closed():
+            return
+
+        async def close() -> None:
+            self.conn.close()
+            await asyncio.wait_for(asyncio.shield(self.conn.closed), 3)
+
+        try:
+            self._lt.run(close(), 5)
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            self._lt.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -353,3 +208,70 @@ class Producer:
                 self.flush()
         finally:
             self.close()
+
+
+class NSQConnection:
+    """A blocking publishing connection (IDENTIFY, PUB, MPUB) on nsqpy.wire_client.WireClient,
+    for tests/e2e/test_cluster.py; no TLS, compression or AUTH (use :class:`Producer`)."""
+
+    def __init__(self, address: str, *, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.wire: WireClient | None = None
+        self.settings: dict[str, Any] = {}
+
+    def connect(self) -> dict[str, Any]:
+        """Connect, send the magic and IDENTIFY; returns nsqd's settings. Raises OSError,
+        NSQError."""
+        self.wire = WireClient.connect(parse_address(self.address), timeout=self.timeout)
+        try:
+            fields = {"client_id": socket.gethostname().split(".")[0],
+                      "user_agent": USER_AGENT, "feature_negotiation": True}  # fmt: skip
+            self.wire.command(b"IDENTIFY", body=json.dumps(fields).encode())
+            data = self._response()
+            self.settings = json.loads(data) if data.startswith(b"{") else {}
+        except BaseException:
+            self.close()
+            raise
+        return self.settings
+
+    def pub(self, topic: str, body: bytes) -> None:
+        """PUB and wait for OK; raises NSQError when nsqd answers anything else."""
+        self._send(wire.encode_command(b"PUB", topic.encode(), body=body))
+        self._expect_ok()
+
+    def mpub(self, topic: str, bodies: list[bytes]) -> None:
+        """MPUB and wait for OK; raises NSQError when nsqd answers anything else."""
+        self._send(wire.encode_mpub(topic.encode(), bodies))
+        self._expect_ok()
+
+    def _send(self, data: bytes) -> None:
+        if self.wire is None:
+            raise ConnectionError(f"connection to {self.address} is closed")
+        self.wire.send(data)
+
+    def _response(self) -> bytes:
+        if self.wire is None:
+            raise ConnectionError(f"connection to {self.address} is closed")
+        try:
+            ftype, data = self.wire.read_frame(self.timeout)
+        except ConnectionClosed as e:
+            raise ConnectionError(f"{self.address} closed the connection") from e
+        if ftype == wire.FRAME_TYPE_ERROR:
+            raise NSQError.from_frame(data)
+        if ftype != wire.FRAME_TYPE_RESPONSE:
+            raise NSQError("E_BAD_RESPONSE", f"unexpected frame type {ftype}")
+        return data
+
+    def _expect_ok(self) -> None:
+        data = self._response()
+        if data != wire.OK:
+            raise NSQError("E_BAD_RESPONSE", f"expected OK, got {data[:100]!r}")
+
+    def close(self) -> None:
+        client, self.wire = self.wire, None
+        if client is not None:
+            try:
+                client.close()
+            except OSError:
+                pass

@@ -1,13 +1,15 @@
 r"""The driver side of the nsq source: nsqd connections -> write-ahead spool -> FIN.
 
-Strategy: one fetcher thread per nsqd (its `connections_per_nsqd` connections, one selector)
-reads whole socket buffers and splits them into frames with one small loop; a run of message
-frames becomes a `_Chunk` of columns (ids, bodies, publish times, attempts) built with numpy and
-pyarrow, not per-row objects. The writer thread takes every chunk waiting, writes them to the
-spool as one Arrow record batch, fsyncs (a group commit: one fsync for everything that arrived
-during the previous one), then FINs each chunk's messages on the connection that delivered them
-(one write of `FIN <id>\n` lines per chunk). So a message is FIN'd only once it is durable, and
-RDY (max_in_flight) bounds what is held in memory: nsqd sends no more than that un-FIN'd.
+Strategy: every nsqd connection (`connections_per_nsqd` per nsqd) is an nsqpy.client Conn
+(IDENTIFY, TLS, snappy/deflate, AUTH, heartbeats; configured by options.conn_config), all on one
+event loop in a daemon thread. A Conn hands each read's message frames over in bulk
+(`on_records`), and they become a `_Chunk` of columns (ids, bodies, publish times, attempts)
+built with numpy and pyarrow, not per-row objects. The writer thread takes every chunk waiting,
+writes them to the spool as one Arrow record batch; the sync thread fsyncs (a group commit: one
+fsync for everything that arrived during the previous one), then the loop FINs each chunk's
+messages on the connection that delivered them (one write of `FIN <id>\n` lines per chunk). So
+a message is FIN'd only once it is durable, and RDY (max_in_flight) bounds what is held in
+memory: nsqd sends no more than that un-FIN'd.
 
 Backpressure: when the spool holds more than `max_spool_bytes` past what Spark committed, the
 fetchers set RDY 0 (nsqd keeps the messages; its depth grows) until a commit frees room.
@@ -19,12 +21,12 @@ sent. A delivered message whose (nsqd, id) is a suspect is FIN'd at once and not
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import resource
-import selectors
 import threading
 import time
 from collections import OrderedDict
@@ -33,10 +35,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..message import BODY_START, HEADER_LENGTH, ID_LENGTH, ID_SLICE
-from ..wire import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT, iter_frames
-from .client import NSQConnection
+from ..client import Config, Conn, Message, NSQError
+from ..client.blocking import _LoopThread
+from ..message import BODY_START, HEADER_LENGTH, ID_LENGTH
+from ..wire import encode_command
 from .lookup import lookup_producers
+from .options import conn_config
 from .spool import SCHEMA, Spool
 
 log = logging.getLogger("nsqpy.spark")
@@ -45,19 +49,20 @@ log = logging.getLogger("nsqpy.spark")
 _HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", f"S{ID_LENGTH}")])
 assert _HEADER.itemsize == HEADER_LENGTH
 _FIN = np.frombuffer(b"FIN ", np.uint8)
+_HEADER_INDEX = np.arange(HEADER_LENGTH, dtype=np.intp)
 _SUSPECTS_MAX = 200_000
 
 
 class _Chunk:
     """Messages of one read of one connection, as columns."""
 
-    __slots__ = ("attempts", "bodies", "conn", "fin", "ids", "n", "ts")
+    __slots__ = ("address", "attempts", "bodies", "conn", "fin", "ids", "n", "ts")
 
-    def __init__(self, conn: NSQConnection, headers: bytes, bodies: list[bytes]) -> None:
+    def __init__(self, conn: Conn, h: np.ndarray, bodies: list[bytes]) -> None:
         n = len(bodies)
-        h = np.frombuffer(headers, _HEADER)
         ids = np.ascontiguousarray(h["id"])
         self.conn = conn
+        self.address = conn.addr
         self.n = n
         self.bodies = bodies
         self.ids = ids
@@ -85,7 +90,7 @@ def _record_batch(chunks: list[_Chunk], topic: str, channel: str) -> pa.RecordBa
     body_col = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(bodies))]
     ).cast(pa.binary())
-    addrs = pa.concat_arrays([pa.repeat(c.conn.address, c.n) for c in chunks])
+    addrs = pa.concat_arrays([pa.repeat(c.address, c.n) for c in chunks])
     return pa.RecordBatch.from_arrays(
         [
             id_col,
@@ -103,7 +108,8 @@ def _record_batch(chunks: list[_Chunk], topic: str, channel: str) -> pa.RecordBa
 class Fetcher:
     """Connections to every nsqd of the topic, the spool writer, and what Spark asks of them.
 
-    ``opts`` is a source.SourceOptions. Threads: one per nsqd, one writer, one for lookupd.
+    ``opts`` is a source.SourceOptions. Threads: the connections' event loop, the writer, the
+    syncer, and one for lookupd.
     """
 
     def __init__(self, opts: Any, spool: Spool) -> None:
@@ -134,6 +140,12 @@ class Fetcher:
             "truncated_bytes": spool.truncated_bytes,
         }
         self.nodes: dict[str, _Node] = {}
+        self.config: Config = conn_config(opts.conn_options, f"spark-{opts.channel}")
+        if opts.msg_timeout_ms:
+            self.config.msg_timeout = opts.msg_timeout_ms / 1000
+        #: the event loop (a daemon thread) that runs every nsqd connection
+        self.lt = _LoopThread("nsq-fetch")
+        self.loop = self.lt.loop
         #: seconds the writer spent per step (build the batch, write, fsync, FIN)
         self.timings = dict.fromkeys(("build", "write", "fsync", "fin"), 0.0)
         self._stop = threading.Event()
@@ -162,7 +174,7 @@ class Fetcher:
                 return
             node = _Node(self, address)
             self.nodes[address] = node
-        node.start()
+        self.loop.call_soon_threadsafe(node.start)
 
     def _lookup_loop(self) -> None:
         opts = self.opts
@@ -193,10 +205,11 @@ class Fetcher:
             self.last_arrival = time.monotonic()
             self.cond.notify_all()
 
-    def drop_suspects(self, conn: NSQConnection, ids: list[bytes]) -> list[bytes]:
-        """The IDs among ``ids`` that are not suspects; suspects are FIN'd now."""
+    def drop_suspects(self, conn: Conn, ids: list[bytes]) -> list[bytes]:
+        """The IDs among ``ids`` that are not suspects; suspects are FIN'd now (call on the
+        loop)."""
         keep, fin = [], []
-        addr = conn.address.encode()
+        addr = conn.addr.encode()
         with self.cond:
             for i in ids:
                 if self.suspects.pop((addr, i), 0) is None:
@@ -206,11 +219,11 @@ class Fetcher:
             self.counters["redelivered_dropped"] += len(fin)
         if fin:
             with contextlib.suppress(OSError):
-                conn.send_many(b"FIN", fin)
+                conn.send(b"".join([b"FIN " + i + b"\n" for i in fin]))
         return keep
 
     def _suspect(self, chunk: _Chunk) -> None:
-        addr = chunk.conn.address.encode()
+        addr = chunk.address.encode()
         for i in chunk.ids.tolist():
             self.suspects[(addr, i)] = None
         while len(self.suspects) > _SUSPECTS_MAX:
@@ -245,7 +258,7 @@ class Fetcher:
                     self.queued -= sum(c.n for c in chunks)
                     self.counters["spool_errors"] = self.counters.get("spool_errors", 0) + 1
                 for conn in {id(c.conn): c.conn for c in chunks}.values():
-                    conn.close()  # nsqd requeues what it held
+                    self.loop.call_soon_threadsafe(conn.close)  # nsqd requeues what it held
                 self._stop.wait(1)
                 continue
             with self.sync_cond:
@@ -277,7 +290,7 @@ class Fetcher:
                     self.failed = f"cannot fsync the spool {self.opts.spool_dir}: {e}"
                     for _, chunks in todo:
                         for c in chunks:
-                            c.conn.close()
+                            self.loop.call_soon_threadsafe(c.conn.close)
                     with self.cond:
                         self.hold = True
                         self.cond.notify_all()
@@ -288,25 +301,36 @@ class Fetcher:
                 rows = sum(c.n for _, chunks in todo for c in chunks)
                 with self.cond:
                     self.queued -= rows  # durable: what is left is sending the FINs
-                failed = []
-                for _, chunks in todo:
-                    for c in chunks:
-                        try:
-                            c.conn.send(c.fin)
-                        except OSError:
-                            failed.append(c)
                 with self.cond:
-                    for c in failed:
-                        self._suspect(c)
-                        self.counters["fin_failed"] += c.n
                     self.counters["spooled"] += rows
                     self.counters["groups"] += len(todo)
                     self.timings["fsync"] += t1 - t0
-                    self.timings["fin"] += time.perf_counter() - t1
-                    self._check_room()
+                    self._check_room()  # before the FINs: a full spool sends RDY 0 first
                     self.cond.notify_all()
+                done = [c for _, chunks in todo for c in chunks]
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to FIN
+                    self.loop.call_soon_threadsafe(self._fin, done)
+                self.timings["fin"] += time.perf_counter() - t1
             if last:
                 return
+
+    def _fin(self, chunks: list[_Chunk]) -> None:
+        """On the loop: FIN every message of ``chunks`` (now durable) on the connection that
+        delivered it, one write per chunk; those whose connection is gone become suspects."""
+        for node in list(self.nodes.values()):
+            node.set_rdy()  # RDY 0 before the FINs free nsqd's in-flight slots, when paused
+        failed = []
+        for c in chunks:
+            conn = c.conn
+            if conn.is_open:
+                conn.send(c.fin)
+            else:
+                failed.append(c)
+        if failed:
+            with self.cond:
+                for c in failed:
+                    self._suspect(c)
+                    self.counters["fin_failed"] += c.n
 
     def _check_room(self) -> None:
         """Pause (RDY 0) above max_spool_bytes past the committed rows; resume below 3/4."""
@@ -400,170 +424,160 @@ class Fetcher:
         """Stop taking messages, write and FIN what was received, close everything."""
         with self.cond:
             self.hold = True
+            self._stop.set()
             nodes = list(self.nodes.values())
-        for n in nodes:
-            n.stop()
-        self._stop.set()
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            self.lt.run(_gather(*(n.stop() for n in nodes)), 10)
         with self.cond:
             self.cond.notify_all()
-        self._writer.join(30)
-        for n in nodes:
-            n.close()
+        self._writer.join(30)  # the FINs of what it wrote are queued on the loop by now
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            self.lt.run(_gather(*(n.close() for n in nodes)), 10)
+        self.lt.close()
         if self._lookup is not None:
             self._lookup.join(1)
         self.write_stats(force=True)
 
 
-class _Node(threading.Thread):
-    """One nsqd: its connections, read by this thread; frames -> chunks -> the writer."""
+async def _gather(*coros: Any) -> None:
+    await asyncio.gather(*coros, return_exceptions=True)
+
+
+class _Node:
+    """One nsqd: its connections (on the Fetcher's loop), their RDY, and their reconnects;
+    each read's message frames become one chunk for the writer. Every method runs on the
+    loop."""
 
     def __init__(self, fetcher: Fetcher, address: str) -> None:
-        super().__init__(name=f"nsq-fetch-{address}", daemon=True)
         self.f = fetcher
         self.address = address
-        self.conns: list[NSQConnection] = []
-        self._rest: dict[NSQConnection, bytes] = {}
-        self._rdy: dict[NSQConnection, int] = {}
-        self._sel = selectors.DefaultSelector()
-        self._halt = threading.Event()
+        self.conns: list[Conn] = []
+        self._rdy: dict[Conn, int] = {}
+        self._halt = False
         self._retry_at = 0.0
         self._backoff = 0.5
+        self._task: asyncio.Task[None] | None = None
 
-    def stop(self) -> None:
-        """RDY 0 on every connection and stop reading (what arrived is handed to the writer)."""
-        self._halt.set()
-        self.join(10)
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def close(self) -> None:
-        for c in self.conns:
+    async def stop(self) -> None:
+        """RDY 0 on every connection and connect no more (what arrives is still taken)."""
+        self._halt = True
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        for conn in list(self.conns):
+            with contextlib.suppress(OSError):
+                conn.set_rdy(0)
+
+    async def close(self) -> None:
+        """Close every connection (pending FINs are written first)."""
+        conns, self.conns = list(self.conns), []
+        for c in conns:
             c.close()
-        self.conns = []
-        self._sel.close()
+        for c in conns:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(c.closed), 2)
 
-    def _connect(self) -> None:
-        opts = self.f.opts
-        while len(self.conns) < opts.connections_per_nsqd:
-            conn = NSQConnection(
-                self.address,
-                timeout=5,
-                msg_timeout_ms=opts.msg_timeout_ms,
-                client_id=f"spark-{opts.channel}",
-            )
+    async def _run(self) -> None:
+        f = self.f
+        while not self._halt:
+            if len(self.conns) < f.opts.connections_per_nsqd:
+                if time.monotonic() >= self._retry_at:
+                    await self._connect()
+            self.set_rdy()
+            await asyncio.sleep(0.05)
+
+    async def _connect(self) -> None:
+        f = self.f
+        opts = f.opts
+        while len(self.conns) < opts.connections_per_nsqd and not self._halt:
+            conn = Conn(self.address, f.config, self, on_records=self._on_records)
             try:
-                conn.connect()
-                conn.sub(opts.topic, opts.channel)
-                assert conn.sock is not None
-                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            except Exception as e:  # noqa: BLE001 - any failure: retry later
+                await conn.connect()
+                await conn.command(
+                    encode_command(b"SUB", opts.topic.encode(), opts.channel.encode())
+                )
+            except (OSError, NSQError, ValueError) as e:
                 conn.close()
                 self._backoff = min(self._backoff * 2, 15.0)
                 self._retry_at = time.monotonic() + self._backoff
                 log.warning("nsq source: cannot subscribe on %s: %s", self.address, e)
                 return
+            if self._halt:
+                conn.close()
+                return
             self._backoff = 0.5
             self.conns.append(conn)
             self._rdy[conn] = 0
             log.info(
-                "nsq source: subscribed to %s/%s on %s", opts.topic, opts.channel, conn.address
+                "nsq source: subscribed to %s/%s on %s", opts.topic, opts.channel, self.address
             )
 
-    def _drop(self, conn: NSQConnection, why: str) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            if conn.sock is not None:
-                self._sel.unregister(conn.sock)
-        conn.close()
-        if conn in self.conns:
-            self.conns.remove(conn)
-        self._rest.pop(conn, None)
-        self._rdy.pop(conn, None)
-        self._retry_at = time.monotonic() + 0.5
-        with self.f.cond:
-            self.f.counters["lost_connections"] += 1
-        log.warning("nsq source: lost %s: %s", conn.address, why)
-
-    def _set_rdy(self) -> None:
+    def set_rdy(self) -> None:
+        """Send each connection its RDY when it changed (0 while the Fetcher is paused or
+        holds); run every 50 ms, before each group's FINs, and after a read while paused."""
         share = self.f.rdy_share()
         for conn in list(self.conns):
-            want = min(share, conn.max_rdy_count)
+            want = min(share, conn.max_rdy)
             if self._rdy.get(conn) != want:
                 try:
-                    conn.rdy(want)
+                    conn.set_rdy(want)
                     self._rdy[conn] = want
                 except OSError as e:
                     self._drop(conn, str(e))
 
-    def run(self) -> None:
-        while not self._halt.is_set():
-            if len(self.conns) < self.f.opts.connections_per_nsqd:
-                if time.monotonic() >= self._retry_at:
-                    self._connect()
-                if not self.conns:
-                    self._halt.wait(0.05)
-                    continue
-            self._set_rdy()
-            try:
-                events = self._sel.select(timeout=0.05)
-            except OSError:
-                events = []
-            for key, _ in events:
-                self._read(key.data)
-        for conn in list(self.conns):  # stop: take nothing more
-            with contextlib.suppress(OSError):
-                conn.rdy(0)
+    def _drop(self, conn: Conn, why: str) -> None:
+        conn.close()
+        if conn not in self.conns:
+            return
+        self.conns.remove(conn)
+        self._rdy.pop(conn, None)
+        self._retry_at = time.monotonic() + 0.5
+        with self.f.cond:
+            self.f.counters["lost_connections"] += 1
+        log.warning("nsq source: lost %s: %s", self.address, why)
 
-    def _read(self, conn: NSQConnection) -> None:
-        sock = conn.sock
-        if sock is None:
-            return
-        try:
-            data = sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError, TimeoutError):
-            return
-        except OSError as e:
-            self._drop(conn, str(e))
-            return
-        if not data:
-            self._drop(conn, "closed by nsqd")
-            return
-        rest = self._rest.pop(conn, b"")
-        buf = rest + data if rest else data
-        n = len(buf)
-        pos = 0
-        headers: list[bytes] = []
-        bodies: list[bytes] = []
-        nop = False
-        try:
-            for ftype, start, pos in iter_frames(buf):
-                if ftype == FRAME_TYPE_MESSAGE:
-                    body = start + BODY_START
-                    headers.append(buf[start:body])
-                    bodies.append(buf[body:pos])
-                elif ftype == FRAME_TYPE_RESPONSE:
-                    if buf[start:pos] == HEARTBEAT:
-                        nop = True
-                else:
-                    with self.f.cond:
-                        self.f.counters["nsqd_errors"] += 1
-                    log.debug("nsq source: %s: %r", conn.address, buf[start:pos][:200])
-        except ValueError as e:  # not V2 frames: nothing more can be read from this stream
-            self._drop(conn, str(e))
-            return
-        if pos < n:
-            self._rest[conn] = buf[pos:]
-        if nop:
-            with contextlib.suppress(OSError):
-                conn.nop()
-        if not bodies:
-            return
-        if self.f.suspects:
-            ids = [h[ID_SLICE] for h in headers]
-            keep = set(self.f.drop_suspects(conn, ids))
-            if len(keep) < len(ids):
-                pairs = [
-                    (h, b) for h, b in zip(headers, bodies, strict=True) if h[ID_SLICE] in keep
-                ]
-                headers = [h for h, _ in pairs]
-                bodies = [b for _, b in pairs]
-                if not bodies:
+    # ------------------------------------------------------------------ Conn's calls
+
+    def _on_records(self, conn: Conn, data: bytes, starts: list[int], ends: list[int]) -> None:
+        n = len(starts)
+        if n == 1:
+            s0 = starts[0]
+            h = np.frombuffer(data, _HEADER, 1, s0)
+        else:
+            idx = np.array(starts, np.intp)[:, None] + _HEADER_INDEX
+            h = np.frombuffer(data, np.uint8)[idx].view(_HEADER).reshape(n)
+        bodies = [data[s + BODY_START : e] for s, e in zip(starts, ends, strict=True)]
+        f = self.f
+        if f.suspects:
+            ids = h["id"].tolist()
+            keep = set(f.drop_suspects(conn, ids))
+            if len(keep) < n:
+                mask = np.array([i in keep for i in ids], bool)
+                if not mask.any():
                     return
-        self.f.on_chunk(_Chunk(conn, b"".join(headers), bodies))
+                h = h[mask]
+                bodies = [b for b, k in zip(bodies, mask.tolist(), strict=True) if k]
+        f.on_chunk(_Chunk(conn, h, bodies))
+        if f.paused or f.hold:
+            self.set_rdy()
+
+    def on_close(self, conn: Conn) -> None:
+        if not self._halt or conn in self.conns:
+            self._drop(conn, str(conn.error or "closed by nsqd"))
+
+    def on_error(self, conn: Conn, err: NSQError) -> None:
+        with self.f.cond:
+            self.f.counters["nsqd_errors"] += 1
+        log.debug("nsq source: %s: %s", self.address, err)
+
+    def on_message(self, conn: Conn, msg: Message) -> None:  # pragma: no cover - on_records
+        pass
+
+    def on_message_finished(self, conn: Conn, msg: Message) -> None:  # pragma: no cover
+        pass
+
+    def on_message_requeued(self, conn: Conn, msg: Message, backoff: bool) -> None:
+        pass  # pragma: no cover

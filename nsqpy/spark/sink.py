@@ -1,14 +1,22 @@
 """The NSQ sink for Spark: `df.write.format("nsq")` and `df.writeStream.format("nsq")`.
 
 Strategy: each Spark task publishes its partition's `body` column with pipelined MPUB (up to
-`mpub_window` MPUBs unanswered, every answer checked for OK) over its own connection, to one of
+`mpub_window` MPUBs unanswered, every answer checked for OK) over its own connection (an
+nsqpy.client Conn through client.Producer: TLS, snappy/deflate and AUTH as the options say, see
+options.conn_config), to one of
 the nsqds named by nsqd_tcp_addresses (or found through lookupd), picked by partition number so
 tasks spread over the daemons; when that nsqd cannot be reached the next one is tried. The
 writers are Spark's Arrow writers: the task gets Arrow record batches, and an MPUB body
 (`[count]([size][bytes])*`) is assembled from the column's offsets and data buffers with numpy,
 no Python object per row. Any answer other than OK raises, so the task fails and Spark retries
 it (`spark.task.maxFailures`): what a failed task had already published stays published, so
-the sink is at-least-once."""
+the sink is at-least-once.
+
+Options: nsqd_tcp_addresses and/or lookupd_http_addresses, topic (or a string `topic` column),
+batch_size (500), batch_bytes (1 MiB), mpub_window (4), and the connection options of
+options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify, compression
+(none|snappy|deflate), deflate_level, auth_secret (the certificate files are read on the
+executors)."""
 
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .client import Producer, split_addresses
 from .lookup import lookup_producers
-from .options import int_option
+from .options import CONN_OPTIONS, conn_config, int_option
 
 log = logging.getLogger("nsqpy.spark")
 
@@ -70,6 +78,9 @@ class _NSQWriterBase:
         self.batch_size: int = int_option(o, "batch_size", 500)
         self.batch_bytes: int = int_option(o, "batch_bytes", 1 << 20)
         self.window: int = int_option(o, "mpub_window", 4)
+        #: the connection options (TLS, compression, AUTH): see options.conn_config
+        self.conn_options = {k: str(o[k]) for k in CONN_OPTIONS if o.get(k) is not None}
+        conn_config(self.conn_options, "check", check_files=False)
 
     def _addresses(self, topic: str) -> list[str]:
         addrs = list(self.nsqd_tcp_addresses)
@@ -88,6 +99,7 @@ class _NSQWriterBase:
     def _producer(self, topic: str, partition: int) -> Producer:
         addrs = self._addresses(topic)
         errors = []
+        config = conn_config(self.conn_options, f"spark-sink-{partition}")
         for i in range(len(addrs)):
             address = addrs[(partition + i) % len(addrs)]
             try:
@@ -97,6 +109,7 @@ class _NSQWriterBase:
                     batch_size=self.batch_size,
                     batch_bytes=self.batch_bytes,
                     window=self.window,
+                    config=config,
                 )
             except OSError as e:
                 errors.append(f"{address}: {e}")
@@ -139,7 +152,7 @@ class _NSQWriterBase:
             for p in producers.values():
                 p.close()
         published = sum(p.published for p in producers.values())
-        address = ",".join(sorted({p.conn.address for p in producers.values()}))
+        address = ",".join(sorted({p.address for p in producers.values()}))
         return NSQCommitMessage(published, address)
 
 

@@ -17,7 +17,15 @@ Trigger.AvailableNow: prepareForTriggerAvailableNow stops taking messages for a 
 every nsqd's /stats for the channel's depth + in-flight count, and sets the target to the
 spool's end plus that; batches run until the spool reaches the target, or nothing more arrives
 for fetch_wait (an nsqd whose /stats cannot be read, or messages taken by another consumer of
-the channel), and then the query ends."""
+the channel), and then the query ends.
+
+Options (all strings, as Spark passes them; see SourceOptions and the README's Spark section):
+nsqd_tcp_addresses / lookupd_http_addresses, topic, channel, spool_dir, spool_read_uri,
+max_in_flight, max_spool_bytes, spool_segment_bytes, max_messages_per_trigger,
+max_bytes_per_trigger, nsqd_http_addresses, msg_timeout, fetch_wait, lookupd_poll_interval,
+connections_per_nsqd, max_rows_per_partition, and the connection options of
+options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify (TLS, a client
+certificate), compression (none|snappy|deflate), deflate_level, auth_secret."""
 
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ from typing import Any
 from .client import split_addresses
 from .fetch import Fetcher
 from .lookup import HTTP_ADDRESSES, channel_backlog
-from .options import int_option, parse_duration_ms
+from .options import CONN_OPTIONS, conn_config, int_option, parse_duration_ms
 from .spool import Slice, Spool, read_slice
 
 try:  # pyspark is an optional dependency (the `spark` extra)
@@ -99,6 +107,9 @@ class SourceOptions:
         )
         self.connections_per_nsqd: int = int_option(o, "connections_per_nsqd", 1)
         self.max_rows_per_partition: int = int_option(o, "max_rows_per_partition", 100_000)
+        #: the connection options (TLS, compression, AUTH): see options.conn_config
+        self.conn_options = {k: str(o[k]) for k in CONN_OPTIONS if o.get(k) is not None}
+        conn_config(self.conn_options, "check", check_files=False)
         if self.nsqd_http_addresses and len(self.nsqd_http_addresses) != len(
             self.nsqd_tcp_addresses
         ):

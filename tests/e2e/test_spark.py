@@ -29,6 +29,7 @@ from conftest import ROOT, Daemon, wait_for
 from nsqpy import wire
 from nsqpy.spark.client import NSQConnection, NSQError, Producer, parse_address
 from nsqpy.spark.lookup import lookup_producers, parse_lookup
+from nsqpy.wire_client import WireClient
 
 JOBS = ROOT / "spark_jobs"
 sys.path.insert(0, str(JOBS))
@@ -51,9 +52,9 @@ def consume(
     address: str, topic: str, channel: str, count: int, timeout: float = 30
 ) -> list[tuple[bytes, bytes]]:
     """Read and FIN ``count`` messages: [(id, body)]."""
-    conn = NSQConnection(address)
-    conn.connect()
+    conn = WireClient.connect(parse_address(address))
     try:
+        conn.identify({"feature_negotiation": True})
         conn.sub(topic, channel)
         conn.rdy(1000)
         out = []
@@ -62,9 +63,7 @@ def consume(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"got {len(out)} of {count} messages")
-            ftype, data = conn.read_frame(left)
-            assert ftype == wire.FRAME_TYPE_MESSAGE, data
-            _, _, mid, body = wire.decode_message(data)
+            _, _, mid, body = conn.read_message(left)
             conn.fin(mid)
             out.append((mid, body))
         return out
@@ -159,8 +158,8 @@ def test_producer_publishes_and_checks_ok(nsqd: Daemon) -> None:
     bodies = [f"m{i}".encode() for i in range(2345)]
     with Producer(nsqd.tcp_address, "pubs", batch_size=100, window=3) as p:
         p.publish(bodies)
-        p.conn.pub("pubs", b"one more")
-    assert p.published == 2345
+        p.send_encoded(1, wire.encode_mpub(b"pubs", [b"one more"])[len(b"MPUB pubs\n") + 4 :])
+    assert p.published == 2346
     got = consume(nsqd.tcp_address, "pubs", "c", 2346)
     assert sorted(b for _, b in got) == sorted([*bodies, b"one more"])
 
@@ -173,40 +172,20 @@ def test_producer_raises_on_error_frame(daemon_factory) -> None:
         with Producer(d.tcp_address, "small") as p:
             p.publish([b"y" * 101])
     assert e.value.code == "E_BAD_MESSAGE"
+    with pytest.raises(NSQError) as e:
+        with Producer(d.tcp_address, "bad/topic") as p:
+            p.publish([b"x"])
+    assert e.value.code == "E_BAD_TOPIC"
     conn = NSQConnection(d.tcp_address)
-    conn.connect()
+    assert conn.connect()["max_rdy_count"] == 2500
     with pytest.raises(NSQError) as e:
         conn.pub("bad/topic", b"x")
     assert e.value.code == "E_BAD_TOPIC"
     conn.close()
-    with pytest.raises(ValueError):
-        Producer(d.tcp_address, "small").put(b"")
-
-
-def test_connection_identify_touch_fin(nsqd: Daemon) -> None:
-    publish(nsqd.tcp_address, "tf", [b"a", b"b"])
-    conn = NSQConnection(nsqd.tcp_address, msg_timeout_ms=1500, heartbeat_interval_ms=1000)
-    settings = conn.connect()
-    assert settings["msg_timeout"] == 1500 and settings["max_rdy_count"] == conn.max_rdy_count
-    conn.sub("tf", "c")
-    conn.rdy(2)
-    msgs = []
-    deadline = time.monotonic() + 10
-    while len(msgs) < 2 and time.monotonic() < deadline:
-        ftype, data = conn.read_frame(5)
-        assert ftype == wire.FRAME_TYPE_MESSAGE
-        msgs.append(wire.decode_message(data))
-    # TOUCH for 3 s (twice the timeout), through heartbeats (answered with NOP): no timeout.
-    end = time.monotonic() + 3
-    while time.monotonic() < end:
-        conn.send_many(b"TOUCH", [m[2] for m in msgs])
-        with pytest.raises(TimeoutError):
-            conn.read_frame(0.5)
-    st = channel_stats(nsqd, "tf", "c")
-    assert st["timeout_count"] == 0 and st["in_flight_count"] == 2
-    conn.send_many(b"FIN", [m[2] for m in msgs])
-    wait_for(lambda: channel_stats(nsqd, "tf", "c")["finish_count"] == 2, 5)
-    conn.close()
+    with Producer(d.tcp_address, "small") as p, pytest.raises(ValueError):
+        p.put(b"")
+    with pytest.raises(OSError):
+        Producer("127.0.0.1:1", "small", timeout=2)
 
 
 # ------------------------------------------------------------------------------------ lookupd

@@ -140,12 +140,18 @@ def channel(d: Daemon, topic: str, ch: str) -> dict:
 def _crash(reader) -> None:
     """What a killed driver leaves: connections closed without FIN or REQ, spool as it is."""
     f = reader._fetcher
+
+    async def abort() -> None:
+        for n in f.nodes.values():
+            n._halt = True
+            for c in n.conns:
+                if c._transport is not None:
+                    c._transport.abort()  # what is buffered (FINs) is dropped
+
+    f.lt.run(abort(), 5)
     f._stop.set()
-    for n in f.nodes.values():
-        n._halt.set()
-        n.join(5)
-        n.close()
     f._writer.join(5)
+    f.lt.close()
     reader._spool.close()
     reader._fetcher = None
 
