@@ -117,7 +117,10 @@ def test_statsd_pushes_nsqd_names(daemon_factory, udp):
     ):
         assert got[pre + "mem." + name][-1][1] == "g", name
     assert got[pre + "mem.gc_runs"][-1][1] == "c"
-    assert any(f"STATSD: pushing stats to 127.0.0.1:{udp.getsockname()[1]}" in ln for ln in d.lines)
+    # the line goes to stderr at the end of the pass that sent the packets: the test's reader of
+    # the daemon's stderr may get it after the packets
+    want = f"STATSD: pushing stats to 127.0.0.1:{udp.getsockname()[1]}"
+    wait_for(lambda: any(want in ln for ln in d.lines), what="the STATSD log line")
 
 
 def test_statsd_prefix_packet_size_mem_stats_and_ephemeral(daemon_factory, udp):
