@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import os
 import runpy
-import shutil
 import sys
-import sysconfig
 from pathlib import Path
 
 from setuptools import setup
@@ -40,10 +38,9 @@ from setuptools.command.build_ext import build_ext
 #: environment). Each stays plain typed Python; mypyc also enforces its annotations at run time
 #: (a ``bytes`` parameter refuses a bytearray), and the tests pass both ways.
 _HERE = Path(__file__).resolve().parent
-COMPILED_MODULES = [
-    f"nsqpy/{name}.py"
-    for name in runpy.run_path(str(_HERE / "nsqpy" / "build_info.py"))["COMPILED_MODULES"]
-]
+_BUILD_INFO = runpy.run_path(str(_HERE / "nsqpy" / "build_info.py"))
+COMPILED_MODULES = [f"nsqpy/{name}.py" for name in _BUILD_INFO["COMPILED_MODULES"]]
+_toolchain_missing = _BUILD_INFO["toolchain_missing"]
 
 _MODE = os.environ.get("NSQPY_MYPYC", "auto").strip().lower() or "auto"
 _REQUIRED = _MODE in ("1", "true", "yes")
@@ -56,17 +53,6 @@ _EDITABLE = {"editable_wheel", "develop"}
 
 def _say(text: str) -> None:
     sys.stderr.write(f"nsqpy: {text}\n")
-
-
-def _toolchain_missing() -> str | None:
-    """Why this machine cannot compile the extensions (None when it can)."""
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None:
-        return f"no C compiler ({cc})"
-    include = sysconfig.get_paths()["include"]
-    if not Path(include, "Python.h").exists():
-        return f"no Python headers ({include}/Python.h)"
-    return None
 
 
 def _wanted() -> bool:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
+import shutil
+import sysconfig
+from pathlib import Path
 
 #: The modules setup.py compiles (it reads this list by path, so it is the only one).
 COMPILED_MODULES: tuple[str, ...] = (
@@ -45,3 +49,15 @@ def build_name() -> str:
     if n == 0:
         return "pure"
     return "mypyc" if n == len(COMPILED_MODULES) else "mypyc-partial"
+
+
+def toolchain_missing() -> str | None:
+    """Why this machine cannot compile the extensions (None when it can): no C compiler (``CC``
+    or Python's own), or no Python headers. setup.py and the build test both ask here."""
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        return f"no C compiler ({cc})"
+    include = sysconfig.get_paths()["include"]
+    if not Path(include, "Python.h").exists():
+        return f"no Python headers ({include}/Python.h)"
+    return None

@@ -15,13 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 from conftest import DAEMON_CWD, ROOT
 
-from nsqpy.build_info import COMPILED_MODULES, build_name, compiled_modules
+from nsqpy.build_info import COMPILED_MODULES, build_name, compiled_modules, toolchain_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -32,12 +31,9 @@ RUN_BUILD = os.environ.get("NSQPY_TEST_BUILD", "")
 
 
 def _missing() -> str | None:
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None:
-        return f"no C compiler ({cc})"
-    include = sysconfig.get_paths()["include"]
-    if not Path(include, "Python.h").exists():
-        return f"no Python headers ({include}/Python.h)"
+    why = toolchain_missing()
+    if why:
+        return why
     try:
         import mypyc.build  # noqa: F401
     except ImportError:
