@@ -28,6 +28,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "channel_store",
     "topic",
     "channel",
+    "diskqueue_codec",
 )
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 
 from .diskqueue_base import _LEN, READ_CHUNK, DiskQueueClosed, QueueState
+from .diskqueue_codec import split_records
 
 _unpack_len = _LEN.unpack_from
 
@@ -142,19 +143,9 @@ class DiskQueueReader(QueueState):
         i = nxt - off
         end = len(buf)
         if limit > 1 and 0 <= i and i + 4 <= end:
-            lo = self.min_msg_size
-            hi = self.max_msg_size
-            unpack = _unpack_len
-            append = out.append
-            while len(out) < limit and i + 4 <= end:
-                n = unpack(buf, i)[0]
-                j = i + 4 + n
-                if j > end or n < lo or n > hi:
-                    break
-                if positions is not None:
-                    positions.append(off + i)
-                append(buf[i + 4 : j])
-                i = j
+            i = split_records(
+                buf, i, self.min_msg_size, self.max_msg_size, limit, out, positions, off
+            )
             nxt = off + i
         self._consumed(nxt, len(out))
         return file_num, out

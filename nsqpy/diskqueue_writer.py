@@ -12,8 +12,10 @@ import os
 from collections.abc import Iterable
 
 from .diskqueue_base import _LEN, WRITE_BUFFER_LIMIT, DiskQueueClosed, QueueState
+from .diskqueue_codec import pack_records
 
 _pack_len = _LEN.pack
+_NO_MARKS: list[int] = []
 
 
 class DiskQueueWriter(QueueState):
@@ -70,25 +72,32 @@ class DiskQueueWriter(QueueState):
         max_bytes = self.max_bytes_per_file
         buf = self._wbuf
         positions: list[tuple[int, int]] = []
-        mark = marks[0] if marks else -1
-        for i, d in enumerate(datas):
-            n = len(d)
+        mark_at = 0
+        i = 0
+        n_datas = len(datas)
+        while i < n_datas:
             wp = self._write_pos
-            if wp > 0 and wp + 4 + n > max_bytes:
+            if wp > 0 and wp + 4 + len(datas[i]) > max_bytes:
                 self._roll()
             elif len(buf) >= WRITE_BUFFER_LIMIT:
                 self.flush()
-            if i == mark:
-                assert marks is not None
-                positions.append((self._write_num, self._write_pos))
-                mark = marks[len(positions)] if len(positions) < len(marks) else -1
-            buf += _pack_len(n)
-            buf += d
-            self._write_pos = self._write_pos + 4 + n
-            self._depth += 1
+            j, self._write_pos, mark_at = pack_records(
+                buf,
+                datas,
+                i,
+                self._write_pos,
+                max_bytes,
+                WRITE_BUFFER_LIMIT,
+                marks or _NO_MARKS,
+                mark_at,
+                positions,
+                self._write_num,
+            )
+            self._depth += j - i
             if not self._ops:
                 self._pending_since = self._clock()
-            self._ops += 1
+            self._ops += j - i
+            i = j
         return positions
 
     def flush(self) -> None:

@@ -63,6 +63,33 @@ class GUIDFactory:
         """The next ID in wire form: 16 lowercase hex ASCII bytes."""
         return b"%016x" % self.new_guid()
 
+    def new_records(self, header: bytes, bodies: list[bytes]) -> list[bytes]:
+        """A message record per body (``header`` + the next ID in wire form + body; an MPUB's
+        records share one 10-byte timestamp/attempts header, message.fresh_header).
+
+        The IDs are what ``len(bodies)`` calls of new_id() at one instant would give: the
+        clock is read once for the batch, so a batch that outlasts a tick keeps counting in
+        its first tick (borrowing the next when 4096 are used, as new_guid does)."""
+        ts = self._clock_ns() >> 20
+        last = self._last_ts
+        seq = self._sequence
+        if ts > last:
+            last = ts
+            seq = -1
+        node = self._node_bits
+        out: list[bytes] = []
+        for body in bodies:
+            seq += 1
+            if seq > SEQUENCE_MASK:  # tick used up: borrow the next
+                seq = 0
+                last += 1
+            guid = ((last - TWEPOCH) << TIMESTAMP_SHIFT) | node | seq
+            out.append(b"".join((header, b"%016x" % guid, body)))
+        if out:
+            self._last_ts = last
+            self._sequence = seq
+        return out
+
 
 def guid_timestamp_ms(guid: int) -> int:
     """The pseudo-millisecond tick (``time_ns >> 20``) an ID was made in."""

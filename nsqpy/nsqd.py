@@ -139,10 +139,7 @@ class NSQD:
 
     def new_records(self, bodies: list[bytes]) -> list[bytes]:
         """Records for an MPUB: one timestamp, an ID each."""
-        header = fresh_header(time.time_ns())
-        new_id = self.guid.new_id
-        join = b"".join
-        return [join((header, new_id(), b)) for b in bodies]
+        return self.guid.new_records(fresh_header(time.time_ns()), bodies)
 
     def get_topic(self, name: str) -> Topic:
         """The topic ``name``, created if needed (the name must already be valid)."""

@@ -162,9 +162,7 @@ def test_nsq_tail_prints_the_same_lines_as_go(cluster, source: str) -> None:
     # the difference on purpose: Go exits inside the N-th message's handler, so that message
     # goes back to its channel; nsqpy finishes every message it printed. (Go's exit can also
     # beat the FINs its write loop had not sent yet, so more than one may come back there.)
-    wait_for(
-        lambda: _settled(nsqd, topic, "go") >= 1, what="Go's last message back in its channel"
-    )
+    wait_for(lambda: _settled(nsqd, topic, "go") >= 1, what="Go's last message back in its channel")
     assert wait_for(lambda: _settled(nsqd, topic, "py") + 1, what="nsqpy's channel settled") == 1
 
 

@@ -190,3 +190,33 @@ def test_decode_round_trip_with_an_injected_clock() -> None:
         d = decode_id(i, now_ns=clock)
         assert (d.node_id, d.sequence, d.tick) == (617, seq, clock >> 20)
         assert 0 <= clock - d.time_ns < 1 << 20
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    st.integers(min_value=0, max_value=1023),
+    st.lists(
+        st.tuples(
+            st.integers(min_value=-3 * TICK, max_value=3 * TICK),
+            st.integers(min_value=0, max_value=5000),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_new_records_are_new_id_calls_at_one_instant(node_id: int, batches) -> None:
+    """An MPUB's records get the IDs that as many new_id() calls at the batch's clock reading
+    give, whatever the clock did between batches (4096-ID ticks borrowed alike)."""
+    clock_a, clock_b = FakeClock(T0), FakeClock(T0)
+    batched = GUIDFactory(node_id, clock_ns=clock_a)
+    single = GUIDFactory(node_id, clock_ns=clock_b)
+    header = b"H" * 10
+    for delta, count in batches:
+        clock_a.ns += delta
+        clock_b.ns += delta
+        bodies = [b"%d" % k for k in range(count)]
+        calls = clock_a.calls
+        records = batched.new_records(header, bodies)
+        assert clock_a.calls == calls + 1
+        assert records == [header + single.new_id() + b for b in bodies]
+    assert batched.new_id() == single.new_id()

@@ -1,0 +1,88 @@
+"""The record framing of go-diskqueue data files, in the two loops that touch every record.
+
+Strategy: a data file is records back to back, each ``[4-byte big-endian int32 size][size
+bytes]`` (go-diskqueue writeOne/readOne). The DiskQueue classes (diskqueue_writer.py,
+diskqueue_reader.py) are mixins sharing one object's slots, a layout mypyc does not compile;
+these free functions hold their per-record loops so the default build compiles them
+(build_info.COMPILED_MODULES) while the classes around them stay Python. They only move bytes
+and positions: every decision about rolling files, flushing, corruption and counting stays with
+the caller, which calls again after acting."""
+
+from __future__ import annotations
+
+import struct
+
+_LEN = struct.Struct(">i")
+_pack_len = _LEN.pack
+_unpack_len = _LEN.unpack_from
+
+
+def pack_records(
+    buf: bytearray,
+    datas: list[bytes],
+    i: int,
+    write_pos: int,
+    max_bytes: int,
+    buf_limit: int,
+    marks: list[int],
+    mark_at: int,
+    positions: list[tuple[int, int]],
+    file_num: int,
+) -> tuple[int, int, int]:
+    """Append ``datas[i]`` and the records after it to ``buf``, each as [int32 BE size][bytes].
+
+    ``datas[i]`` is appended unconditionally (the caller made room: rolled the file or flushed
+    the buffer); each later record only while it fits the file (``write_pos + 4 + len <=
+    max_bytes``, byte positions in data file ``file_num``) and ``len(buf) < buf_limit``.
+    ``marks`` are ascending indexes into ``datas`` whose position is wanted, ``mark_at`` the
+    first of them not yet reached: for each mark appended, (file_num, its write position) goes
+    to ``positions``. Returns (index of the first record not appended, the write position after
+    the last appended, the new mark_at)."""
+    n_datas = len(datas)
+    n_marks = len(marks)
+    mark = marks[mark_at] if mark_at < n_marks else -1
+    wp = write_pos
+    first = True
+    while i < n_datas:
+        d = datas[i]
+        n = len(d)
+        if not first and (wp + 4 + n > max_bytes or len(buf) >= buf_limit):
+            break
+        first = False
+        if i == mark:
+            positions.append((file_num, wp))
+            mark_at += 1
+            mark = marks[mark_at] if mark_at < n_marks else -1
+        buf += _pack_len(n)
+        buf += d
+        wp += 4 + n
+        i += 1
+    return i, wp, mark_at
+
+
+def split_records(
+    buf: bytes,
+    i: int,
+    lo: int,
+    hi: int,
+    limit: int,
+    out: list[bytes],
+    positions: list[int] | None,
+    off: int,
+) -> int:
+    """Cut whole records out of ``buf`` (a chunk read at file offset ``off``) from index ``i``,
+    appending each record's bytes to ``out`` until ``out`` holds ``limit``; with ``positions``,
+    each record's file position (``off`` + index of its size) too. Stops before a record that
+    the chunk does not hold whole or whose size is outside [lo, hi] (the caller's checked path
+    reads it). Returns the index after the last record taken."""
+    end = len(buf)
+    while len(out) < limit and i + 4 <= end:
+        n = _unpack_len(buf, i)[0]
+        j = i + 4 + n
+        if j > end or n < lo or n > hi:
+            break
+        if positions is not None:
+            positions.append(off + i)
+        out.append(buf[i + 4 : j])
+        i = j
+    return i
