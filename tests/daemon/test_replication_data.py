@@ -5,6 +5,7 @@ published to with nsqpy's go-nsq-like client.
 - a replicated PUB/MPUB/DPUB is answered OK only once every in-sync follower has it in its
   replica log (the followers' /stats show the entries at the moment of the answer); with
   --min-isr=3 and a follower stopped (SIGSTOP) the publish is refused (E_PUB_FAILED);
+- with --replicas=3 the first publish to a new topic makes it replicated;
 - a publish to a follower is forwarded to the leader and answered once the leader answered;
   only the leader registers the topic with nsqlookupd;
 - kill -9 of the leader while producers wait for their acknowledgements: a new leader is
@@ -78,9 +79,15 @@ class Nodes:
         return n
 
     def stop(self) -> None:
-        for n in self.nodes.values():
+        failed = []
+        for node_id, n in self.nodes.items():
             if n.alive():
-                n.stop()
+                try:
+                    n.stop()
+                except AssertionError:
+                    failed.append(node_id)
+                    print(f"\nnode {node_id} did not exit on SIGTERM:\n" + "\n".join(n.lines[-40:]))
+        assert not failed, f"nodes {failed} did not exit on SIGTERM"
 
     def live(self) -> list[Nsqd]:
         return [n for n in self.nodes.values() if n.alive()]
@@ -177,9 +184,16 @@ async def test_replicated_publish_acked_after_followers_have_it(cluster: Nodes) 
 
 @pytest.mark.asyncio
 async def test_replicated_publish_refused_below_min_isr(cluster: Nodes) -> None:
-    nodes = [cluster.start(i, "--min-isr=3") for i in (21, 22, 23)]
-    create(nodes[0], "mi", 3, nodes)
+    nodes = [cluster.start(i, "--min-isr=3", "--replicas=3") for i in (21, 22, 23)]
+    # --replicas=3: the first publish to a new topic, on any node, makes it replicated
+    first = Producer(nodes[2].tcp_address)
+    await first.publish("mi", b"first")
+    await first.stop()
+    for n in nodes:
+        wait_for(lambda n=n: repl_stats(n, "mi"), 10, what="the record on every node")
     leader = cluster.leader("mi")
+    assert repl_stats(leader, "mi")["replicas"] == 3  # type: ignore[index]
+    assert topic_stats(leader, "mi")["message_count"] == 1
     p = Producer(leader.tcp_address)
     await p.publish("mi", b"ok")
     stopped = next(n for n in nodes if n is not leader)
