@@ -245,6 +245,9 @@ class Replication:
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
         tr.state = state
+        rlog = self.logs.get(topic)
+        if rlog is not None:
+            rlog.fence(rec.epoch)
         if rec.leader == self.node_id and rec.leader_lease == session.lease_id:
             if tr.role == LEADER and tr.stream is not None and rec.epoch == old_epoch:
                 tr.stream.set_links(self._followers(tr))
@@ -374,6 +377,9 @@ class Replication:
         rlog = self.logs.get(topic)
         if rlog is None:
             rlog = self.logs[topic] = ReplicaLog(topic, self._queue(topic))
+            tr = self.topics.get(topic)
+            if tr is not None:
+                rlog.fence(tr.state.record.epoch)
         return rlog
 
     def _open_existing_log(self, topic: str) -> ReplicaLog | None:

@@ -95,7 +95,10 @@ def decode_entries(body: bytes) -> list[bytes]:
 class ReplicaLog:
     """A follower's copy of one topic's stream: the DiskQueue ``<topic>.replica`` made by
     ``open_queue(name)`` (Storage.new_backend's sizes plus the entry header). ``epoch`` and
-    ``next_seq`` are the stream position (0, -1 until the first batch)."""
+    ``next_seq`` are the stream position (0, -1 until the first batch); ``min_epoch`` the
+    oldest epoch still accepted (raised by :meth:`fence` when this node learns of a newer
+    record, so a deposed leader's late appends are refused even before the new leader sent
+    anything)."""
 
     def __init__(self, topic: str, dq: DiskQueue) -> None:
         self.topic = topic
@@ -103,14 +106,19 @@ class ReplicaLog:
         self.epoch = 0
         self.next_seq = -1
         self.appended = 0
+        self.min_epoch = 0
         self.lock = asyncio.Lock()
+
+    def fence(self, epoch: int) -> None:
+        """Refuse appends of epochs older than ``epoch`` from now on."""
+        self.min_epoch = max(self.min_epoch, epoch)
 
     async def append(self, epoch: int, first: int, entries: list[bytes]) -> int:
         """Append the entries of ``epoch`` starting at seq ``first`` (those this log has
         already are skipped), fsync, and return the next seq expected. StaleEpoch, Gap,
         OSError."""
         async with self.lock:
-            if epoch < self.epoch:
+            if epoch < self.epoch or epoch < self.min_epoch:
                 raise StaleEpoch()
             if epoch > self.epoch or self.next_seq < 0:
                 self.epoch = epoch
