@@ -10,7 +10,9 @@ published to with nsqpy's go-nsq-like client.
   only the leader registers the topic with nsqlookupd;
 - kill -9 of the leader while producers wait for their acknowledgements: a new leader is
   elected from the ISR, and every acknowledged message is read back from its channel (0
-  missing); duplicates (at-least-once) and the failover time are printed;
+  missing), and nsqlookupd lists the new leader alone; duplicates (at-least-once) and the
+  failover time are printed;
+- --replica-ack=leader answers at once, with a follower stopped, which catches up after;
 - R=1 stays as it was: no record, no "replication" key in /stats.
 
 Waits are on events or bounded polls; the only timed waits are etcd's lease TTL (2 s here).
@@ -212,6 +214,28 @@ async def test_replicated_publish_refused_below_min_isr(cluster: Nodes) -> None:
 
 
 @pytest.mark.asyncio
+async def test_replica_ack_leader_answers_without_followers(cluster: Nodes) -> None:
+    nodes = [cluster.start(i, "--replica-ack=leader", "--replica-timeout=10s") for i in (51, 52)]
+    create(nodes[0], "la", 2, nodes)
+    leader = cluster.leader("la")
+    follower = next(n for n in nodes if n is not leader)
+    p = Producer(leader.tcp_address)
+    await p.publish("la", b"a")
+    wait_for(lambda: repl_stats(follower, "la")["replica_log_depth"] == 1, 10)  # type: ignore[index]
+    os.kill(follower.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        await asyncio.wait_for(p.multi_publish("la", [b"b", b"c"]), 5)
+        assert time.monotonic() - t0 < 1.0  # not waiting for the stopped follower
+        assert repl_stats(leader, "la")["lag"] == 2  # type: ignore[index]
+    finally:
+        os.kill(follower.pid, signal.SIGCONT)
+    # the follower catches up behind
+    wait_for(lambda: repl_stats(follower, "la")["replica_log_depth"] == 3, 10)  # type: ignore[index]
+    await p.stop()
+
+
+@pytest.mark.asyncio
 async def test_replication_off_for_r1_topics(cluster: Nodes) -> None:
     n = cluster.start(31)
     n.pub("plain", b"x")
@@ -224,7 +248,18 @@ async def test_replication_off_for_r1_topics(cluster: Nodes) -> None:
 @pytest.mark.asyncio
 async def test_leader_kill9_loses_no_acknowledged_message(cluster: Nodes) -> None:
     total, producers, batch = 20_000, 8, 20
-    nodes = [cluster.start(i) for i in (41, 42, 43)]
+    lookupd = Nsqlookupd()
+    la = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    try:
+        await _leader_kill9(cluster, lookupd, la, total, producers, batch)
+    finally:
+        lookupd.stop()
+
+
+async def _leader_kill9(
+    cluster: Nodes, lookupd: Nsqlookupd, la: str, total: int, producers: int, batch: int
+) -> None:
+    nodes = [cluster.start(i, la) for i in (41, 42, 43)]
     create(nodes[0], "kl", 3, nodes)
     leader = cluster.leader("kl")
     addrs = [n.tcp_address for n in nodes]
@@ -269,6 +304,12 @@ async def test_leader_kill9_loses_no_acknowledged_message(cluster: Nodes) -> Non
     new = cluster.leader("kl", survivors)
     r = repl_stats(new, "kl")
     assert r is not None and r["epoch"] >= 2 and r["role"] == "leader"
+    # consumers find the new leader, and only it, through nsqlookupd
+    wait_for(
+        lambda: [int(x["tcp_port"]) for x in lookupd.producers("kl")] == [new.tcp_port],
+        10,
+        what="the new leader registered alone",
+    )
 
     got: dict[bytes, int] = {}
     done = asyncio.Event()
