@@ -12,6 +12,8 @@ published to with nsqpy's go-nsq-like client.
   elected from the ISR, and every acknowledged message is read back from its channel (0
   missing), and nsqlookupd lists the new leader alone; duplicates (at-least-once) and the
   failover time are printed;
+- a leader paused (SIGSTOP) past its lease is replaced, and once resumed steps down and
+  forwards;
 - --replica-ack=leader answers at once, with a follower stopped, which catches up after;
 - R=1 stays as it was: no record, no "replication" key in /stats.
 
@@ -211,6 +213,50 @@ async def test_replicated_publish_refused_below_min_isr(cluster: Nodes) -> None:
     finally:
         os.kill(stopped.pid, signal.SIGCONT)
     await p.stop()
+
+
+@pytest.mark.asyncio
+async def test_paused_leader_is_replaced_and_steps_down(cluster: Nodes) -> None:
+    """SIGSTOP the leader past its lease (what etcd sees of a partition): another ISR member
+    is elected; once resumed, the old leader acknowledges nothing itself any more and forwards
+    to the new one; every acknowledged message is on the new leader."""
+    nodes = [cluster.start(i) for i in (61, 62, 63)]
+    create(nodes[0], "pz", 3, nodes)
+    old = cluster.leader("pz")
+    others = [n for n in nodes if n is not old]
+    p = Producer(old.tcp_address)
+    await p.publish("pz", b"before")
+    await p.stop()
+    os.kill(old.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        new = cluster.leader("pz", others)
+        elected = time.monotonic() - t0
+        fp = Producer(others[0].tcp_address)
+        await asyncio.wait_for(fp.publish("pz", b"during"), 15)
+        await fp.stop()
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+    acked = 2
+    deadline = time.monotonic() + 20
+    while True:  # refused (E_PUB_FAILED) until it noticed; then forwarded
+        op = Producer(old.tcp_address)
+        try:
+            await asyncio.wait_for(op.publish("pz", b"after"), 15)
+            acked += 1
+            break
+        except (NSQError, OSError, TimeoutError):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        finally:
+            await op.stop()
+    r = repl_stats(old, "pz")
+    assert r is not None and r["role"] != "leader" and r["epoch"] >= 2
+    nr = repl_stats(new, "pz")
+    assert nr is not None and nr["leader"] == r["leader"]
+    # the new leader holds all three: "before" (promoted from its replica log) and the others
+    assert topic_stats(new, "pz")["depth"] == acked == 3
+    print(f"\nnew leader elected {elected:.2f}s after SIGSTOP (lease TTL {TTL}s)")
 
 
 @pytest.mark.asyncio
