@@ -242,6 +242,7 @@ class Replication:
         assert session is not None
         rec = state.record
         old_epoch = tr.state.record.epoch if tr is not None else -1
+        fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
         tr.state = state
@@ -259,6 +260,12 @@ class Replication:
             if tr.role == LEADER:
                 self._step_down(tr)
             tr.role = FOLLOWER if self.node_id in rec.placement else NONE
+            t = self.nsqd.topics.get(topic)
+            lookup = self.nsqd.lookup
+            if fresh and t is not None and lookup is not None:
+                # made here before its record was known (a publish that made the record, an
+                # MPUB's precheck, a SUB): registered then, so take that back
+                lookup.unregister_topic(t)
             if tr.role == FOLLOWER:
                 self.replica_log(topic)
                 self.nsqd.get_topic(topic)
