@@ -22,7 +22,9 @@ log's read position into its topic (:meth:`_promote`): everything the old leader
 it, whether or not the old leader's channels had delivered it; the count is the topic's
 ``promoted`` stat. Channel progress is not replicated yet, so consumers of the old leader see
 those messages again (at-least-once); a deposed leader rejoining starts as a follower with an
-empty tail and is not re-admitted to the ISR (no catch-up yet).
+empty tail and is not re-admitted to the ISR. A follower dropped from the ISR during an epoch
+(slow, paused, restarted) catches up from the leader's retained entries and is re-admitted
+(stream.py "Catch-up").
 """
 
 from __future__ import annotations
@@ -291,6 +293,7 @@ class Replication:
             lambda: self.allowed(tr),
             lambda node: self._lagging(tr, node),
             self.timeout,
+            lambda node: self._spawn(self._expand(tr, node)),
         )
         tr.stream.set_links(self._followers(tr))
         lookup = self.nsqd.lookup
@@ -333,7 +336,29 @@ class Replication:
             lookup.unregister_topic(t)
 
     def _lagging(self, tr: TopicRole, node: str) -> None:
-        self._spawn(self._shrink(tr, node))
+        if node in tr.state.record.isr:
+            self._spawn(self._shrink(tr, node))
+
+    async def _expand(self, tr: TopicRole, node: str) -> None:
+        """A follower caught up (stream.py): back into the ISR in etcd."""
+        assert self.coordinator is not None
+        try:
+            state = await self.coordinator.expand_isr(tr.state, node)
+        except Fenced as exc:
+            log.warning("REPLICATION: %s", exc)
+            self._step_down(tr)
+            return
+        except ReplicationError as exc:
+            log.warning(
+                "REPLICATION: topic %s: readmitting %s: %s", tr.state.record.topic, node, exc
+            )
+            stream = tr.stream
+            link = stream.links.get(node) if stream is not None else None
+            if stream is not None and link is not None:
+                link.in_isr = False  # catching up again; retried when it is caught up
+            return
+        log.info("REPLICATION: topic %s: isr now %s", state.record.topic, state.record.isr)
+        self.apply(state.record.topic, state)
 
     async def _shrink(self, tr: TopicRole, node: str) -> None:
         assert self.coordinator is not None

@@ -53,6 +53,8 @@ _SIZE = struct.Struct(">I")
 RECORD_HEADER = 26
 #: Most bytes one append request carries (more waits for the next request).
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: Most entries kept for a follower catching up (it is given up beyond).
+MAX_RETAINED = 1_000_000
 #: Sender backoff after a failed request, seconds.
 RETRY_DELAY = 0.05
 
@@ -154,10 +156,14 @@ class Link:
     seq it expects next: everything below is durable there), ``behind_since`` (monotonic
     seconds since when it has had entries pending without acknowledging, 0 when caught up)."""
 
-    __slots__ = ("acked", "behind_since", "node_id", "task", "wake")
+    __slots__ = ("acked", "behind_since", "in_isr", "node_id", "refused", "task", "wake")
 
     def __init__(self, node_id: str, acked: int) -> None:
         self.node_id = node_id
+        #: False while catching up (out of the ISR: not waited for); ``refused``: it answered
+        #: E_STALE_EPOCH, so it is not kept for catch-up either.
+        self.in_isr = True
+        self.refused = False
         self.acked = acked
         self.behind_since = 0.0
         self.wake = asyncio.Event()
@@ -171,7 +177,15 @@ class LeaderStream:
     ``may_acknowledge`` and min-ISR check), False otherwise. ``http`` is an aiohttp
     ClientSession; ``address_of(node_id)`` a follower's HTTP "host:port" ("" when unknown);
     ``on_lagging(node_id)`` is called (once per lag) for a link that acknowledged nothing for
-    ``timeout`` seconds while entries were pending."""
+    ``timeout`` seconds while entries were pending.
+
+    Catch-up: a follower dropped from the ISR keeps its link, no longer waited for, and the
+    entries from its acknowledged seq on are kept (at most ``MAX_RETAINED``; past that it is
+    given up). Once it has everything appended so far, the link counts again at once (so no
+    publish is acknowledged without it from then on) and ``on_caught_up(node_id)`` is called,
+    which re-admits it to the ISR in etcd (Coordinator.expand_isr). A follower is complete for
+    earlier epochs (it was in the ISR when this epoch began), so this epoch's tail is all it
+    can miss."""
 
     def __init__(
         self,
@@ -182,6 +196,7 @@ class LeaderStream:
         allowed: Callable[[], bool],
         on_lagging: Callable[[str], None],
         timeout: float,
+        on_caught_up: Callable[[str], None] | None = None,
     ) -> None:
         self.topic = topic
         self.epoch = epoch
@@ -189,6 +204,7 @@ class LeaderStream:
         self.address_of = address_of
         self.allowed = allowed
         self.on_lagging = on_lagging
+        self.on_caught_up = on_caught_up
         self.timeout = timeout
         self.base = 0  # seq of entries[0]
         self.entries: list[bytes] = []
@@ -201,13 +217,20 @@ class LeaderStream:
     # ------------------------------------------------------------ links
 
     def set_links(self, followers: list[str]) -> None:
-        """The in-sync followers now (node ids): start links for new ones
-        (from the oldest entry kept), stop the others; then re-check the waiters."""
-        for node_id in list(self.links):
+        """The in-sync followers now (node ids): start links for new ones (from the oldest
+        entry kept); the others are kept for catch-up, or stopped when they refused this
+        epoch or catch-up is off; then re-check the waiters."""
+        for node_id, link in list(self.links.items()):
             if node_id not in followers:
-                self._stop_link(self.links.pop(node_id))
+                if link.refused or self.on_caught_up is None:
+                    self._stop_link(self.links.pop(node_id))
+                else:
+                    link.in_isr = False
         for node_id in followers:
-            if node_id not in self.links:
+            link_now = self.links.get(node_id)
+            if link_now is not None:
+                link_now.in_isr = True
+            else:
                 link = Link(node_id, self.base)
                 link.task = asyncio.get_running_loop().create_task(
                     self._send_loop(link), name=f"replicate-{self.topic}-{node_id}"
@@ -264,7 +287,7 @@ class LeaderStream:
         """Recompute the committed seq, answer the waiters it passed, drop entries every link
         has."""
         links = self.links.values()
-        committed = min((lk.acked for lk in links), default=self.next_seq)
+        committed = min((lk.acked for lk in links if lk.in_isr), default=self.next_seq)
         self.committed = committed
         waiters = self.waiters
         if waiters and waiters[0][0] <= committed:
@@ -273,10 +296,20 @@ class LeaderStream:
                 _, fut = waiters.popleft()
                 if not fut.done():
                     fut.set_result(ok)
-        drop = committed - self.base
+        keep = committed
+        for lk in list(links):
+            if not lk.in_isr:
+                if self.next_seq - lk.acked > MAX_RETAINED:
+                    log.warning(
+                        "topic %s: %s is too far behind to catch up", self.topic, lk.node_id
+                    )
+                    self._stop_link(self.links.pop(lk.node_id))
+                else:
+                    keep = min(keep, lk.acked)
+        drop = keep - self.base
         if drop > 0:
             del self.entries[:drop]
-            self.base = committed
+            self.base = keep
 
     # ------------------------------------------------------------ one link
 
@@ -286,6 +319,10 @@ class LeaderStream:
             if link.acked >= self.next_seq:
                 link.behind_since = 0.0
                 lagging_reported = False
+                if not link.in_isr and self.on_caught_up is not None:
+                    link.in_isr = True
+                    self.on_caught_up(link.node_id)
+                    self._advance()
                 link.wake.clear()
                 await link.wake.wait()
                 continue
@@ -322,9 +359,13 @@ class LeaderStream:
             if status == 200:
                 link.acked = max(link.acked, int(answer.get("next", link.acked)))
                 link.behind_since = time.monotonic() if link.acked < self.next_seq else 0.0
+                if not link.in_isr and link.acked >= self.next_seq and self.on_caught_up:
+                    link.in_isr = True  # waited for from now on, before etcd says so
+                    self.on_caught_up(link.node_id)
                 self._advance()
                 continue
             if status == 409 and answer.get("message") == "E_STALE_EPOCH":
+                link.refused = True
                 log.warning(
                     "topic %s: %s has a newer epoch than %d", self.topic, link.node_id, self.epoch
                 )

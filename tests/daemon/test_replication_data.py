@@ -4,7 +4,8 @@ published to with nsqpy's go-nsq-like client.
 
 - a replicated PUB/MPUB/DPUB is answered OK only once every in-sync follower has it in its
   replica log (the followers' /stats show the entries at the moment of the answer); with
-  --min-isr=3 and a follower stopped (SIGSTOP) the publish is refused (E_PUB_FAILED);
+  --min-isr=3 and a follower stopped (SIGSTOP) the publish is refused (E_PUB_FAILED); once
+  resumed, the follower catches up and is re-admitted to the ISR;
 - with --replicas=3 the first publish to a new topic makes it replicated;
 - a publish to a follower is forwarded to the leader and answered once the leader answered;
   only the leader registers the topic with nsqlookupd;
@@ -212,7 +213,15 @@ async def test_replicated_publish_refused_below_min_isr(cluster: Nodes) -> None:
         assert r is not None and len(r["isr"]) == 2
     finally:
         os.kill(stopped.pid, signal.SIGCONT)
+    # resumed, it catches up from the leader and is re-admitted: publishing works again
+    wait_for(lambda: len(repl_stats(leader, "mi")["isr"]) == 3, 15, what="re-admission")  # type: ignore[index]
     await p.stop()
+    p = Producer(leader.tcp_address)
+    await p.publish("mi", b"again")
+    await p.stop()
+    # "first", "ok", "again", and "refused": a refused publish may still be delivered (it is
+    # in the leader's topic and stream; the producer was told it failed, and would retry)
+    assert repl_stats(stopped, "mi")["replica_log_depth"] == 4  # type: ignore[index]
 
 
 @pytest.mark.asyncio
