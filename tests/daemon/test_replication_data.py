@@ -13,6 +13,7 @@ published to with nsqpy's go-nsq-like client.
   elected from the ISR, and every acknowledged message is read back from its channel (0
   missing), and nsqlookupd lists the new leader alone; duplicates (at-least-once) and the
   failover time are printed;
+- a follower killed -9 and restarted on its data dir catches up and is re-admitted;
 - a leader paused (SIGSTOP) past its lease is replaced, and once resumed steps down and
   forwards;
 - --replica-ack=leader answers at once, with a follower stopped, which catches up after;
@@ -66,7 +67,7 @@ class Nodes:
         self.cluster = cluster
         self.nodes: dict[str, Nsqd] = {}
 
-    def start(self, node_id: int, *args: str) -> Nsqd:
+    def start(self, node_id: int, *args: str, data_path: Path | None = None) -> Nsqd:
         n = Nsqd(
             [
                 f"--etcd-endpoints={self.etcd.endpoint}",
@@ -77,6 +78,7 @@ class Nodes:
                 "--broadcast-address=127.0.0.1",
                 *args,
             ],
+            data_path,
             https=False,
         )
         self.nodes[str(node_id)] = n
@@ -266,6 +268,32 @@ async def test_paused_leader_is_replaced_and_steps_down(cluster: Nodes) -> None:
     # the new leader holds all three: "before" (promoted from its replica log) and the others
     assert topic_stats(new, "pz")["depth"] == acked == 3
     print(f"\nnew leader elected {elected:.2f}s after SIGSTOP (lease TTL {TTL}s)")
+
+
+@pytest.mark.asyncio
+async def test_follower_kill9_restart_catches_up(cluster: Nodes, tmp_path: Path) -> None:
+    """A follower killed -9 leaves the ISR; restarted on its data dir (same node id, once its
+    old lease lapsed) it still has what it acknowledged, gets the rest from the leader, and is
+    re-admitted."""
+    dirs = {i: tmp_path / f"n{i}" for i in (71, 72, 73)}
+    for d in dirs.values():
+        d.mkdir()
+    nodes = [cluster.start(i, data_path=dirs[i]) for i in dirs]
+    create(nodes[0], "fr", 3, nodes)
+    leader = cluster.leader("fr")
+    victim = next(n for n in nodes if n is not leader)
+    victim_id = next(i for i, n in cluster.nodes.items() if n is victim)
+    p = Producer(leader.tcp_address)
+    await p.multi_publish("fr", [b"a%d" % i for i in range(50)])
+    victim.kill()
+    await p.multi_publish("fr", [b"b%d" % i for i in range(50)])  # after the replica timeout
+    assert len(repl_stats(leader, "fr")["isr"]) == 2  # type: ignore[index]
+    back = cluster.start(int(victim_id), data_path=dirs[int(victim_id)])
+    wait_for(lambda: len(repl_stats(leader, "fr")["isr"]) == 3, 20, what="re-admission")  # type: ignore[index]
+    assert repl_stats(back, "fr")["replica_log_depth"] == 100  # type: ignore[index]
+    await p.multi_publish("fr", [b"c"])
+    assert repl_stats(back, "fr")["replica_log_depth"] == 101  # type: ignore[index]
+    await p.stop()
 
 
 @pytest.mark.asyncio
