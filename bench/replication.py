@@ -12,6 +12,7 @@ gives medians in msgs/s and the load average (the machine is shared: figures are
 
     python -m bench.replication                        # 3 runs of 20,000 messages each
     python -m bench.replication --batch 1 --count 5000 # PUB-sized commits
+    python -m bench.replication --replica-ack leader   # OK once the leader has it
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--producers", type=int, default=4, help="connections")
     a.add_argument("--size", type=int, default=100, help="bytes per message")
     a.add_argument("--batch", type=int, default=20, help="messages per MPUB (1: PUB)")
+    a.add_argument("--replica-ack", default="all-isr", help="all-isr or leader")
     args = a.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nsqpy-bench-etcd-") as tmp:
         etcd = EtcdServer(Path(tmp))
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"--etcd-endpoints={etcd.endpoint}",
                         f"--node-id={i}",
                         "--broadcast-address=127.0.0.1",
+                        f"--replica-ack={args.replica_ack}",
                     ],
                     https=False,
                 )
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"producers, {args.size} B, batch {args.batch}; load {load[0]:.2f} "
                 f"{load[1]:.2f} {load[2]:.2f}"
             )
-            for topic, label in (("r1", "R=1"), ("r3", "R=3 all-isr")):
+            for topic, label in (("r1", "R=1"), ("r3", f"R=3 {args.replica_ack}")):
                 runs = " ".join(f"{r:.0f}" for r in rates[topic])
                 med = statistics.median(rates[topic])
                 print(f"  {label:<12} median {med:>9.0f} msgs/s   runs: {runs}")

@@ -19,12 +19,14 @@ fsync (hundreds of microseconds at least), which dwarfs the per-request cost, an
 batches everything pending into one request (group commit), so the request rate is bounded by
 the fsync rate, not by the publish rate.
 
-Follower side (:class:`ReplicaLog`): a DiskQueue ``<topic>.replica`` in the data path (the
+Follower side (:class:`ReplicaLog`): a DiskQueue ``<topic>#replica`` in the data path (the
 library as it is, go-diskqueue's format). Its *read* position is what this node has put into its
-own topic: a follower only appends; a follower promoted to leader reads everything past the read
-position into its topic (:meth:`ReplicaLog.drain`), so what it delivers next is everything it
-holds that its channels never had. The stream state (the epoch seen, the next seq) lives in
-memory: a restarted follower accepts the next batch of any epoch not older than one it saw.
+own topic: a follower only appends (and fsyncs before it answers: the data file alone, the meta
+file too on --sync-every/--sync-timeout and on a new file); a follower promoted to leader reads
+everything past the read position into its topic (:meth:`ReplicaLog.drain`), so what it
+delivers next is everything it holds that its channels never had. The stream state (the epoch
+seen, the next seq) lives in memory: a restarted follower accepts the next batch of any epoch
+not older than one it saw.
 
 Leader side (:class:`LeaderStream`): the entries not yet acknowledged by every link, one
 :class:`Link` task per in-sync follower sending whatever is pending in one request, and the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import struct
 import time
 from collections import deque
@@ -110,6 +113,8 @@ class ReplicaLog:
         self.appended = 0
         self.min_epoch = 0
         self.lock = asyncio.Lock()
+        self._data_fd = -1  # read-only fd of the write file, for the data-only fsync
+        self._data_num = -1  # its file number (-1: none yet: the next sync is a full one)
 
     def fence(self, epoch: int) -> None:
         """Refuse appends of epochs older than ``epoch`` from now on."""
@@ -129,12 +134,36 @@ class ReplicaLog:
                 raise Gap(self.next_seq)
             fresh = entries[self.next_seq - first :]
             if fresh:
-                self.dq.put_many(fresh)
-                job = self.dq.prepare_sync()
-                await asyncio.get_running_loop().run_in_executor(None, job)
+                dq = self.dq
+                dq.put_many(fresh)
+                loop = asyncio.get_running_loop()
+                if dq.needs_sync() or dq.write_file_num != self._data_num:
+                    # the meta file too: due by --sync-every/--sync-timeout, or a new file
+                    await loop.run_in_executor(None, dq.prepare_sync())
+                    self._reopen_data()
+                else:
+                    dq.flush()
+                    await loop.run_in_executor(None, os.fsync, self._data_fd)
                 self.next_seq += len(fresh)
                 self.appended += len(fresh)
             return self.next_seq
+
+    def _reopen_data(self) -> None:
+        """Keep a read-only fd on the write file: fsync through any fd of a file makes its
+        data durable, and the DiskQueue reopens past the meta file's write position (it keeps
+        records found beyond it, diskqueue.py), so between meta syncs an append costs one
+        fsync of the data."""
+        num = self.dq.write_file_num
+        if num == self._data_num:
+            return
+        self._close_data()
+        self._data_fd = os.open(self.dq.file_name(num), os.O_RDONLY | os.O_CLOEXEC)
+        self._data_num = num
+
+    def _close_data(self) -> None:
+        if self._data_fd >= 0:
+            os.close(self._data_fd)
+        self._data_fd, self._data_num = -1, -1
 
     def drain(self, limit: int = 1024) -> list[tuple[int, bytes]]:
         """Consume up to ``limit`` entries not yet put into this node's topic:
@@ -148,6 +177,7 @@ class ReplicaLog:
         return self.dq.prepare_sync()
 
     def close(self) -> None:
+        self._close_data()
         self.dq.close()
 
 

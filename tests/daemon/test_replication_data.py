@@ -305,6 +305,7 @@ async def test_replica_ack_leader_answers_without_followers(cluster: Nodes) -> N
     p = Producer(leader.tcp_address)
     await p.publish("la", b"a")
     wait_for(lambda: repl_stats(follower, "la")["replica_log_depth"] == 1, 10)  # type: ignore[index]
+    wait_for(lambda: repl_stats(leader, "la")["lag"] == 0, 10)  # type: ignore[index]
     os.kill(follower.pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
