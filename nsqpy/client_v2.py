@@ -60,6 +60,8 @@ from .protocol_v2 import (
     TIMERS,
     UPGRADE,
     WAIT_AUTH,
+    WAIT_DECODE,
+    WAIT_FUTURE,
     ClientState,
     ProtocolV2,
     decode_identify_aside,
@@ -566,6 +568,8 @@ class Connection(ClientState):
                 self.remote_ip, tls_on, common_name, wait.arg, self.core.clock
             )
             job: asyncio.Future[Any] | None = self.loop.create_task(query)
+        elif wait.kind == WAIT_FUTURE:  # a future the core made (a replicated publish)
+            job = wait.arg
         else:
             job = _decode_aside(self.loop, wait.arg)
         if job is None:  # no helper process: decode here this time
@@ -588,7 +592,7 @@ class Connection(ClientState):
         answer: Any
         if exc is None:
             answer = job.result()
-        elif wait is not None and wait.kind != WAIT_AUTH:
+        elif wait is not None and wait.kind == WAIT_DECODE:
             # the decoding helper died: decode here after all (a new one next time)
             _drop_identify_pool()
             answer = decode_identify_aside(wait.arg)

@@ -5,7 +5,10 @@ calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JS
 errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
 `X-Nsq-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
 nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
-Handlers are synchronous (the core's calls are): the server answers each in the same loop pass.
+Handlers are synchronous (the core's calls are): the server answers each in the same loop pass;
+the exceptions are the replicated topics' routes (--etcd-endpoints only: /pub, /mpub of a
+replicated topic, /topic/create?replicas=N, /replica/append), which return a coroutine answered
+when the replicas (or etcd) have answered.
 The routes that read a body name how much (--max-msg-size for /pub and PUT /config,
 --max-body-size for /mpub); the server buffers no more than that plus one byte."""
 
@@ -169,15 +172,7 @@ class HTTPAPI:
         if not body:
             raise NsqHTTPError(400, "MSG_EMPTY")
         q, topic = self._topic_from_query(request)
-        deferred = 0
-        if "defer" in q:
-            try:
-                deferred_ns = _ms_duration_ns(parse_int(q["defer"]))
-            except ValueError:  # strconv.ParseInt(s, 10, 64): no spaces, no "_"
-                raise NsqHTTPError(400, "INVALID_DEFER") from None
-            if deferred_ns < 0 or deferred_ns > opts.max_req_timeout_ms * 1_000_000:
-                raise NsqHTTPError(400, "INVALID_DEFER")
-            deferred = -(-deferred_ns // 1_000_000)  # whole ms (a wrapped sub-ms stays > 0)
+        deferred = self._defer_ms(q)
         record = self.nsqd.new_record(body)
         try:
             if deferred:
@@ -197,6 +192,31 @@ class HTTPAPI:
         if request.content_length is not None and request.content_length > opts.max_body_size:
             raise NsqHTTPError(413, "BODY_TOO_BIG")
         q, topic = self._topic_from_query(request)
+        bodies = self._mpub_bodies(q, request)
+        try:
+            topic.put_many(self.nsqd.new_records(bodies))
+            self.nsqd.flush_backends()
+        except TopicError:
+            raise NsqHTTPError(503, "EXITING") from None
+        except OSError:
+            raise NsqHTTPError(500, "MPUB_FAILED") from None
+        return "OK"
+
+    def _defer_ms(self, q: dict[str, str]) -> int:
+        """/pub's ``defer`` in whole ms (0 when absent); 400 INVALID_DEFER."""
+        if "defer" not in q:
+            return 0
+        try:
+            deferred_ns = _ms_duration_ns(parse_int(q["defer"]))
+        except ValueError:  # strconv.ParseInt(s, 10, 64): no spaces, no "_"
+            raise NsqHTTPError(400, "INVALID_DEFER") from None
+        if deferred_ns < 0 or deferred_ns > self.nsqd.opts.max_req_timeout_ms * 1_000_000:
+            raise NsqHTTPError(400, "INVALID_DEFER")
+        return -(-deferred_ns // 1_000_000)  # whole ms (a wrapped sub-ms stays > 0)
+
+    def _mpub_bodies(self, q: dict[str, str], request: Request) -> list[bytes]:
+        """/mpub's messages, binary or newline separated; 413 errors as nsqd's."""
+        opts = self.nsqd.opts
         binary = False
         if "binary" in q:
             binary = _BOOL_PARAMS.get(q["binary"], True)
@@ -221,14 +241,79 @@ class HTTPAPI:
                 if len(line) > opts.max_msg_size:
                     raise NsqHTTPError(413, "MSG_TOO_BIG")
                 bodies.append(line)
+        return bodies
+
+    # ------------------------------------------------------------ replicated topics
+
+    def pub_replicated(self, request: Request) -> Any:
+        """/pub with --etcd-endpoints: a topic with a record (or to get one) goes through
+        Replication.publish_http (replication/node.py), any other through pub() unchanged."""
+        repl = self.nsqd.replication
+        q = self._query(request)
+        name = q.get("topic", "")
+        if name not in repl.topics and not (wire.is_valid_name(name) and repl.wants_record(name)):
+            return self.pub(request)
+        body = self._body_within(request, self.nsqd.opts.max_msg_size, "MSG_TOO_BIG")
+        if not body:
+            raise NsqHTTPError(400, "MSG_EMPTY")
+        return self._replicated(name, [body], self._defer_ms(q), "PUB_FAILED")
+
+    def mpub_replicated(self, request: Request) -> Any:
+        repl = self.nsqd.replication
+        q = self._query(request)
+        name = q.get("topic", "")
+        if name not in repl.topics and not (wire.is_valid_name(name) and repl.wants_record(name)):
+            return self.mpub(request)
+        if (
+            request.content_length is not None
+            and request.content_length > self.nsqd.opts.max_body_size
+        ):
+            raise NsqHTTPError(413, "BODY_TOO_BIG")
+        return self._replicated(name, self._mpub_bodies(q, request), 0, "MPUB_FAILED")
+
+    async def _replicated(self, name: str, bodies: list[bytes], delay: int, failed: str) -> Any:
+        from .replication.records import ReplicationError
+
         try:
-            topic.put_many(self.nsqd.new_records(bodies))
-            self.nsqd.flush_backends()
+            ok = await self.nsqd.replication.publish_http(name, bodies, delay)
         except TopicError:
             raise NsqHTTPError(503, "EXITING") from None
-        except OSError:
-            raise NsqHTTPError(500, "MPUB_FAILED") from None
+        except (ReplicationError, TimeoutError, OSError) as e:
+            log.error("replicated publish to %s failed: %s", name, e)
+            raise NsqHTTPError(503, failed) from None
+        if not ok:
+            raise NsqHTTPError(503, failed)
         return "OK"
+
+    def replica_append(self, request: Request) -> Any:
+        """POST /replica/append?topic=&epoch=&first= (nsqpy's own, replication/stream.py):
+        a leader's entries, answered {"next": N} once fsynced; 409 E_STALE_EPOCH / E_GAP N."""
+        from .replication.stream import Gap, StaleEpoch, decode_entries
+
+        q = self._query(request)
+        name = q.get("topic", "")
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        try:
+            epoch = int(q.get("epoch", ""))
+            first = int(q.get("first", ""))
+            entries = decode_entries(request.body)
+        except ValueError:
+            raise NsqHTTPError(400, "BAD_BODY") from None
+        rlog = self.nsqd.replication.replica_log(name)
+
+        async def append() -> Any:
+            try:
+                return {"next": await rlog.append(epoch, first, entries)}
+            except StaleEpoch:
+                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
+            except Gap as g:
+                raise NsqHTTPError(409, f"E_GAP {g.expected}") from None
+            except OSError as e:
+                log.error("replica log %s: %s", name, e)
+                raise NsqHTTPError(500, "E_APPEND_FAILED") from None
+
+        return append()
 
     def stats(self, request: Request) -> Any:
         q = self._query(request)
@@ -242,8 +327,46 @@ class HTTPAPI:
         return stats.stats_text(self.nsqd, topic, channel, include_clients, include_mem)
 
     def topic_create(self, request: Request) -> Any:
+        q = self._query(request)
+        if "replicas" in q:
+            return self._topic_create_replicated(request, q)
         self._topic_from_query(request)
         return None
+
+    def _topic_create_replicated(self, request: Request, q: dict[str, str]) -> Any:
+        """/topic/create?topic=T&replicas=R: R > 1 makes T replicated (needs --etcd-endpoints:
+        400 REPLICATION_DISABLED without); R = 1 is a plain topic, kept R=1 on this node."""
+        try:
+            replicas = int(q["replicas"])
+        except ValueError:
+            raise NsqHTTPError(400, "INVALID_REPLICAS") from None
+        if replicas < 1:
+            raise NsqHTTPError(400, "INVALID_REPLICAS")
+        repl = self.nsqd.replication
+        if replicas == 1:
+            if repl is not None and q.get("topic") not in repl.topics:
+                repl.local_only.add(q.get("topic", ""))
+            self._topic_from_query(request)
+            return None
+        if repl is None:
+            raise NsqHTTPError(400, "REPLICATION_DISABLED")
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = q["topic"]
+        if not wire.is_valid_name(name) or name.endswith("#ephemeral"):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+
+        async def create() -> Any:
+            from .replication.records import ReplicationError
+
+            try:
+                await repl.ensure(name, replicas)
+            except (ReplicationError, TimeoutError, OSError) as e:
+                log.error("replicated topic %s: %s", name, e)
+                raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None
+            return None
+
+        return create()
 
     def topic_delete(self, request: Request) -> Any:
         q = self._query(request)
@@ -383,7 +506,7 @@ class HTTPAPI:
 
 def build_router(nsqd: NSQD) -> Router:
     """nsqd's routes (nsqd/http.go newHTTPServer, less /debug/pprof), plus nsqpy's own:
-    /metrics, /message, /message/replay."""
+    /metrics, /message, /message/replay, and with --etcd-endpoints /replica/append."""
     h = HTTPAPI(nsqd)
     opts = nsqd.opts
 
@@ -396,8 +519,18 @@ def build_router(nsqd: NSQD) -> Router:
     r = Router()
     r.get("/ping", h.ping)
     r.get("/info", api(h.info))
-    r.post("/pub", api(h.pub), msg_size)
-    r.post("/mpub", api(h.mpub), body_size)
+    if nsqd.replication is None:
+        r.post("/pub", api(h.pub), msg_size)
+        r.post("/mpub", api(h.mpub), body_size)
+    else:  # --etcd-endpoints: replicated topics (replication/), others as above
+        from .replication.stream import MAX_REQUEST_BYTES
+
+        def append_size() -> int:
+            return MAX_REQUEST_BYTES + opts.max_msg_size + 1024
+
+        r.post("/pub", api(h.pub_replicated), msg_size)
+        r.post("/mpub", api(h.mpub_replicated), body_size)
+        r.post("/replica/append", api(h.replica_append), append_size)
     r.get("/stats", api(h.stats))
     r.post("/topic/create", api(h.topic_create))
     r.post("/topic/delete", api(h.topic_delete))

@@ -359,6 +359,9 @@ class LookupPeers:
         self._hostname = socket.gethostname()
         self._session: Any = None
         self._pending: set[asyncio.Task[None]] = set()
+        #: Replicated topics (nsqpy/replication): topic -> whether this node registers it
+        #: (only a replicated topic's leader does); None (R=1 nodes) registers every topic.
+        self.registers: Callable[[str], bool] | None = None
 
     # ------------------------------------------------------------ peers
 
@@ -402,7 +405,10 @@ class LookupPeers:
     def state(self) -> list[bytes]:
         """The REGISTER commands for every topic and channel this node has now."""
         cmds: list[bytes] = []
+        registers = self.registers
         for t in self.nsqd.topics.values():
+            if registers is not None and not registers(t.name):
+                continue
             if not t.channels:
                 cmds.append(register_cmd(t.name))
             else:
@@ -437,7 +443,7 @@ class LookupPeers:
             p.send(cmd)
 
     def topic_added(self, topic: str) -> None:
-        if self.peers:
+        if self.peers and (self.registers is None or self.registers(topic)):
             self._notify("topic", register_cmd(topic))
 
     def topic_removed(self, topic: str) -> None:
@@ -445,12 +451,26 @@ class LookupPeers:
             self._notify("topic", unregister_cmd(topic))
 
     def channel_added(self, topic: str, channel: str) -> None:
-        if self.peers:
+        if self.peers and (self.registers is None or self.registers(topic)):
             self._notify("channel", register_cmd(topic, channel))
 
     def channel_removed(self, topic: str, channel: str) -> None:
         if self.peers:
             self._notify("channel", unregister_cmd(topic, channel))
+
+    def register_topic(self, t: Any) -> None:
+        """A replicated topic this node now leads: REGISTER it and each of its channels."""
+        if self.peers:
+            self._notify("topic", register_cmd(t.name))
+            for c in t.channels:
+                self._notify("channel", register_cmd(t.name, c))
+
+    def unregister_topic(self, t: Any) -> None:
+        """A replicated topic this node no longer leads: UNREGISTER its channels and it."""
+        if self.peers:
+            for c in t.channels:
+                self._notify("channel", unregister_cmd(t.name, c))
+            self._notify("topic", unregister_cmd(t.name))
 
     # ------------------------------------------------------------ channel pre-creation
 

@@ -22,7 +22,11 @@ Data directory (nsqd 1.3's layout, so Go nsqd and nsqpy-d can open each other's)
 Publishing to disk: a PUB/MPUB/DPUB whose messages went to a backend (or the deferred journal)
 is answered only after those bytes were handed to the OS (flush_backends), so a crash of the
 process (kill -9) loses no acknowledged message; fsync runs in a worker thread on --sync-every
-/ --sync-timeout, as go-diskqueue syncs after the write it acknowledged."""
+/ --sync-timeout, as go-diskqueue syncs after the write it acknowledged.
+
+Replicated topics (--etcd-endpoints): ``replication`` is a replication.node.Replication, run
+with the loops and closed before lookupd registration; it filters that registration (only a
+replicated topic's leader registers it). Without the flag it is None and nothing changes."""
 
 from __future__ import annotations
 
@@ -100,6 +104,13 @@ class NSQD:
         self._schedule: Callable[[Callable[[], None]], None] | None = None
         # nsqlookupd registration (lookup_peer.py); set by start_loops()
         self.lookup: LookupPeers | None = None
+        # Replicated topics (nsqpy/replication/node.py), only with --etcd-endpoints: nothing of
+        # it is imported or run otherwise.
+        self.replication: Any = None
+        if opts.etcd_endpoints:
+            from .replication.node import Replication
+
+            self.replication = Replication(self)
 
     # ------------------------------------------------------------ health
 
@@ -270,6 +281,10 @@ class NSQD:
             asyncio.create_task(self.storage.sync_loop()),
         ]
         self.lookup = LookupPeers(self)
+        repl = self.replication
+        if repl is not None:
+            self.lookup.registers = repl.registers
+            self._tasks.append(asyncio.create_task(repl.run()))
         self.lookup.set_addresses(o.nsqlookupd_tcp_addresses)
 
     def add_task(self, task: asyncio.Task[None]) -> None:
@@ -287,6 +302,8 @@ class NSQD:
                 await task
             except asyncio.CancelledError:
                 pass
+        if self.replication is not None:
+            await self.replication.close()
         if self.lookup is not None:
             await self.lookup.close()
             self.lookup = None

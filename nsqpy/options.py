@@ -331,6 +331,57 @@ class Options:
         "lookupd-tcp-address", "lookupd TCP address (may be given multiple times)"
     )
 
+    # Replicated topics through etcd (nsqpy's own, issue 21; nsqpy/replication/). Without
+    # --etcd-endpoints none of these is read and no replication code runs.
+    etcd_endpoints: str = option(
+        "etcd-endpoints",
+        "",
+        "[nsqpy] etcd v3 client addresses HOST:PORT[,HOST:PORT...] enabling replicated "
+        "topics (empty: off)",
+        config_api=False,
+    )
+    etcd_cluster: str = option(
+        "etcd-cluster",
+        "default",
+        "[nsqpy] cluster name: this node's etcd keys live under /nsqpy/<name>/ (the node id "
+        "in etcd is --node-id)",
+        config_api=False,
+    )
+    etcd_lease_ttl: int = option(
+        "etcd-lease-ttl",
+        5,
+        "[nsqpy] seconds of this node's etcd lease: a leader lost for this long is replaced",
+        config_api=False,
+    )
+    replicas: int = option(
+        "replicas",
+        1,
+        "[nsqpy] replication factor of topics created on this node (1: not replicated; "
+        "/topic/create?replicas=N sets it per topic)",
+        config_api=False,
+    )
+    replica_ack: str = option(
+        "replica-ack",
+        "all-isr",
+        "[nsqpy] when a replicated publish is answered OK: 'all-isr' (every in-sync replica has it "
+        "on disk) or 'leader' (the leader has it)",
+        config_api=False,
+    )
+    min_isr: int = option(
+        "min-isr",
+        1,
+        "[nsqpy] fewest in-sync replicas (leader included) with which a replicated publish "
+        "is acknowledged",
+        config_api=False,
+    )
+    replica_timeout_ms: int = duration(
+        "replica-timeout",
+        2000,
+        "[nsqpy] how long a follower may leave a replicated record unacknowledged before "
+        "the leader drops it from the in-sync replicas",
+        config_api=False,
+    )
+
     def validate(self) -> None:
         """Raise ValueError with nsqd's wording for settings nsqd refuses at start (nsqd.New)."""
         if not 1 <= self.max_deflate_level <= 9:
@@ -352,6 +403,15 @@ class Options:
             self.tls_required = 2  # nsqd: a client auth policy implies --tls-required=true
         if self.tls_required and not (self.tls_cert or self.tls_key):
             raise ValueError("cannot require TLS client connections without TLS key and cert")
+        if self.etcd_endpoints:
+            if self.replicas < 1:
+                raise ValueError("--replicas must be >= 1")
+            if self.min_isr < 1:
+                raise ValueError("--min-isr must be >= 1")
+            if self.replica_ack not in ("all-isr", "leader"):
+                raise ValueError("--replica-ack must be all-isr or leader")
+            if self.etcd_lease_ttl < 1:
+                raise ValueError("--etcd-lease-ttl must be >= 1")
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValueError(f"invalid E2E processing latency percentile: {p:g}")

@@ -11,9 +11,10 @@ next as an int of action bits (0: nothing, go on):
 - ``CLOSE``: a fatal error (its frame is in ``out``): flush and close;
 - ``UPGRADE``: IDENTIFY negotiated TLS and/or compression (``client.upgrade`` holds what): flush
   its plain reply, then route the bytes that follow through the new layers;
-- ``SUSPEND``: the command waits on an outside answer (``client.wait``: an auth-server query, or
-  a large IDENTIFY body decoded in a helper process); read nothing more until the connection
-  hands the answer to ``ProtocolV2.resume``, which finishes the command (its own action bits);
+- ``SUSPEND``: the command waits on an outside answer (``client.wait``: an auth-server query,
+  a large IDENTIFY body decoded in a helper process, or a replicated publish's commit); read
+  nothing more until the connection hands the answer to ``ProtocolV2.resume``, which finishes
+  the command (its own action bits);
 - ``TIMERS``: the heartbeat interval changed (IDENTIFY): re-arm the timer at ``next_wakeup``.
 
 Time is the injected ``clock`` (monotonic seconds; the daemon passes its event loop's ``time``
@@ -28,6 +29,7 @@ https://nsq.io/clients/tcp_protocol_spec.html"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -70,6 +72,8 @@ TIMERS = 8
 #: What a suspended command waits on (Wait.kind).
 WAIT_AUTH = 1
 WAIT_DECODE = 2
+#: A future made by the core (a replicated publish's commit, nsqpy/replication/publish.py).
+WAIT_FUTURE = 3
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
 LARGE_IDENTIFY = 64 * 1024
@@ -129,8 +133,9 @@ def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
 
 class Wait:
     """What a suspended command waits on: ``kind`` WAIT_AUTH (``arg``: the secret; answered
-    with an AuthState or the query's exception) or WAIT_DECODE (``arg``: IDENTIFY's body;
-    answered with decode_identify_aside's result). ``then(answer)`` finishes the command and
+    with an AuthState or the query's exception), WAIT_DECODE (``arg``: IDENTIFY's body;
+    answered with decode_identify_aside's result) or WAIT_FUTURE (``arg``: an asyncio future;
+    answered with its result or exception). ``then(answer)`` finishes the command and
     returns its action bits; ProtocolV2.resume calls it."""
 
     __slots__ = ("arg", "kind", "then")
@@ -349,6 +354,8 @@ class ProtocolV2:
         }
         #: --tls-required before the TLS upgrade: IDENTIFY only.
         self.tls_handlers: dict[bytes, Handler] = {b"IDENTIFY": self.IDENTIFY}
+        if nsqd.replication is not None:  # --etcd-endpoints: replicated PUB/MPUB/DPUB
+            ReplicatedPublish(self, nsqd.replication)
 
     # ------------------------------------------------------------ running commands
 
@@ -794,6 +801,109 @@ class ProtocolV2:
         pub_counts[topic_name] = pub_counts.get(topic_name, 0) + 1
         c.reply(_OK_FRAME)
         return 0
+
+
+class ReplicatedPublish:
+    """PUB, MPUB and DPUB with --etcd-endpoints (nsqpy's replicated topics, issue 21): made
+    only then, it swaps ProtocolV2's three handlers for its own, which hand a topic without a
+    replication record (and no reason to make one: Replication.wants_record) to the original
+    handler untouched; a daemon without the flag never runs a line of this.
+
+    For a replicated topic, Replication.publish (replication/node.py) puts the messages into
+    the local topic and its stream on the leader, or forwards them to the leader elsewhere; its
+    answer is a bool or a future of one. A future suspends the client (``WAIT_FUTURE``: its
+    later commands wait in the parser, as for an AUTH query) and the command finishes when it
+    is answered: OK, or nsqd's fatal E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when not
+    acknowledged. A first publish to a topic with no record on a node with --replicas > 1
+    suspends while the record is made (Replication.ensure), then runs again. One future per
+    command; no task per message."""
+
+    __slots__ = ("core", "plain_dpub", "plain_mpub", "plain_pub", "repl")
+
+    def __init__(self, core: ProtocolV2, repl: Any) -> None:
+        self.core = core
+        self.repl = repl
+        h = core.handlers
+        self.plain_pub, self.plain_mpub, self.plain_dpub = h[b"PUB"], h[b"MPUB"], h[b"DPUB"]
+        h[b"PUB"] = self.PUB
+        h[b"MPUB"] = self.MPUB
+        h[b"DPUB"] = self.DPUB
+
+    def _auth(self, c: ClientState, cmd: str, name: str, retry: Callable[[], int]) -> int:
+        return self.core._authorize(c, cmd, name, "", retry) if c.auth is not None else 0
+
+    def PUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        name = params[1].decode()
+        tr = self.repl.topics.get(name)
+        if tr is None and not self.repl.wants_record(name):
+            return self.plain_pub(c, params, body)
+        act = self._auth(c, "PUB", name, lambda: self.PUB(c, params, body))
+        if act:
+            return act
+        if tr is None:
+            return self._ensure(c, name, "E_PUB_FAILED", lambda: self.PUB(c, params, body))
+        return self._publish(c, tr, name, [body], 0, "PUB")
+
+    def MPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        name = params[1].decode()
+        tr = self.repl.topics.get(name)
+        if tr is None and not self.repl.wants_record(name):
+            return self.plain_mpub(c, params, body)
+        act = self._auth(c, "MPUB", name, lambda: self.MPUB(c, params, body))
+        if act:
+            return act
+        if tr is None:
+            return self._ensure(c, name, "E_MPUB_FAILED", lambda: self.MPUB(c, params, body))
+        return self._publish(c, tr, name, list(body), 0, "MPUB")
+
+    def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        name = params[1].decode()
+        tr = self.repl.topics.get(name)
+        if tr is None and not self.repl.wants_record(name):
+            return self.plain_dpub(c, params, body)
+        delay_ms = _dpub_timeout_ms(params[2], self.core.opts.max_req_timeout_ms)
+        act = self._auth(c, "DPUB", name, lambda: self.DPUB(c, params, body))
+        if act:
+            return act
+        if tr is None:
+            return self._ensure(c, name, "E_DPUB_FAILED", lambda: self.DPUB(c, params, body))
+        return self._publish(c, tr, name, [body], delay_ms, "DPUB")
+
+    def _publish(
+        self, c: ClientState, tr: Any, name: str, bodies: list[bytes], delay: int, cmd: str
+    ) -> int:
+        code = f"E_{cmd}_FAILED"
+        try:
+            answer = self.repl.publish(tr, name, bodies, delay)
+        except (TopicError, OSError) as e:
+            raise FatalClientError(code, f"{cmd} failed {e}") from None
+        n = len(bodies)
+        if isinstance(answer, bool):
+            return _replicated(c, name, n, answer, code, cmd)
+        c.wait = Wait(WAIT_FUTURE, answer, lambda a: _replicated(c, name, n, a, code, cmd))
+        return SUSPEND
+
+    def _ensure(self, c: ClientState, name: str, code: str, retry: Callable[[], int]) -> int:
+        repl = self.repl
+        job = asyncio.ensure_future(repl.ensure(name, repl.opts.replicas))
+
+        def then(answer: Any) -> int:
+            if isinstance(answer, BaseException) or name not in repl.topics:
+                raise FatalClientError(code, f"{code[2:]} replicated topic: {answer}")
+            return retry()
+
+        c.wait = Wait(WAIT_FUTURE, job, then)
+        return SUSPEND
+
+
+def _replicated(c: ClientState, name: str, n: int, ok: Any, code: str, cmd: str) -> int:
+    """Finish a replicated publish answered ``ok`` (True: acknowledged)."""
+    if ok is not True:
+        raise FatalClientError(code, f"{cmd} failed not acknowledged by the in-sync replicas")
+    pub_counts = c.pub_counts
+    pub_counts[name] = pub_counts.get(name, 0) + n
+    c.reply(_OK_FRAME)
+    return 0
 
 
 def _dpub_timeout_ms(raw: bytes, max_ms: int) -> int:

@@ -3,7 +3,10 @@ nsq_stat and nsqadmin read nsqpy-d unchanged.
 
 Strategy: plain dicts built on request, keys in nsqd's order; Go's nil slices become JSON null
 where nsqd's would. Memory figures come from Python's allocator and /proc (Go's heap figures
-have no Python equivalent; the keys are kept so readers do not break)."""
+have no Python equivalent; the keys are kept so readers do not break). A replicated topic
+(--etcd-endpoints) gets one more key, "replication": {"replicas", "leader", "isr", "epoch",
+"role", "lag", "replica_log_depth", "promoted"} (replication/node.py topic_stats); no other
+topic does, so the shape of an R=1 node is nsqd's."""
 
 from __future__ import annotations
 
@@ -138,6 +141,7 @@ def get_stats(
     else:
         real_topics = sorted(nsqd.topics.values(), key=lambda x: x.name)
     topics = []
+    repl = nsqd.replication
     for t in real_topics:
         if channel:
             ch = t.channels.get(channel)
@@ -146,7 +150,12 @@ def get_stats(
             chans = [ch]
         else:
             chans = sorted(t.channels.values(), key=lambda x: x.name)
-        topics.append(topic_stats(t, [channel_stats(c, include_clients, topic) for c in chans]))
+        ts = topic_stats(t, [channel_stats(c, include_clients, topic) for c in chans])
+        if repl is not None:  # beyond nsqd: replicated topics only (replication/node.py)
+            extra = repl.topic_stats(t.name)
+            if extra is not None:
+                ts["replication"] = extra
+        topics.append(ts)
     return topics, (_producers(nsqd, topic) if include_clients else None)
 
 

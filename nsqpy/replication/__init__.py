@@ -1,7 +1,13 @@
-"""Replicated topics, first slice: the coordination layer through etcd (issue 21 §2 and §5).
+"""Replicated topics (issue 21): the coordination layer through etcd (§2, §5) and the first
+data path (§3, §4).
 
-Nothing of nsqpy-d uses this yet; the data path (a later round) will. It is opt-in: without
-``--etcd-endpoints`` no code here runs.
+Opt-in: without ``--etcd-endpoints`` no code here runs (nsqd.NSQD imports node.py only then).
+Modules: etcd_gateway.py (etcd client), records.py (keys, records, placement, compares),
+session.py (lease, fencing deadline), coordinator.py (topic records: create, elect, ISR,
+watches) - the coordination layer; node.py (this nsqpy-d's membership and roles, publishing,
+promotion at failover), stream.py (leader stream and follower replica log, over HTTP
+``/replica/append``), forward.py (publishes made on a non-leader) - the data path. The TCP
+handlers are protocol_v2.ReplicatedPublish, the HTTP ones http_api's ``*_replicated``.
 
 Client
 ------
@@ -41,8 +47,8 @@ election needs that expiry first; the leader counts the TTL from when it *sent* 
 successful keepalive, on its monotonic clock, minus a margin (session.LeaseClock), so its
 ``may_acknowledge()`` turns False before any other node can be elected in its place.
 
-What the data path will do with it (issue 21 §3–§5)
----------------------------------------------------
+What the data path does with it (issue 21 §3–§5; node.py says what is not done yet)
+------------------------------------------------------------------------------------
 - nsqpy-d with ``--etcd-endpoints`` makes a :class:`NodeSession` (``join()`` at start,
   ``leave()`` at exit) and a :class:`Coordinator`, and runs ``run_failover()`` and
   ``watch_topics()``.
@@ -52,9 +58,9 @@ What the data path will do with it (issue 21 §3–§5)
 - The leader appends each PUB/MPUB/DPUB and streams it to the followers tagged with its epoch;
   followers refuse records of an older epoch. It answers OK once the ISR has the record durable
   *and* ``may_acknowledge(state)`` is True; a follower lagging past the bound is dropped with
-  ``shrink_isr`` and readmitted with ``expand_isr`` once caught up. A :class:`Fenced` answer
-  means it was deposed: it stops acknowledging, and on rejoining truncates its unacknowledged
-  tail to the new leader's log.
+  ``shrink_isr`` (readmission with ``expand_isr`` once caught up is a later round). A
+  :class:`Fenced` answer means it was deposed: it stops acknowledging (truncating its
+  unacknowledged tail to the new leader's log on rejoining is a later round).
 - Producers on a follower are forwarded to ``record.leader``; only the leader registers the
   topic's channels with nsqlookupd.
 """

@@ -1,0 +1,501 @@
+"""nsqpy-d's replication: this node's membership, the topic records it follows, and the data
+path of the replicated topics (issue 21 §2–§4, first working slice).
+
+Made by NSQD only with ``--etcd-endpoints`` (otherwise nothing here is imported). ``run()``
+joins etcd (NodeSession: node id = str(--node-id), the key under ``/nsqpy/<--etcd-cluster>/``,
+its TCP/HTTP addresses in the value), then runs three loops: the topic watch
+(Coordinator.watch_topics, applied by :meth:`Replication.apply`), the failover loop
+(Coordinator.run_failover: any node elects a new leader from the ISR once a leader's lease
+lapsed) and the membership watch (node id -> HTTP address, for links and forwarding).
+``close()`` stops them and leaves (revokes the lease).
+
+Roles. For each topic record, this node is ``leader`` (the record names it under its current
+lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream (stream.py)
+per epoch with a link to every other ISR member; a follower keeps a ReplicaLog; both open the
+local topic. Publishes on a leader go into its topic as for R=1 and into the stream; the answer
+waits for the commit (--replica-ack=all-isr) or not (leader). Publishes elsewhere are forwarded
+(forward.py). Only the leader registers the topic and its channels with nsqlookupd
+(:meth:`registers`, read by lookup_peer.LookupPeers).
+
+Failover, this round. A follower elected leader puts every entry of its replica log past the
+log's read position into its topic (:meth:`_promote`): everything the old leader replicated to
+it, whether or not the old leader's channels had delivered it; the count is the topic's
+``promoted`` stat. Channel progress is not replicated yet, so consumers of the old leader see
+those messages again (at-least-once); a deposed leader rejoining starts as a follower with an
+empty tail and is not re-admitted to the ISR. A follower dropped from the ISR during an epoch
+(slow, paused, restarted) catches up from the leader's retained entries and is re-admitted
+(stream.py "Catch-up").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable
+from typing import Any
+
+from ..diskqueue import DiskQueue
+from .coordinator import Coordinator, Fenced, TopicState
+from .etcd_gateway import EtcdClient, EtcdError
+from .forward import Forwarder
+from .records import Keys, NodeInfo, ReplicationError, default_root
+from .session import NodeSession
+from .stream import ENTRY, RECORD_HEADER, LeaderStream, ReplicaLog
+
+log = logging.getLogger("nsqpy.replication")
+
+LEADER = "leader"
+FOLLOWER = "follower"
+NONE = "none"
+#: The replica log's DiskQueue name: '#' cannot appear in a topic name except in
+#: "#ephemeral", so "<topic>#replica" names no topic's or channel's queue.
+LOG_SUFFIX = "#replica"
+RETRY_DELAY = 0.5
+
+
+class TopicRole:
+    """This node's part in one replicated topic: ``state`` (record + etcd revision), ``role``,
+    the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
+    leading, ``promoted`` (entries put into the topic at promotions)."""
+
+    __slots__ = ("forwarder", "promoted", "rlog", "role", "state", "stream")
+
+    def __init__(self, state: TopicState) -> None:
+        self.state = state
+        self.role = NONE
+        self.stream: LeaderStream | None = None
+        self.rlog: ReplicaLog | None = None
+        self.forwarder: Forwarder | None = None
+        self.promoted = 0
+
+
+class Replication:
+    """See the module docstring. ``topics``: topic name -> TopicRole for every record known."""
+
+    def __init__(self, nsqd: Any) -> None:
+        """``nsqd``: the daemon (nsqd.NSQD; not imported, which would be an import circle)."""
+        self.nsqd = nsqd
+        o = nsqd.opts
+        self.opts = o
+        self.node_id = str(o.node_id)
+        self.endpoints = [e.strip() for e in o.etcd_endpoints.split(",") if e.strip()]
+        self.keys = Keys(default_root(o.etcd_cluster))
+        self.ack_all = o.replica_ack == "all-isr"
+        self.timeout = o.replica_timeout_ms / 1000.0
+        self.topics: dict[str, TopicRole] = {}
+        self.logs: dict[str, ReplicaLog] = {}
+        self.members: dict[str, str] = {}  # node id -> HTTP address
+        #: Topics that stay R=1 on this node: those it had before joining, and explicit
+        #: /topic/create?replicas=1 ones.
+        self.local_only: set[str] = set()
+        self.client: EtcdClient | None = None
+        self.session: NodeSession | None = None
+        self.coordinator: Coordinator | None = None
+        self.http: Any = None
+        self.joined = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._side: set[asyncio.Future[Any]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Join (retrying while etcd is unreachable), then run the loops until cancelled."""
+        import aiohttp
+
+        nsqd = self.nsqd
+        self.local_only.update(n for n in nsqd.topics if n not in self.topics)
+        self.http = aiohttp.ClientSession()
+        self.client = EtcdClient(self.endpoints)
+        tcp = nsqd.tcp_address
+        http = nsqd.http_address
+        bcast = self.opts.broadcast_address
+        info = NodeInfo(
+            self.node_id,
+            tcp=f"{bcast}:{tcp[1]}" if tcp else "",
+            http=f"{bcast}:{http[1]}" if http else "",
+        )
+        self.session = NodeSession(self.client, self.keys, info, ttl=self.opts.etcd_lease_ttl)
+        while True:
+            try:
+                lease = await self.session.join()
+                break
+            except ReplicationError as exc:
+                log.error("REPLICATION: cannot join etcd %s: %s", self.endpoints, exc)
+                await asyncio.sleep(RETRY_DELAY)
+        self.coordinator = Coordinator(self.session)
+        log.info("REPLICATION: node %s joined (lease %x)", self.node_id, lease)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._watch_members()),
+            loop.create_task(self._watch_topics()),
+            loop.create_task(self.coordinator.run_failover()),
+            loop.create_task(self._watch_lease()),
+        ]
+        self.joined.set()
+        await asyncio.gather(*self._tasks)
+
+    async def close(self) -> None:
+        for task in [*self._tasks, *self._side]:
+            task.cancel()
+        for task in [*self._tasks, *self._side]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for tr in self.topics.values():
+            if tr.stream is not None:
+                tr.stream.close(False)
+            if tr.forwarder is not None:
+                tr.forwarder.close()
+        for rlog in self.logs.values():
+            with contextlib.suppress(OSError):
+                rlog.close()
+        if self.session is not None:
+            await self.session.leave()
+        if self.client is not None:
+            await self.client.close()
+        if self.http is not None:
+            await self.http.close()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task: asyncio.Future[Any] = asyncio.ensure_future(coro)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _watch_members(self) -> None:
+        assert self.coordinator is not None
+        while True:
+            try:
+                async for ch in self.coordinator.watch_members():
+                    if ch.member is None:
+                        self.members.pop(ch.node_id, None)
+                    else:
+                        self.members[ch.node_id] = ch.member.info.http
+            except EtcdError as exc:
+                log.warning("REPLICATION: member watch: %s", exc)
+                await asyncio.sleep(RETRY_DELAY)
+
+    async def _watch_topics(self) -> None:
+        assert self.coordinator is not None
+        while True:
+            try:
+                async for ch in self.coordinator.watch_topics():
+                    self.apply(ch.topic, ch.state)
+            except EtcdError as exc:
+                log.warning("REPLICATION: topic watch: %s", exc)
+                await asyncio.sleep(RETRY_DELAY)
+
+    async def _watch_lease(self) -> None:
+        """The lease expired on the server: step down everywhere, join again as a new member."""
+        session = self.session
+        assert session is not None
+        while True:
+            await session.lost.wait()
+            log.error("REPLICATION: lease lost: stepping down, joining again")
+            for tr in self.topics.values():
+                if tr.role == LEADER:
+                    self._step_down(tr)
+            while True:
+                try:
+                    await session.rejoin()
+                    break
+                except ReplicationError as exc:
+                    log.error("REPLICATION: rejoin failed: %s", exc)
+                    await asyncio.sleep(RETRY_DELAY)
+
+    # ------------------------------------------------------------ records and roles
+
+    def registers(self, topic: str) -> bool:
+        """Does this node register ``topic`` (and its channels) with nsqlookupd? Yes unless
+        the topic is replicated and another node leads it."""
+        tr = self.topics.get(topic)
+        return tr is None or tr.role == LEADER
+
+    def wants_record(self, topic: str) -> bool:
+        """Should a publish to ``topic``, which has no record yet, create one first?"""
+        return (
+            self.opts.replicas > 1
+            and topic not in self.local_only
+            and not topic.endswith("#ephemeral")
+        )
+
+    async def ensure(self, topic: str, replicas: int) -> TopicRole:
+        """The record of ``topic``, created with R=``replicas`` when absent; applied here at
+        once (the watch brings it too). ReplicationError (NotEnoughNodes, EtcdError...)."""
+        await asyncio.wait_for(self.joined.wait(), self.timeout * 5)
+        assert self.coordinator is not None
+        state, created = await self.coordinator.create_topic(topic, replicas)
+        if created:
+            log.info("REPLICATION: topic %s created: %s", topic, state.record.encode().decode())
+        self.apply(topic, state)
+        return self.topics[topic]
+
+    def apply(self, topic: str, state: TopicState | None) -> None:
+        """A record as read or watched: take this node's role in it."""
+        tr = self.topics.get(topic)
+        if state is None:
+            if tr is not None:
+                self._step_down(tr)
+                del self.topics[topic]
+            return
+        if tr is not None and tr.state.revision >= state.revision:
+            return
+        session = self.session
+        assert session is not None
+        rec = state.record
+        old_epoch = tr.state.record.epoch if tr is not None else -1
+        fresh = tr is None
+        if tr is None:
+            tr = self.topics[topic] = TopicRole(state)
+        tr.state = state
+        rlog = self.logs.get(topic)
+        if rlog is not None:
+            rlog.fence(rec.epoch)
+        if rec.leader == self.node_id and rec.leader_lease == session.lease_id:
+            if tr.role == LEADER and tr.stream is not None and rec.epoch == old_epoch:
+                tr.stream.set_links(self._followers(tr))
+                return
+            if tr.role == LEADER:
+                self._step_down(tr)
+            self._lead(tr)
+        else:
+            if tr.role == LEADER:
+                self._step_down(tr)
+            tr.role = FOLLOWER if self.node_id in rec.placement else NONE
+            t = self.nsqd.topics.get(topic)
+            lookup = self.nsqd.lookup
+            if fresh and t is not None and lookup is not None:
+                # made here before its record was known (a publish that made the record, an
+                # MPUB's precheck, a SUB): registered then, so take that back
+                lookup.unregister_topic(t)
+            if tr.role == FOLLOWER:
+                self.replica_log(topic)
+                self.nsqd.get_topic(topic)
+
+    def _followers(self, tr: TopicRole) -> list[str]:
+        return [n for n in tr.state.record.isr if n != self.node_id]
+
+    def _lead(self, tr: TopicRole) -> None:
+        rec = tr.state.record
+        topic = rec.topic
+        tr.role = LEADER
+        if tr.forwarder is not None:
+            tr.forwarder.close()
+            tr.forwarder = None
+        existed = topic in self.nsqd.topics
+        t = self.nsqd.get_topic(topic)
+        self._promote(tr, t)
+        tr.stream = LeaderStream(
+            topic,
+            rec.epoch,
+            self.http,
+            lambda node: self.members.get(node, ""),
+            lambda: self.allowed(tr),
+            lambda node: self._lagging(tr, node),
+            self.timeout,
+            lambda node: self._spawn(self._expand(tr, node)),
+        )
+        tr.stream.set_links(self._followers(tr))
+        lookup = self.nsqd.lookup
+        if lookup is not None and existed:
+            lookup.register_topic(t)
+        log.info("REPLICATION: topic %s: leader at epoch %d, isr %s", topic, rec.epoch, rec.isr)
+
+    def _promote(self, tr: TopicRole, t: Any) -> None:
+        """Put every replica-log entry this node has not put into its topic yet."""
+        rlog = self.logs.get(tr.state.record.topic) or self._open_existing_log(t.name)
+        if rlog is None:
+            return
+        n = 0
+        while True:
+            batch = rlog.drain()
+            if not batch:
+                break
+            plain = [r for d, r in batch if not d]
+            if plain:
+                t.put_many(plain, in_order=False)
+            for d, r in batch:
+                if d:
+                    t.put_deferred(r, d)
+            n += len(batch)
+        if n:
+            self.nsqd.flush_backends()
+            self._spawn(asyncio.get_running_loop().run_in_executor(None, rlog.sync_job()))
+            tr.promoted += n
+            log.info("REPLICATION: topic %s: %d replicated messages put into the topic", t.name, n)
+
+    def _step_down(self, tr: TopicRole) -> None:
+        if tr.stream is not None:
+            tr.stream.close(False)
+            tr.stream = None
+        was_leader = tr.role == LEADER
+        tr.role = NONE
+        t = self.nsqd.topics.get(tr.state.record.topic)
+        lookup = self.nsqd.lookup
+        if was_leader and t is not None and lookup is not None:
+            lookup.unregister_topic(t)
+
+    def _lagging(self, tr: TopicRole, node: str) -> None:
+        if node in tr.state.record.isr:
+            self._spawn(self._shrink(tr, node))
+
+    async def _expand(self, tr: TopicRole, node: str) -> None:
+        """A follower caught up (stream.py): back into the ISR in etcd."""
+        assert self.coordinator is not None
+        try:
+            state = await self.coordinator.expand_isr(tr.state, node)
+        except Fenced as exc:
+            log.warning("REPLICATION: %s", exc)
+            self._step_down(tr)
+            return
+        except ReplicationError as exc:
+            log.warning(
+                "REPLICATION: topic %s: readmitting %s: %s", tr.state.record.topic, node, exc
+            )
+            stream = tr.stream
+            link = stream.links.get(node) if stream is not None else None
+            if stream is not None and link is not None:
+                link.in_isr = False  # catching up again; retried when it is caught up
+            return
+        log.info("REPLICATION: topic %s: isr now %s", state.record.topic, state.record.isr)
+        self.apply(state.record.topic, state)
+
+    async def _shrink(self, tr: TopicRole, node: str) -> None:
+        assert self.coordinator is not None
+        try:
+            state = await self.coordinator.shrink_isr(tr.state, node)
+        except Fenced as exc:
+            log.warning("REPLICATION: %s", exc)
+            self._step_down(tr)
+            return
+        except ReplicationError as exc:
+            log.warning(
+                "REPLICATION: topic %s: dropping %s from the isr: %s",
+                tr.state.record.topic,
+                node,
+                exc,
+            )
+            return
+        log.info("REPLICATION: topic %s: isr now %s", state.record.topic, state.record.isr)
+        self.apply(state.record.topic, state)
+
+    def allowed(self, tr: TopicRole) -> bool:
+        """May the leader acknowledge now: lease certainly alive, ISR at least --min-isr."""
+        c = self.coordinator
+        return (
+            c is not None
+            and tr.role == LEADER
+            and c.may_acknowledge(tr.state)
+            and len(tr.state.record.isr) >= self.opts.min_isr
+        )
+
+    # ------------------------------------------------------------ replica logs
+
+    def _queue(self, topic: str) -> DiskQueue:
+        o = self.opts
+        hs = ENTRY.size + RECORD_HEADER
+        return DiskQueue(
+            topic + LOG_SUFFIX,
+            self.nsqd.data_path,
+            o.max_bytes_per_file,
+            hs,
+            o.max_msg_size + hs,
+            o.sync_every,
+            o.sync_timeout_ms,
+            logger=log,
+        )
+
+    def replica_log(self, topic: str) -> ReplicaLog:
+        rlog = self.logs.get(topic)
+        if rlog is None:
+            rlog = self.logs[topic] = ReplicaLog(topic, self._queue(topic))
+            tr = self.topics.get(topic)
+            if tr is not None:
+                rlog.fence(tr.state.record.epoch)
+        return rlog
+
+    def _open_existing_log(self, topic: str) -> ReplicaLog | None:
+        meta = os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.diskqueue.meta.dat")
+        return self.replica_log(topic) if os.path.exists(meta) else None
+
+    # ------------------------------------------------------------ publishing
+
+    def replicate(self, tr: TopicRole, records: list[bytes], delay_ms: int = 0) -> Any:
+        """Leader: stream ``records`` (already in the local topic). Returns a future answered
+        True/False (all-isr), or a bool at once (--replica-ack=leader, or no stream)."""
+        stream = tr.stream
+        if stream is None:
+            return False
+        end = stream.append(records, delay_ms)
+        if not self.ack_all:
+            return self.allowed(tr)
+        return stream.commit_waiter(end)
+
+    def publish(self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int) -> Any:
+        """Publish ``bodies`` to the replicated topic ``name``: on its leader into the local
+        topic (as for R=1: records made here, put, flush_backends) and the stream, elsewhere to
+        the leader. Returns a bool or a future of one (True: acknowledged). Raises TopicError /
+        OSError from the local put."""
+        if tr.role != LEADER:
+            return self.forward(tr, bodies, delay_ms)
+        nsqd = self.nsqd
+        topic = nsqd.get_topic(name)
+        if delay_ms:
+            records = [nsqd.new_record(bodies[0])]
+            topic.put_deferred(records[0], delay_ms)
+        else:
+            records = nsqd.new_records(bodies)
+            topic.put_many(records)
+        nsqd.flush_backends()
+        return self.replicate(tr, records, delay_ms)
+
+    async def publish_http(self, name: str, bodies: list[bytes], delay_ms: int) -> bool:
+        """HTTP /pub and /mpub of a replicated topic (or one to be made so): True once
+        acknowledged. ReplicationError / TimeoutError when the record cannot be made,
+        TopicError / OSError from the local put."""
+        tr = self.topics.get(name)
+        if tr is None:
+            tr = await self.ensure(name, self.opts.replicas)
+        answer = self.publish(tr, name, bodies, delay_ms)
+        if isinstance(answer, bool):
+            return answer
+        return bool(await answer)
+
+    def forward(self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0) -> Any:
+        """Not the leader: a future answered True once the leader acknowledged ``bodies``."""
+        fwd = tr.forwarder
+        if fwd is None:
+            topic = tr.state.record.topic
+            fwd = tr.forwarder = Forwarder(
+                topic, self.http, lambda: self._leader_http(topic), self.timeout * 5
+            )
+        return fwd.submit(bodies, delay_ms)
+
+    def _leader_http(self, topic: str) -> str:
+        tr = self.topics.get(topic)
+        if tr is None or not tr.state.record.leader or tr.role == LEADER:
+            return ""
+        return self.members.get(tr.state.record.leader, "")
+
+    # ------------------------------------------------------------ /stats
+
+    def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        tr = self.topics.get(topic)
+        if tr is None:
+            return None
+        rec = tr.state.record
+        lag = 0
+        if tr.stream is not None:
+            s = tr.stream
+            lag = max((s.next_seq - lk.acked for lk in s.links.values()), default=0)
+        rlog = self.logs.get(topic)
+        return {
+            "replicas": rec.replicas,
+            "leader": rec.leader,
+            "isr": list(rec.isr),
+            "epoch": rec.epoch,
+            "role": tr.role,
+            "lag": lag,
+            "replica_log_depth": rlog.dq.depth if rlog is not None else 0,
+            "promoted": tr.promoted,
+        }

@@ -1,0 +1,97 @@
+"""nsqpy.replication.stream in process: the append request's entry framing, a follower's
+ReplicaLog (skips what it has, refuses gaps and older epochs, fenced by a newer record, drained
+in order at promotion, durable across a reopen) and a LeaderStream's commit bookkeeping with no
+follower links (everything commits at once; waiters answered by ``allowed()``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from nsqpy.diskqueue import DiskQueue
+from nsqpy.replication.stream import (
+    ENTRY,
+    RECORD_HEADER,
+    Gap,
+    LeaderStream,
+    ReplicaLog,
+    StaleEpoch,
+    decode_entries,
+    encode_entries,
+)
+
+
+def _record(i: int) -> bytes:
+    return bytes(RECORD_HEADER - 2) + i.to_bytes(2, "big") + b"body%d" % i
+
+
+def _entry(epoch: int, seq: int, delay: int = 0) -> bytes:
+    return ENTRY.pack(epoch, seq, delay) + _record(seq)
+
+
+def _log(path: Path) -> ReplicaLog:
+    hs = ENTRY.size + RECORD_HEADER
+    return ReplicaLog("t", DiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000))
+
+
+def test_replication_entries_roundtrip_and_refuse_bad_framing() -> None:
+    entries = [_entry(1, i) for i in range(3)]
+    assert decode_entries(encode_entries(entries)) == entries
+    assert decode_entries(b"") == []
+    with pytest.raises(ValueError):
+        decode_entries(encode_entries(entries)[:-1])
+    with pytest.raises(ValueError):
+        decode_entries(b"\0\0\0\x01x")  # shorter than an entry header
+
+
+@pytest.mark.asyncio
+async def test_replica_log_skips_duplicates_refuses_gaps_and_old_epochs(tmp_path: Path) -> None:
+    rlog = _log(tmp_path)
+    assert await rlog.append(1, 0, [_entry(1, 0), _entry(1, 1)]) == 2
+    # a resend overlapping what it has: only the new tail is appended
+    assert await rlog.append(1, 1, [_entry(1, 1), _entry(1, 2)]) == 3
+    with pytest.raises(Gap) as gap:
+        await rlog.append(1, 5, [_entry(1, 5)])
+    assert gap.value.expected == 3
+    # a new epoch starts its own sequence; the old one is refused from then on
+    assert await rlog.append(2, 0, [_entry(2, 0, delay=250)]) == 1
+    with pytest.raises(StaleEpoch):
+        await rlog.append(1, 3, [_entry(1, 3)])
+    rlog.fence(3)  # this node learned of epoch 3: epoch 2's leader is deposed
+    with pytest.raises(StaleEpoch):
+        await rlog.append(2, 1, [_entry(2, 1)])
+    assert rlog.appended == 4
+    drained = rlog.drain()
+    assert [d for d, _ in drained] == [0, 0, 0, 250]
+    assert [r for _, r in drained] == [_record(0), _record(1), _record(2), _record(0)]
+    assert rlog.drain() == []
+    rlog.close()
+
+
+@pytest.mark.asyncio
+async def test_replica_log_appends_survive_reopen(tmp_path: Path) -> None:
+    rlog = _log(tmp_path)
+    await rlog.append(1, 0, [_entry(1, i) for i in range(5)])
+    assert len(rlog.drain(2)) == 2  # promoted once: two put into the topic
+    job = rlog.sync_job()
+    await asyncio.get_running_loop().run_in_executor(None, job)
+    rlog.close()
+    again = _log(tmp_path)
+    assert [r for _, r in again.drain()] == [_record(i) for i in range(2, 5)]
+    again.close()
+
+
+@pytest.mark.asyncio
+async def test_leader_stream_without_followers_commits_at_once() -> None:
+    allowed = [True]
+    lagging: list[str] = []
+    s = LeaderStream("t", 1, None, lambda n: "", lambda: allowed[0], lagging.append, 1.0)
+    end = s.append([_record(0), _record(1)])
+    assert end == 2 and s.committed == 2 and s.entries == []
+    assert await s.commit_waiter(end) is True
+    allowed[0] = False  # lease not certainly alive, or ISR under --min-isr
+    assert await s.commit_waiter(s.append([_record(2)])) is False
+    s.close()
+    assert lagging == []
