@@ -8,12 +8,13 @@ out of order (a requeue, a timeout, a consumer's in-flight messages put back at 
 deferred message coming due, a dead letter) are remembered one by one ("strays"), with the
 ranges of queue positions they occupy so the bisection can step over them.
 
-MemoryIndex follows a queue of records (record_queue.RecordQueue) by logical sequence numbers:
-the record at queue position i has sequence ``base + i``; popping from the left advances ``base``. DiskIndex follows
-a DiskQueue: every BLOCK-th main-run record written starts a block (its ID, file number and
-byte position); a lookup bisects the blocks and reads one block back from the file; strays
-keep their own position. Records already on disk when the daemon started are found by
-reading what is left of them once, at the first lookup (then indexed like the others).
+MemoryIndex follows a queue of records (record_queue.RecordQueue) by logical sequence
+numbers: the record at queue position i has sequence ``base + i``; popping from the left
+advances ``base``. DiskIndex follows a DiskQueue: every BLOCK-th main-run record written starts
+a block (its ID, file number and byte position); a lookup bisects the blocks and reads one
+block back from the file; strays keep their own position. Records already on disk when the
+daemon started are found by reading what is left of them once, at the first lookup (then
+indexed like the others).
 
 Memory per queued message: 0 for the main run in memory, a block entry per BLOCK main-run
 records on disk (about 1 byte per record), and about 100 bytes per stray (an ID and a
