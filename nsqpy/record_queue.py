@@ -56,14 +56,14 @@ TRIM: Final = 1024
 _getrefcount = sys.getrefcount
 
 
-def _sampled_refs(records: list[bytes]) -> int:
-    """The largest reference count among every SAMPLE-th of ``records``."""
-    return max(map(_getrefcount, records[::SAMPLE]))
+def _refcounts(records: list[bytes], start: int, stop: int, step: int) -> list[int]:
+    """The reference counts of ``records[start:stop:step]``."""
+    return list(map(_getrefcount, records[start:stop:step]))
 
 
-#: What _sampled_refs gives for records held only by the list it reads (measured, not
-#: assumed: the count depends on the interpreter and on how this module was built).
-_UNSHARED = _sampled_refs([bytes(bytearray(8)) for _ in range(2)])
+#: What _refcounts gives for a record held only by the list it reads (measured, not assumed:
+#: the count depends on the interpreter and on how this module was built).
+_UNSHARED = max(_refcounts([bytes(bytearray(8)) for _ in range(2)], 0, 2, 1))
 
 
 class _Segment:
@@ -150,6 +150,7 @@ class RecordQueue:
         "_n",
         "_pack",
         "_pos",
+        "_seal_at",
         "_seg_n",
         "_sealed",
         "_segs",
@@ -160,6 +161,7 @@ class RecordQueue:
 
     def __init__(self, pack: int = PACK, chunk_bytes: int = CHUNK_BYTES) -> None:
         self._pack = pack
+        self._seal_at = pack  # seal when this many records wait in the tail
         self._chunk_bytes = chunk_bytes
         self._front: deque[bytes] = deque()  # put back at the left (extendleft)
         self._segs: list[_Segment] = []  # sealed segments; those before _head are taken
@@ -188,7 +190,7 @@ class RecordQueue:
 
     def append(self, record: bytes) -> None:
         """Add one record at the right."""
-        if len(self._tail) - self._tpos >= self._pack:
+        if len(self._tail) - self._tpos >= self._seal_at:
             self._seal()
         elif self._tpos >= TRIM:
             self._trim()
@@ -198,7 +200,7 @@ class RecordQueue:
     def extend(self, records: list[bytes]) -> None:
         """Add records at the right, in order. The tail is sealed before, never with these
         records in it: the caller still holds them, which would read as shared."""
-        if len(self._tail) - self._tpos >= self._pack:
+        if len(self._tail) - self._tpos >= self._seal_at:
             self._seal()
         elif self._tpos >= TRIM:
             self._trim()
@@ -299,6 +301,7 @@ class RecordQueue:
         self._tail = []
         self._tpos = 0
         self._n = 0
+        self._seal_at = self._pack
 
     # ------------------------------------------------------------ positions
 
@@ -367,19 +370,31 @@ class RecordQueue:
             del tail[: self._tpos]
             self._tpos = 0
         n = len(tail)
+        self._seal_at = self._pack
         if not n:
             return
         self._tail = []
         total = sum(map(len, tail))
-        if total > PACK_MAX_AVERAGE * n or _sampled_refs(tail) > _UNSHARED:
+        if total > PACK_MAX_AVERAGE * n:
             self._add(_Refs(self._sealed, tail))
             return
+        cut = _unshared_prefix(tail)
+        if not cut:
+            self._add(_Refs(self._sealed, tail))
+            return
+        if cut < n:
+            # The newest records are still shared (another channel's consumer has them in
+            # flight): they wait in the tail and are looked at again at the next seal.
+            self._tail = tail[cut:]
+            del tail[cut:]
+            total = sum(map(len, tail))
+            self._seal_at = max(self._pack, n - cut + self._pack // 4)
         if total <= self._chunk_bytes:
             self._add(_Packed(self._sealed, tail))
             return
         ends = list(accumulate(map(len, tail)))
         a = 0
-        while a < n:
+        while a < cut:
             limit = (ends[a - 1] if a else 0) + self._chunk_bytes
             b = max(bisect.bisect_right(ends, limit, a), a + 1)
             self._add(_Packed(self._sealed, tail[a:b]))
@@ -390,3 +405,24 @@ class RecordQueue:
         self._starts.append(seg.start)
         self._sealed += seg.count
         self._seg_n += seg.count
+
+
+def _unshared_prefix(records: list[bytes]) -> int:
+    """How many of the oldest ``records`` no one else holds: all of them, none (the oldest is
+    shared: another queue holds the same run), or those before the first shared one (sharing
+    ends at the newest records, which another channel's consumer may still hold). Reads every
+    SAMPLE-th count, then the counts between the last unshared and the first shared sample."""
+    refs = _refcounts(records, 0, len(records), SAMPLE)
+    if max(refs) <= _UNSHARED:
+        return len(records)
+    if refs[0] > _UNSHARED:
+        return 0
+    k = 1
+    while refs[k] <= _UNSHARED:
+        k += 1
+    lo = (k - 1) * SAMPLE + 1
+    fine = _refcounts(records, lo, k * SAMPLE + 1, 1)
+    j = 0
+    while fine[j] <= _UNSHARED:
+        j += 1
+    return lo + j

@@ -31,11 +31,18 @@ _ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(_ops, st.integers(1, 9), st.sampled_from([64, 300, 1 << 20]), st.booleans())
+@given(
+    _ops,
+    st.integers(1, 9),
+    st.sampled_from([64, 300, 1 << 20]),
+    st.sampled_from(["none", "all", "recent"]),
+)
 def test_record_queue_behaves_as_a_deque(ops, pack, chunk, share) -> None:
     q = RecordQueue(pack=pack, chunk_bytes=chunk)
     model: deque[bytes] = deque()
-    other: list[bytes] = []  # with ``share``: another queue holding the same objects
+    # another queue holding the same objects: all of them, or the 20 newest (another
+    # channel's consumer has those in flight)
+    other: deque[bytes] = deque(maxlen=None if share == "all" else 20)
     n = 0
     for op, k, size in ops:
         if op in ("append", "extend", "front"):
@@ -44,7 +51,7 @@ def test_record_queue_behaves_as_a_deque(ops, pack, chunk, share) -> None:
             recs = [_rec(n + i, size) for i in range(count)]
             same = [_rec(n + i, size) for i in range(count)]
             n += count
-            if share:
+            if share != "none":
                 other.extend(recs)
             if op == "append":
                 q.append(recs[0])
@@ -72,9 +79,9 @@ def test_record_queue_behaves_as_a_deque(ops, pack, chunk, share) -> None:
         for i in {0, len(model) // 2, len(model) - 1, -1} if model else ():
             assert q[i] == model[i]
             assert q.id_at(i) == model[i][10:26]
-    if share:
+    if share == "all":
         assert not any(isinstance(s, _Packed) for s in q._segs)
-    else:
+    elif share == "none":
         assert not any(isinstance(s, _Refs) for s in q._segs[q._head :])
     if not model:
         with pytest.raises(IndexError):
@@ -113,3 +120,22 @@ def test_record_queue_keeps_shared_records_as_they_are() -> None:
         a.extend([_rec(k * 60 + i, 200) for i in range(60)])
     assert any(isinstance(s, _Packed) for s in a._segs)
     assert a.take_all(True) == [_rec(i, 200) for i in range(1, 540)]
+
+
+def test_record_queue_packs_what_a_live_channel_no_longer_holds() -> None:
+    """One channel lags (``lagging``), the other's consumer keeps up but holds its newest 150
+    messages in flight: the lagging channel packs all but those, which it looks at again at its
+    next seal."""
+    lagging = RecordQueue(pack=1000)
+    in_flight: deque[bytes] = deque(maxlen=150)
+    for b in range(20):
+        recs = [_rec(b * 200 + i, 200) for i in range(200)]
+        lagging.extend(recs)
+        in_flight.extend(recs)
+        del recs
+    segs = lagging._segs
+    assert segs and all(isinstance(s, _Packed) for s in segs)
+    packed = sum(s.count for s in segs)
+    assert packed >= 4000 - 1000 - 200  # at most the unsealed tail is not packed
+    assert len(lagging) == 4000
+    assert lagging.take_all(True) == [_rec(i, 200) for i in range(4000)]
