@@ -52,6 +52,9 @@ PACK_MAX_AVERAGE: Final = 4096
 SAMPLE: Final = 16
 #: Front-of-tail records already taken are dropped from the list once this many have piled up.
 TRIM: Final = 1024
+#: At each seal, at most REPACK older refs segments are packed, of at most REPACK_WALK looked at.
+REPACK: Final = 2
+REPACK_WALK: Final = 8
 
 _getrefcount = sys.getrefcount
 
@@ -150,6 +153,7 @@ class RecordQueue:
         "_n",
         "_pack",
         "_pos",
+        "_recheck",
         "_seal_at",
         "_seg_n",
         "_sealed",
@@ -162,6 +166,7 @@ class RecordQueue:
     def __init__(self, pack: int = PACK, chunk_bytes: int = CHUNK_BYTES) -> None:
         self._pack = pack
         self._seal_at = pack  # seal when this many records wait in the tail
+        self._recheck = 0  # next segment _repack_some looks at
         self._chunk_bytes = chunk_bytes
         self._front: deque[bytes] = deque()  # put back at the left (extendleft)
         self._segs: list[_Segment] = []  # sealed segments; those before _head are taken
@@ -302,6 +307,7 @@ class RecordQueue:
         self._tpos = 0
         self._n = 0
         self._seal_at = self._pack
+        self._recheck = 0
 
     # ------------------------------------------------------------ positions
 
@@ -358,12 +364,44 @@ class RecordQueue:
             del segs[:head]
             del self._starts[:head]
             self._head = 0
+            self._recheck = max(0, self._recheck - head)
 
     def _trim(self) -> None:
         del self._tail[: self._tpos]
         self._tpos = 0
 
     def _seal(self) -> None:
+        """Turn the tail's records into segments, then look again at an older refs segment or
+        two (see _repack_some)."""
+        self._seal_tail()
+        self._repack_some()
+
+    def _repack_some(self) -> None:
+        """Pack up to REPACK refs segments whose records no one else holds any more (another
+        channel's consumer has caught up since they were sealed). A cursor walks the segments
+        round and round, at most REPACK_WALK of them per call."""
+        segs = self._segs
+        head = self._head
+        k = self._recheck
+        done = 0
+        for _ in range(min(REPACK_WALK, len(segs) - head)):
+            if k < head or k >= len(segs):
+                k = head
+            seg = segs[k]
+            if isinstance(seg, _Refs) and seg.count:
+                refs = seg.refs
+                if _unshared_prefix(refs) == len(refs) and sum(map(len, refs)) <= (
+                    PACK_MAX_AVERAGE * len(refs)
+                ):
+                    segs[k] = _Packed(seg.start, refs)
+                    done += 1
+                    if done >= REPACK:
+                        k += 1
+                        break
+            k += 1
+        self._recheck = k
+
+    def _seal_tail(self) -> None:
         """Turn the tail's records into segments: packed, unless they are shared or large."""
         tail = self._tail
         if self._tpos:

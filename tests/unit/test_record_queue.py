@@ -113,12 +113,13 @@ def test_record_queue_keeps_shared_records_as_they_are() -> None:
     assert a._segs and all(isinstance(s, _Refs) for s in a._segs)
     first = b[0]
     assert a.popleft() is first  # the very object: nothing was copied
-    # once b's consumer took its copies, a's next backlog is held only by a: packed
-    del recs
+    # once b's consumer took its copies, a's next backlog is held only by a: packed, and so
+    # are its older segments, looked at again at the next seals
+    del recs, first
     b.clear()
     for k in range(5, 9):
         a.extend([_rec(k * 60 + i, 200) for i in range(60)])
-    assert any(isinstance(s, _Packed) for s in a._segs)
+    assert all(isinstance(s, _Packed) for s in a._segs[a._head :])
     assert a.take_all(True) == [_rec(i, 200) for i in range(1, 540)]
 
 
