@@ -252,6 +252,11 @@ class RecordQueue:
     def take(self, n: int) -> list[bytes]:
         """Remove and return up to ``n`` records from the left, oldest first."""
         if n >= self._n:
+            if not self._seg_n and not self._tpos and not self._front:
+                out = self._tail  # a consumer keeping up: the records as appended, no copy
+                self._tail = []
+                self._n = 0
+                return out
             return self.take_all(True)
         out: list[bytes] = []
         if n <= 0:
