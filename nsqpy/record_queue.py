@@ -253,10 +253,10 @@ class RecordQueue:
         """Remove and return up to ``n`` records from the left, oldest first."""
         if n >= self._n:
             if not self._seg_n and not self._tpos and not self._front:
-                out = self._tail  # a consumer keeping up: the records as appended, no copy
+                tail = self._tail  # a consumer keeping up: the records as appended, no copy
                 self._tail = []
                 self._n = 0
-                return out
+                return tail
             return self.take_all(True)
         out: list[bytes] = []
         if n <= 0:
