@@ -2,25 +2,26 @@
 
 Strategy: one owner for nsqd's "memoryMsgChan, else the BackendQueue" rule, which topics and
 channels both keep (nsqd/topic.go and nsqd/channel.go `put`). At most ``mem_queue_size``
-records wait in memory (a deque of immutable record bytes, see message.py); the rest are
-written to the backend (a DiskQueue) as they are. ``--mem-queue-size=0`` sends every record to
+records wait in memory (a record_queue.RecordQueue of immutable record bytes, see message.py,
+which packs a backlog into shared buffers); the rest are written to the backend (a DiskQueue)
+as they are. ``--mem-queue-size=0`` sends every record to
 the backend; an ephemeral topic or channel has no backend and drops what memory cannot hold,
 as nsqd does. Topic and Channel inherit this class (no indirection on the publish path) and
 add what differs: a topic moves what it holds to its channels, a channel hands it to consumers
 and tracks which backend records are still unfinished (``_spilled``).
 
 Every record that enters memory or the backend is noted in a msg_index index (memory: where in
-the deque; backend: file and position), so ``locate_queued`` finds a message by its ID in
+the queue; backend: file and position), so ``locate_queued`` finds a message by its ID in
 bounded time for GET /message?id=. Records go into ``_queue`` only through ``_mem_append`` /
 ``_mem_extend`` and leave it through paths that tell the index (``_mem_index.popped``)."""
 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from .msg_index import DiskIndex, MemoryIndex
+from .record_queue import RecordQueue
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -80,7 +81,7 @@ class BackedQueue:
         self.mem_queue_size = mem_queue_size
         self.backend = backend
         self._hooks = hooks
-        self._queue: deque[bytes] = deque()
+        self._queue = RecordQueue()
         self._mem_index = MemoryIndex()
         self._disk_index = DiskIndex(backend) if backend is not None else None
 

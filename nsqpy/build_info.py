@@ -22,6 +22,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "guid",
     "protocol_v2",
     "client_v2",
+    "record_queue",
     "msg_index",
     "backed_queue",
     "backend_reads",

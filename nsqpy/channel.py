@@ -9,9 +9,10 @@ their timeout (pqueue.InFlightQueue, monotonic ns); REQ with a delay and DPUB go
 deferred queue. The queue-scan loop (queue_scan.py) calls process_in_flight/process_deferred.
 
 Storage: queued messages are records (immutable bytes in nsqd's layout, see message.py), not
-objects. At most ``mem_queue_size`` wait in memory; the rest spill to the channel's backend (a
-DiskQueue named "<topic>:<channel>") as they are (backed_queue.py), and dispatch reads from memory
-and backend in turn so neither starves. A record read from the backend counts as consumed only once
+objects, and a backlog of them is packed into shared buffers (record_queue.py). At most
+``mem_queue_size`` wait in memory; the rest spill to the channel's backend (a DiskQueue named
+"<topic>:<channel>") as they are (backed_queue.py), and dispatch reads from memory and backend
+in turn so neither starves. A record read from the backend counts as consumed only once
 it is handed to a consumer, and the backend's meta file keeps its read position at the oldest such
 record not yet FIN'd (a read floor), so after a crash every record handed out and not finished is
 delivered again (at-least-once). Ephemeral channels have no backend: past mem_queue_size their
@@ -375,7 +376,7 @@ class Channel(ChannelStore):
         and the deferred messages are returned (``pri`` = due time, this clock) for the caller
         to keep with their remaining delay. The channel stops."""
         self.exiting = True
-        queued = self._reads.drop_ahead() + list(self._queue)
+        queued = self._reads.drop_ahead() + self._queue.take_all(False)
         self._mem_clear()
         in_flight = sorted(self.in_flight.values(), key=_by_delivery)
         self.in_flight.clear()
@@ -443,7 +444,6 @@ class Channel(ChannelStore):
             now = self._clock_ns()
             in_flight = self.in_flight
             push_many = self._in_flight_pq.push_sent_many
-            popleft = queue.popleft
             clients = self.clients
             read_disk = False
             popped = 0
@@ -465,25 +465,32 @@ class Channel(ChannelStore):
                 timeout_ns = c.msg_timeout_ms * 1_000_000
                 pri = now + timeout_ns
                 sample = c.sample_rate
-                batch: list[Message] = []
-                for _ in range(n):
-                    if on_disk and (self._disk_turn or not queue):
-                        # Memory and disk take turns (nsqd selects on both at random).
-                        self._disk_turn = False
-                        read_disk = True
-                        rec = self._read_backend()
-                        if rec is None:
-                            on_disk = 0
-                            if not queue:
-                                break
-                            rec = popleft()
-                            popped += 1
+                if not on_disk:
+                    recs = queue.take(n)
+                    popped += len(recs)
+                else:
+                    recs = []
+                    for _ in range(n):
+                        if on_disk and (self._disk_turn or not queue):
+                            # Memory and disk take turns (nsqd selects on both at random).
+                            self._disk_turn = False
+                            read_disk = True
+                            rec = self._read_backend()
+                            if rec is None:
+                                on_disk = 0
+                                if not queue:
+                                    break
+                                rec = queue.popleft()
+                                popped += 1
+                            else:
+                                on_disk -= 1
                         else:
-                            on_disk -= 1
-                    else:
-                        self._disk_turn = True
-                        rec = popleft()
-                        popped += 1
+                            self._disk_turn = True
+                            rec = queue.popleft()
+                            popped += 1
+                        recs.append(rec)
+                batch: list[Message] = []
+                for rec in recs:
                     if sample and self._rand(100) > sample:
                         # nsqd drops sampled-out messages for this channel
                         if self._reads.refs:

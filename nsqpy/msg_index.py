@@ -8,12 +8,13 @@ out of order (a requeue, a timeout, a consumer's in-flight messages put back at 
 deferred message coming due, a dead letter) are remembered one by one ("strays"), with the
 ranges of queue positions they occupy so the bisection can step over them.
 
-MemoryIndex follows a deque of records by logical sequence numbers: the record at deque
-index i has sequence ``base + i``; popping from the left advances ``base``. DiskIndex follows
-a DiskQueue: every BLOCK-th main-run record written starts a block (its ID, file number and
-byte position); a lookup bisects the blocks and reads one block back from the file; strays
-keep their own position. Records already on disk when the daemon started are found by
-reading what is left of them once, at the first lookup (then indexed like the others).
+MemoryIndex follows a queue of records (record_queue.RecordQueue) by logical sequence
+numbers: the record at queue position i has sequence ``base + i``; popping from the left
+advances ``base``. DiskIndex follows a DiskQueue: every BLOCK-th main-run record written starts
+a block (its ID, file number and byte position); a lookup bisects the blocks and reads one
+block back from the file; strays keep their own position. Records already on disk when the
+daemon started are found by reading what is left of them once, at the first lookup (then
+indexed like the others).
 
 Memory per queued message: 0 for the main run in memory, a block entry per BLOCK main-run
 records on disk (about 1 byte per record), and about 100 bytes per stray (an ID and a
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .message import ID_END, ID_SLICE, ID_START
+from .record_queue import RecordQueue
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -46,19 +48,19 @@ def _sorted_run(ids: list[bytes], last: bytes) -> bool:
 
 
 class MemoryIndex:
-    """Positions in a deque of records (see the module comment).
+    """Positions in a RecordQueue (see the module comment).
 
     The owner calls :meth:`appended` after each append to the right (with the records, in
     order), :meth:`prepended` after an ``extendleft`` (with how many), :meth:`popped` after
-    taking records from the left, and :meth:`cleared` when the deque is emptied.
+    taking records from the left, and :meth:`cleared` when the queue is emptied.
     """
 
     __slots__ = ("_checked", "_last", "_runs", "_strays", "base", "in_order")
 
     def __init__(self) -> None:
-        self.base = 0  # sequence number of the deque's first record
+        self.base = 0  # sequence number of the queue's first record
         #: True while every record appended since the last clear came in ID order (then a
-        #: copy of the whole deque is itself in order: Topic passes that on to its channels).
+        #: copy of the whole queue is itself in order: Topic passes that on to its channels).
         self.in_order = True
         self._last = _NO_ID  # ID of the newest main-run record
         self._strays: dict[bytes, int] = {}  # ID -> sequence, records out of ID order
@@ -66,7 +68,7 @@ class MemoryIndex:
         self._checked = 0  # len(_strays) at the last pruning
 
     def appended_one(self, record: bytes, length_after: int) -> None:
-        """``record`` was appended; the deque now holds ``length_after`` records."""
+        """``record`` was appended; the queue now holds ``length_after`` records."""
         rid = record[ID_START:ID_END]
         if rid > self._last:
             self._last = rid
@@ -74,7 +76,7 @@ class MemoryIndex:
             self._stray(rid, self.base + length_after - 1)
 
     def appended(self, records: list[bytes], length_after: int, in_order: bool = False) -> None:
-        """``records`` were appended; the deque now holds ``length_after`` records.
+        """``records`` were appended; the queue now holds ``length_after`` records.
         ``in_order``: the caller knows their IDs increase (fresh publishes): then only the
         first is compared with what came before (O(1) instead of a slice per record)."""
         if len(records) < 2:
@@ -120,7 +122,7 @@ class MemoryIndex:
         self.base += n
 
     def cleared(self, n: int) -> None:
-        """The deque (of ``n`` records) was emptied."""
+        """The queue (of ``n`` records) was emptied."""
         self.base += n
         self._strays.clear()
         self._runs.clear()
@@ -149,15 +151,16 @@ class MemoryIndex:
             del runs[:i]
         self._checked = len(self._strays)
 
-    def find(self, queue: deque[bytes], rid: bytes) -> int:
-        """Index of the record with ID ``rid`` in ``queue`` (the deque this index follows),
-        or -1. Time: O(log n) deque probes, plus O(log r) per probe for r stray ranges."""
+    def find(self, queue: RecordQueue, rid: bytes) -> int:
+        """Index of the record with ID ``rid`` in ``queue`` (the queue this index follows),
+        or -1. Time: O(log n) probes (record_queue.RecordQueue.id_at, each O(log segments)),
+        plus O(log r) per probe for r stray ranges."""
         base = self.base
         n = len(queue)
         seq = self._strays.get(rid)
         if seq is not None:
             i = seq - base
-            if 0 <= i < n and queue[i][ID_START:ID_END] == rid:
+            if 0 <= i < n and queue.id_at(i) == rid:
                 return i
         runs = self._runs
         while runs and runs[0][1] <= base:  # stray ranges already popped
@@ -176,7 +179,7 @@ class MemoryIndex:
                     mid = before
                 else:
                     return -1
-            mid_id = queue[mid][ID_START:ID_END]
+            mid_id = queue.id_at(mid)
             if mid_id == rid:
                 return mid
             if mid_id < rid:

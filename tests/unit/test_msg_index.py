@@ -1,9 +1,8 @@
 """msg_index against a linear search: random appends (in order and out of order), requeues at
-the front, pops and clears on a deque; random writes, reads and restarts on a real DiskQueue."""
+the front, pops and clears on a RecordQueue (small PACK: records get packed); random writes,
+reads and restarts on a real DiskQueue."""
 
 from __future__ import annotations
-
-from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,13 +10,14 @@ from hypothesis import strategies as st
 from nsqpy.diskqueue import DiskQueue
 from nsqpy.message import encode_record
 from nsqpy.msg_index import BLOCK, DiskIndex, MemoryIndex
+from nsqpy.record_queue import RecordQueue
 
 
 def _rec(n: int, body: bytes = b"x") -> bytes:
     return encode_record(n, 0, b"%016x" % n, body)
 
 
-def _linear(queue: deque[bytes], rid: bytes) -> int:
+def _linear(queue: RecordQueue, rid: bytes) -> int:
     for i, r in enumerate(queue):
         if r[10:26] == rid:
             return i
@@ -35,7 +35,7 @@ _ops = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(_ops, st.randoms(use_true_random=False))
 def test_memory_index_finds_what_a_linear_search_finds(ops, rnd) -> None:
-    queue: deque[bytes] = deque()
+    queue = RecordQueue(pack=8, chunk_bytes=200)
     index = MemoryIndex()
     next_id = 1
     taken: list[bytes] = []  # records popped earlier (candidates for requeues)
@@ -66,7 +66,7 @@ def test_memory_index_finds_what_a_linear_search_finds(ops, rnd) -> None:
             index.cleared(len(queue))
             taken.extend(queue)
             queue.clear()
-        if index.in_order:  # the topic relies on it: the deque as a whole is in ID order
+        if index.in_order:  # the topic relies on it: the queue as a whole is in ID order
             ids = [r[10:26] for r in queue]
             assert ids == sorted(set(ids))
         for r in list(queue) + taken[-5:] + [_rec(next_id + 7)]:
