@@ -276,10 +276,7 @@ class Topic(BackedQueue):
     def take_held(self, limit: int) -> list[bytes]:
         """Remove and return up to ``limit`` of the records the topic itself holds (memory
         first, then its backend), oldest first."""
-        out: list[bytes] = []
-        queue = self._queue
-        while queue and len(out) < limit:
-            out.append(queue.popleft())
+        out = self._queue.take(limit) if limit > 0 else []
         self._mem_index.popped(len(out))
         if self.backend is not None:
             while len(out) < limit:

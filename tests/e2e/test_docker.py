@@ -578,6 +578,7 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
         for key in ("title", "description", "version", "revision", "licenses"):
             assert f"org.opencontainers.image.{key}=" in labels, (name, key)
     assert "openjdk-17-jre-headless" in " ".join(rest for i, rest in stages["spark"])
+    assert "spark" in extras  # the extra whose requirements the spark stage installs
     assert re.search(r"requirements\.py \S+ spark\b", " ".join(r for _, r in stages["spark"]))
     # The wheel: compiled (NSQPY_MYPYC=1 fails the build rather than going pure) from the
     # sources and setup.py, which the build stage copies.
