@@ -15,7 +15,13 @@ The figure is rows / (end of the last batch - start of the first batch with rows
 query's own progress reports, so JVM and query start-up are left out; the wall rate from query
 start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
 --max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
-nsq sink is measured the other way round: --count rows made by Spark written to a topic."""
+nsq sink is measured the other way round: --count rows made by Spark written to a topic.
+`first batch s` is the start of the first batch with rows less the query's start. `--warmup N`
+runs an untimed N-message query first (the session's first query starts Spark's code paths and
+the executors' Python workers: its figures are printed as "spark noop (cold)"). `--sink fetch`
+runs the source's driver side alone (no Spark). `--trace FILE` collects the connector's timeline
+(nsqpy.spark.trace: the source opening, each batch planned and committed, each partition read,
+the spool's progress each second, each sink task's split of its time) as JSON lines."""
 
 from __future__ import annotations
 
@@ -251,6 +257,14 @@ def main() -> int:
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
     ap.add_argument("--option", action="append", default=[], help="source option k=v")
     ap.add_argument("--max-seconds", type=float, default=180, help="per run")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="first run an untimed query of this many messages into noop (the SparkSession's "
+        "first query starts the JVM's code paths and the executors' Python workers); it is "
+        "reported as 'spark noop (cold)'",
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--nsqd-cmd", help="the broker's command (default nsqpy-d), e.g. Go nsqd")
     ap.add_argument("--json", help="write the results here")
@@ -289,6 +303,12 @@ def main() -> int:
             )
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
+        if args.warmup and spark is not None:
+            wargs = argparse.Namespace(**{**vars(args), "count": args.warmup})
+            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup")
+            r["mode"] = "spark noop (cold)"
+            results.append(r)
+            print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr, flush=True)
         for rnd in range(args.repeat):
             runs = [] if args.no_reader else ["reader"]
             runs += sinks
@@ -311,17 +331,19 @@ def main() -> int:
     finally:
         daemon.stop()
     print(f"{broker}, {args.count} x {args.size} B, {args.master}, median of {args.repeat}:\n")
-    print("| mode | msgs/s (median) | runs | wall msgs/s | batches (mean size) |")
-    print("|---|---:|---|---:|---|")
+    print("| mode | msgs/s (median) | runs | wall msgs/s | first batch s | batches (mean size) |")
+    print("|---|---:|---|---:|---:|---|")
     for mode in dict.fromkeys(r["mode"] for r in results):
         rs = [r for r in results if r["mode"] == mode]
         rates = sorted(r["msgs_per_s"] for r in rs)
         med = rates[len(rates) // 2]
         wall = sorted(r.get("wall_msgs_per_s", 0) for r in rs)[len(rs) // 2]
         batches = ", ".join(f"{r['batches']} ({r['mean_batch']})" for r in rs if "batches" in r)
+        firsts = sorted(r["first_batch_s"] for r in rs if "first_batch_s" in r)
+        first = f"{firsts[len(firsts) // 2]:.2f}" if firsts else "-"
         print(
             f"| {mode} | {med:,} | {', '.join(f'{x:,}' for x in rates)} | "
-            f"{wall:,} | {batches or '-'} |"
+            f"{wall:,} | {first} | {batches or '-'} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -258,6 +258,17 @@ class Fetcher:
         conns = max(1, len(self.nodes) * self.opts.connections_per_nsqd)
         return max(1, self.opts.max_in_flight // conns)
 
+    def refresh_rdy(self) -> None:
+        """Send every connection its RDY now (after hold or paused changed), not at the next
+        50 ms tick."""
+
+        def send() -> None:
+            for node in list(self.nodes.values()):
+                node.set_rdy()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self.loop.call_soon_threadsafe(send)
+
     # ------------------------------------------------------------------ fetcher side
 
     def on_chunk(self, chunk: _Chunk) -> None:

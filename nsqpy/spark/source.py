@@ -218,6 +218,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("nsq source: AvailableNow from %d to %s", end, self._target or "idle")
         with f.cond:
             f.hold = False
+            # "idle" counts from here, not from the last message before the hold
+            f.last_arrival = time.monotonic()
+        f.refresh_rdy()
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:
