@@ -15,7 +15,13 @@ The figure is rows / (end of the last batch - start of the first batch with rows
 query's own progress reports, so JVM and query start-up are left out; the wall rate from query
 start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
 --max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
-nsq sink is measured the other way round: --count rows made by Spark written to a topic."""
+nsq sink is measured the other way round: --count rows made by Spark written to a topic.
+`first batch s` is the start of the first batch with rows less the query's start. `--warmup N`
+runs an untimed N-message query first (the session's first query starts Spark's code paths and
+the executors' Python workers: its figures are printed as "spark noop (cold)"). `--sink fetch`
+runs the source's driver side alone (no Spark). `--trace FILE` collects the connector's timeline
+(nsqpy.spark.trace: the source opening, each batch planned and committed, each partition read,
+the spool's progress each second, each sink task's split of its time) as JSON lines."""
 
 from __future__ import annotations
 
@@ -39,6 +45,14 @@ def _progress_time(p: dict[str, Any]) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def _mark(args: argparse.Namespace, event: str, **fields: Any) -> None:
+    """A line in the --trace timeline (the connector's own lines: nsqpy.spark.trace)."""
+    if args.trace:
+        line = json.dumps({"t": time.time(), "pid": os.getpid(), "event": event, **fields})
+        with open(args.trace, "a") as fh:
+            fh.write(line + "\n")
 
 
 def prefill(address: str, topic: str, count: int, size: int) -> float:
@@ -70,6 +84,7 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         w = w.format("parquet").option("path", os.path.join(work, "out"))
     else:
         w = w.format("noop")
+    _mark(args, "query_start", sink=sink, topic=topic)
     t0 = time.time()
     q = w.start()
     seen: dict[int, dict] = {}
@@ -85,6 +100,7 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
             total = sum(p["numInputRows"] for p in seen.values())
             time.sleep(0.1)
         t_wall = time.time() - t0
+        _mark(args, "query_done", sink=sink, topic=topic)
     finally:
         q.stop()
         stats_file = Path(opts["spool_dir"]) / "stats.json"
@@ -111,6 +127,7 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         "seconds": round(end - start, 3),
         "msgs_per_s": round(total / (end - start)),
         "wall_msgs_per_s": round(total / t_wall),
+        "first_batch_s": round(start - t0, 3),
         "prefill_msgs_per_s": round(pub_rate),
         "complete": total >= args.count,
         "mean_batch_ms": {k: round(v) for k, v in sorted(phases.items())},
@@ -141,6 +158,60 @@ def run_sink(spark, daemon: Any, args: argparse.Namespace, topic: str) -> dict:
         "seconds": round(dt, 3),
         "msgs_per_s": round(args.count / dt),
         "complete": depth == args.count,
+    }
+
+
+def run_fetch(address: str, args: argparse.Namespace, topic: str) -> dict:
+    """The source's driver side alone, no Spark: a Fetcher with the source's default options
+    spools --count pre-published messages (receive, Arrow group, write, fsync, FIN), committing
+    what is durable every 0.2 s as Spark would; rows / seconds from the first row spooled."""
+    import shutil
+
+    from nsqpy.spark.fetch import Fetcher
+    from nsqpy.spark.source import SourceOptions
+    from nsqpy.spark.spool import Spool
+
+    prefill(address, topic, args.count, args.size)
+    work = tempfile.mkdtemp(prefix="spark-bench-fetch-")
+    opts = {"nsqd_tcp_addresses": address, "topic": topic, "channel": "bench",
+            "spool_dir": os.path.join(work, "spool")}  # fmt: skip
+    for kv in args.option:
+        k, _, v = kv.partition("=")
+        opts[k] = v
+    o = SourceOptions(opts)
+    spool = Spool(o.spool_dir, segment_bytes=min(o.spool_segment_bytes, o.max_spool_bytes // 4))
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    f = Fetcher(o, spool)
+    first = None
+    deadline = time.monotonic() + args.max_seconds
+    try:
+        while time.monotonic() < deadline:
+            end = f.wait_for_rows(f.committed, 0.2)
+            if end and first is None:
+                first = time.monotonic()
+            f.commit(end)
+            if end >= args.count:
+                break
+        t_end = time.monotonic()
+        stats = f.stats()
+    finally:
+        f.close()
+        spool.close()
+        shutil.rmtree(work, ignore_errors=True)
+    rows = stats["durable_end"]
+    return {
+        "mode": "fetch only",
+        "count": args.count,
+        "size": args.size,
+        "rows": rows,
+        "seconds": round(t_end - (first or t0), 3),
+        "msgs_per_s": round(rows / (t_end - (first or t0))),
+        "first_rows_s": round((first or t_end) - t0, 3),
+        "cpu_s": round(time.process_time() - cpu0, 2),
+        "groups": stats["groups"],
+        "writer_seconds": stats["writer_seconds"],
+        "complete": rows >= args.count,
     }
 
 
@@ -177,45 +248,67 @@ def main() -> int:
     ap.add_argument(
         "--sink",
         action="append",
-        choices=("noop", "parquet", "nsq"),
+        choices=("noop", "parquet", "nsq", "fetch"),
         default=[],
-        help="noop, parquet: the source into that sink; nsq: the nsq sink (repeatable)",
+        help="noop, parquet: the source into that sink; nsq: the nsq sink; fetch: the source's "
+        "driver side alone, no Spark (repeatable)",
     )
     ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
     ap.add_argument("--option", action="append", default=[], help="source option k=v")
     ap.add_argument("--max-seconds", type=float, default=180, help="per run")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="first run an untimed query of this many messages into noop (the SparkSession's "
+        "first query starts the JVM's code paths and the executors' Python workers); it is "
+        "reported as 'spark noop (cold)'",
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--nsqd-cmd", help="the broker's command (default nsqpy-d), e.g. Go nsqd")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument(
+        "--trace", help="append the connector's timeline here (NSQPY_SPARK_TRACE, JSON lines)"
+    )
     args = ap.parse_args()
     if args.count <= 0 or args.size <= 0 or args.repeat <= 0:
         ap.error("--count, --size and --repeat must be positive")
     sinks = args.sink or ["noop", "parquet", "nsq"]
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.trace:
+        os.environ["NSQPY_SPARK_TRACE"] = os.path.abspath(args.trace)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # all messages stay in memory: the connector is measured, not the diskqueue
     daemon = Daemon([f"--mem-queue-size={args.count + 1000}"], cmd=args.nsqd_cmd)
     address = f"127.0.0.1:{daemon.tcp_port}"
-    broker = "Go nsqd" if args.nsqd_cmd else "nsqpy-d"
+    broker = "Go nsqd" if args.nsqd_cmd and "nsqpy" not in args.nsqd_cmd else "nsqpy-d"
     results: list[dict] = []
     try:
-        from pyspark.sql import SparkSession
+        spark = None
+        if set(sinks) - {"fetch"}:
+            from pyspark.sql import SparkSession
 
-        from nsqpy.spark import register
+            from nsqpy.spark import register
 
-        spark = (
-            SparkSession.builder.master(args.master)
-            .appName("nsqpy-spark-bench")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+            spark = (
+                SparkSession.builder.master(args.master)
+                .appName("nsqpy-spark-bench")
+                .config("spark.ui.enabled", "false")
+                .config("spark.driver.bindAddress", "127.0.0.1")
+                .config("spark.driver.host", "127.0.0.1")
+                .config("spark.sql.shuffle.partitions", "2")
+                .getOrCreate()
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+            register(spark)
+        if args.warmup and spark is not None:
+            wargs = argparse.Namespace(**{**vars(args), "count": args.warmup})
+            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup")
+            r["mode"] = "spark noop (cold)"
+            results.append(r)
+            print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr, flush=True)
         for rnd in range(args.repeat):
             runs = [] if args.no_reader else ["reader"]
             runs += sinks
@@ -225,27 +318,32 @@ def main() -> int:
                     r = run_reader(daemon, args, topic)
                 elif what == "nsq":
                     r = run_sink(spark, daemon, args, topic)
+                elif what == "fetch":
+                    r = run_fetch(address, args, topic)
                 else:
                     r = run_one(spark, address, args, what, topic)
                 r["round"] = rnd
                 results.append(r)
                 print(f"spark-bench {broker} round {rnd}: {json.dumps(r)}", file=sys.stderr,
                       flush=True)  # fmt: skip
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     finally:
         daemon.stop()
     print(f"{broker}, {args.count} x {args.size} B, {args.master}, median of {args.repeat}:\n")
-    print("| mode | msgs/s (median) | runs | wall msgs/s | batches (mean size) |")
-    print("|---|---:|---|---:|---|")
+    print("| mode | msgs/s (median) | runs | wall msgs/s | first batch s | batches (mean size) |")
+    print("|---|---:|---|---:|---:|---|")
     for mode in dict.fromkeys(r["mode"] for r in results):
         rs = [r for r in results if r["mode"] == mode]
         rates = sorted(r["msgs_per_s"] for r in rs)
         med = rates[len(rates) // 2]
         wall = sorted(r.get("wall_msgs_per_s", 0) for r in rs)[len(rs) // 2]
         batches = ", ".join(f"{r['batches']} ({r['mean_batch']})" for r in rs if "batches" in r)
+        firsts = sorted(r["first_batch_s"] for r in rs if "first_batch_s" in r)
+        first = f"{firsts[len(firsts) // 2]:.2f}" if firsts else "-"
         print(
             f"| {mode} | {med:,} | {', '.join(f'{x:,}' for x in rates)} | "
-            f"{wall:,} | {batches or '-'} |"
+            f"{wall:,} | {first} | {batches or '-'} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -9,10 +9,11 @@ Source: go-nsq consumer.go (queryLookupd, buildLookupAddr), api_request.go (v1.1
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import aiohttp
+if TYPE_CHECKING:  # imported on first use: aiohttp takes ~0.3 s to import, and processes that
+    import aiohttp  # only publish or consume by TCP (Spark's workers) never need it
 
 _ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 
@@ -37,6 +38,8 @@ async def lookup(
     """The TCP addresses ("host:port") of the nsqd producing ``topic`` per the lookupd at
     ``addr``; [] when the topic is unknown there. Raises aiohttp.ClientError, TimeoutError or
     ValueError (a malformed answer)."""
+    import aiohttp
+
     headers = dict(_ACCEPT)
     if auth:
         headers["Authorization"] = f"Bearer {auth}"

@@ -37,11 +37,12 @@ import pyarrow as pa
 
 from ..client import Config, Conn, Message, NSQError
 from ..client.blocking import _LoopThread
-from ..message import BODY_START, HEADER_LENGTH, ID_LENGTH
+from ..message import BODY_START, HEADER_LENGTH, ID_LENGTH, ID_START
 from ..wire import encode_command
 from .lookup import lookup_producers
 from .options import conn_config
 from .spool import SCHEMA, Spool
+from .trace import trace
 
 log = logging.getLogger("nsqpy.spark")
 
@@ -51,52 +52,113 @@ assert _HEADER.itemsize == HEADER_LENGTH
 _FIN = np.frombuffer(b"FIN ", np.uint8)
 _HEADER_INDEX = np.arange(HEADER_LENGTH, dtype=np.intp)
 _SUSPECTS_MAX = 200_000
+#: the header's columns as the batch stores them (native ints, attempts widened to int32)
+_HEADER_NATIVE = np.dtype([("ts", "<i8"), ("attempts", "<i4"), ("id", f"S{ID_LENGTH}")])
+#: an Arrow binary view (the C data layout): length, first 4 bytes, buffer index, offset
+_VIEW = np.dtype([("len", "<i4"), ("prefix", "S4"), ("buf", "<i4"), ("off", "<i4")])
+_VIEW_INLINE = 12  # values up to this long live inside the view itself
+_PREFIX_INDEX = np.arange(4, dtype=np.intp)
+_TS_TYPE = SCHEMA.field("timestamp").type
 
 
 class _Chunk:
-    """Messages of one read of one connection, as columns."""
+    """The message frames of one read of one connection, as nsqpy.client.Conn handed them over
+    (the read's bytes, each record's start and end); the writer turns whole groups of chunks
+    into columns at once (`_record_batch`), and fills in ``fin`` (the chunk's ``FIN <id>\n``
+    lines) and ``ids`` (its IDs, for suspects when the FIN cannot be sent)."""
 
-    __slots__ = ("address", "attempts", "bodies", "conn", "fin", "ids", "n", "ts")
+    __slots__ = ("address", "conn", "data", "ends", "fin", "ids", "n", "starts")
 
-    def __init__(self, conn: Conn, h: np.ndarray, bodies: list[bytes]) -> None:
-        n = len(bodies)
-        ids = np.ascontiguousarray(h["id"])
+    def __init__(self, conn: Conn, data: bytes, starts: list[int], ends: list[int]) -> None:
         self.conn = conn
         self.address = conn.addr
-        self.n = n
-        self.bodies = bodies
-        self.ids = ids
-        self.ts = h["ts"].astype(np.int64) // 1000  # ns -> us
-        self.attempts = h["attempts"].astype(np.int32)
-        fin = np.empty((n, 21), np.uint8)
-        fin[:, :4] = _FIN
-        fin[:, 4:20] = ids.view(np.uint8).reshape(n, 16)
-        fin[:, 20] = 10
-        self.fin = fin.tobytes()
+        self.n = len(starts)
+        self.data = data
+        self.starts = starts
+        self.ends = ends
+        self.fin = b""
+        self.ids: np.ndarray | None = None
 
 
 def _record_batch(chunks: list[_Chunk], topic: str, channel: str) -> pa.RecordBatch:
+    """One Arrow record batch of every message of ``chunks``, built with a fixed number of numpy
+    and pyarrow calls per group (none per message): the reads' bytes are joined, the record
+    headers gathered by one fancy index, the bodies by one boolean mask over the joined bytes
+    (1 from each body's start to its end: a cumulative sum of +1/-1 marks), their offsets by a
+    cumulative sum. Sets each chunk's ``fin`` and ``ids``."""
     n = sum(c.n for c in chunks)
-    ids = np.concatenate([c.ids for c in chunks]) if len(chunks) > 1 else chunks[0].ids
+    if len(chunks) == 1:
+        c = chunks[0]
+        blob = c.data
+        starts = np.array(c.starts, np.int64)
+        ends = np.array(c.ends, np.int64)
+    else:
+        blob = b"".join([c.data for c in chunks])
+        parts_s, parts_e = [], []
+        base = 0
+        for c in chunks:
+            s = np.array(c.starts, np.int64)
+            e = np.array(c.ends, np.int64)
+            if base:
+                s += base
+                e += base
+            parts_s.append(s)
+            parts_e.append(e)
+            base += len(c.data)
+        starts = np.concatenate(parts_s)
+        ends = np.concatenate(parts_e)
+    raw = np.frombuffer(blob, np.uint8)
+    h = raw[starts[:, None] + _HEADER_INDEX].view(_HEADER).reshape(n).astype(_HEADER_NATIVE)
+    ids = np.ascontiguousarray(h["id"])
+    ts = np.ascontiguousarray(h["ts"]) // 1000  # ns -> us
+    attempts = np.ascontiguousarray(h["attempts"])
+    id_bytes = ids.view(np.uint8).reshape(n, ID_LENGTH)
+    body_starts = starts + BODY_START
+    lens = ends - body_starts
+    if n and int(lens.min()) > _VIEW_INLINE:
+        # Arrow binary views point into the joined bytes where the bodies are (length, first 4
+        # bytes, buffer 0, offset); one cast copies them out back to back in C++
+        views = np.empty(n, _VIEW)
+        views["len"] = lens
+        views["prefix"] = raw[body_starts[:, None] + _PREFIX_INDEX].view("S4").reshape(n)
+        views["buf"] = 0
+        views["off"] = body_starts
+        body_col = pa.Array.from_buffers(
+            pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(blob)]
+        ).cast(pa.binary())
+    else:  # short bodies are stored inside a view: slice them out instead
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(lens, out=offsets[1:])
+        body = b"".join([blob[s:e] for s, e in zip(body_starts.tolist(), ends.tolist())])
+        body_col = pa.BinaryArray.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
+        )
     id_col = pa.StringArray.from_buffers(
-        n, pa.py_buffer(np.arange(0, 16 * n + 1, 16, dtype=np.int32)), pa.py_buffer(ids.tobytes())
-    )
-    bodies: list[bytes] = []
+        n, pa.py_buffer(np.arange(0, ID_LENGTH * n + 1, ID_LENGTH, dtype=np.int32)),
+        pa.py_buffer(ids),
+    )  # fmt: skip
+    fin = np.empty((n, 21), np.uint8)
+    fin[:, :4] = _FIN
+    fin[:, 4:20] = id_bytes
+    fin[:, 20] = 10
+    fin_bytes = fin.tobytes()
+    at = 0
     for c in chunks:
-        bodies += c.bodies
-    # from buffers: pa.array(list of bytes) costs ~2.7 us a row, this ~0.1
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, bodies), np.int64, n), out=offsets[1:])
-    body_col = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(bodies))]
-    ).cast(pa.binary())
-    addrs = pa.concat_arrays([pa.repeat(c.address, c.n) for c in chunks])
+        c.fin = fin_bytes[21 * at : 21 * (at + c.n)]
+        c.ids = ids[at : at + c.n]
+        c.data = b""  # the bytes are in the batch now
+        at += c.n
+    if len(chunks) == 1 or all(c.address == chunks[0].address for c in chunks):
+        addrs = pa.repeat(chunks[0].address, n)
+    else:
+        addrs = pa.concat_arrays([pa.repeat(c.address, c.n) for c in chunks])
     return pa.RecordBatch.from_arrays(
         [
             id_col,
             body_col,
-            pa.array(np.concatenate([c.ts for c in chunks]), SCHEMA.field("timestamp").type),
-            pa.array(np.concatenate([c.attempts for c in chunks]), pa.int32()),
+            # from buffers: pa.array(int64 ndarray, timestamp type) took ~2 us a row
+            pa.Array.from_buffers(_TS_TYPE, n, [None, pa.py_buffer(ts)]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(attempts)]),
             pa.repeat(topic, n),
             pa.repeat(channel, n),
             addrs,
@@ -117,6 +179,9 @@ class Fetcher:
         self.spool = spool
         self.cond = threading.Condition()
         self.queue: list[_Chunk] = []
+        self.queue_rows = 0  # rows in queue (received, not yet written)
+        self._syncing = False  # the sync thread is in an fsync
+        self._group_rows = max(1, opts.max_in_flight // 2)  # see _write_loop
         self.queued = 0
         self.committed = spool.committed  # rows below are committed by Spark (deletable)
         self.paused = False  # RDY 0: spool full, or the AvailableNow target reached
@@ -193,17 +258,30 @@ class Fetcher:
         conns = max(1, len(self.nodes) * self.opts.connections_per_nsqd)
         return max(1, self.opts.max_in_flight // conns)
 
+    def refresh_rdy(self) -> None:
+        """Send every connection its RDY now (after hold or paused changed), not at the next
+        50 ms tick."""
+
+        def send() -> None:
+            for node in list(self.nodes.values()):
+                node.set_rdy()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self.loop.call_soon_threadsafe(send)
+
     # ------------------------------------------------------------------ fetcher side
 
     def on_chunk(self, chunk: _Chunk) -> None:
         with self.cond:
             self.queue.append(chunk)
+            self.queue_rows += chunk.n
             self.queued += chunk.n
             self.counters["received"] += chunk.n
             if self.queued > self.counters["max_queued"]:
                 self.counters["max_queued"] = self.queued
             self.last_arrival = time.monotonic()
-            self.cond.notify_all()
+            if not self._syncing or self.queue_rows >= self._group_rows:
+                self.cond.notify_all()  # the writer takes it now (else: when the fsync ends)
 
     def drop_suspects(self, conn: Conn, ids: list[bytes]) -> list[bytes]:
         """The IDs among ``ids`` that are not suspects; suspects are FIN'd now (call on the
@@ -224,7 +302,12 @@ class Fetcher:
 
     def _suspect(self, chunk: _Chunk) -> None:
         addr = chunk.address.encode()
-        for i in chunk.ids.tolist():
+        ids = (
+            chunk.ids.tolist()
+            if chunk.ids is not None
+            else [chunk.data[s + ID_START : s + ID_START + ID_LENGTH] for s in chunk.starts]
+        )
+        for i in ids:
             self.suspects[(addr, i)] = None
         while len(self.suspects) > _SUSPECTS_MAX:
             self.suspects.popitem(last=False)
@@ -232,13 +315,19 @@ class Fetcher:
     # ------------------------------------------------------------------ writer
 
     def _write_loop(self) -> None:
-        """Build and append groups; the sync thread makes them durable and FINs them, so the
-        next group is built while the previous one is fsync'd."""
+        """Build and append groups; the sync thread makes them durable and FINs them. While an
+        fsync runs, what arrives waits for it (up to half of max_in_flight), so a group is
+        everything that came in during the previous fsync: one build, one write, one fsync for
+        thousands of messages (each group costs a fixed number of numpy and Arrow calls, and
+        an executor joins small groups back up)."""
         opts = self.opts
+        group_rows = self._group_rows
         while True:
             self.write_stats()
             with self.cond:
-                while not self.queue and not self._stop.is_set():
+                while (
+                    not self.queue or (self._syncing and self.queue_rows < group_rows)
+                ) and not self._stop.is_set():
                     self.cond.wait(0.2)
                     if time.monotonic() - self._stats_at >= 1:
                         break
@@ -246,7 +335,7 @@ class Fetcher:
                     if self._stop.is_set():
                         break  # stopped, and everything taken was written
                     continue
-                chunks, self.queue = self.queue, []
+                chunks, self.queue, self.queue_rows = self.queue, [], 0
             t0 = time.perf_counter()
             try:
                 batch = _record_batch(chunks, opts.topic, opts.channel)
@@ -277,6 +366,8 @@ class Fetcher:
                 while not self.to_sync:
                     self.sync_cond.wait()
                 todo, self.to_sync = self.to_sync, []
+            with self.cond:
+                self._syncing = True
             last = todo[-1][0] == -1
             todo = [t for t in todo if t[0] >= 0]
             if todo:
@@ -293,6 +384,7 @@ class Fetcher:
                             self.loop.call_soon_threadsafe(c.conn.close)
                     with self.cond:
                         self.hold = True
+                        self._syncing = False
                         self.cond.notify_all()
                     if last:
                         return
@@ -306,11 +398,16 @@ class Fetcher:
                     self.counters["groups"] += len(todo)
                     self.timings["fsync"] += t1 - t0
                     self._check_room()  # before the FINs: a full spool sends RDY 0 first
+                    self._syncing = False
                     self.cond.notify_all()
                 done = [c for _, chunks in todo for c in chunks]
                 with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to FIN
                     self.loop.call_soon_threadsafe(self._fin, done)
                 self.timings["fin"] += time.perf_counter() - t1
+            else:
+                with self.cond:
+                    self._syncing = False
+                    self.cond.notify_all()
             if last:
                 return
 
@@ -412,6 +509,7 @@ class Fetcher:
         if not force and now - self._stats_at < 1:
             return
         self._stats_at = now
+        trace("spool", spooled=self.counters["spooled"], received=self.counters["received"])
         path = os.path.join(self.opts.spool_dir, "stats.json")
         try:
             with open(path + ".tmp", "w") as fh:
@@ -542,25 +640,17 @@ class _Node:
     # ------------------------------------------------------------------ Conn's calls
 
     def _on_records(self, conn: Conn, data: bytes, starts: list[int], ends: list[int]) -> None:
-        n = len(starts)
-        if n == 1:
-            s0 = starts[0]
-            h = np.frombuffer(data, _HEADER, 1, s0)
-        else:
-            idx = np.array(starts, np.intp)[:, None] + _HEADER_INDEX
-            h = np.frombuffer(data, np.uint8)[idx].view(_HEADER).reshape(n)
-        bodies = [data[s + BODY_START : e] for s, e in zip(starts, ends, strict=True)]
         f = self.f
         if f.suspects:
-            ids = h["id"].tolist()
+            ids = [data[s + ID_START : s + ID_START + ID_LENGTH] for s in starts]
             keep = set(f.drop_suspects(conn, ids))
-            if len(keep) < n:
-                mask = np.array([i in keep for i in ids], bool)
-                if not mask.any():
+            if len(keep) < len(ids):
+                kept = [(s, e) for s, e, i in zip(starts, ends, ids, strict=True) if i in keep]
+                if not kept:
                     return
-                h = h[mask]
-                bodies = [b for b, k in zip(bodies, mask.tolist(), strict=True) if k]
-        f.on_chunk(_Chunk(conn, h, bodies))
+                starts = [s for s, _ in kept]
+                ends = [e for _, e in kept]
+        f.on_chunk(_Chunk(conn, data, starts, ends))
         if f.paused or f.hold:
             self.set_rdy()
 

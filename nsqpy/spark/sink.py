@@ -13,7 +13,7 @@ it (`spark.task.maxFailures`): what a failed task had already published stays pu
 the sink is at-least-once.
 
 Options: nsqd_tcp_addresses and/or lookupd_http_addresses, topic (or a string `topic` column),
-batch_size (500), batch_bytes (1 MiB), mpub_window (4), and the connection options of
+batch_size (5000), batch_bytes (1 MiB), mpub_window (4), and the connection options of
 options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify, compression
 (none|snappy|deflate), deflate_level, auth_secret (the certificate files are read on the
 executors)."""
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from .client import Producer, split_addresses
 from .lookup import lookup_producers
 from .options import CONN_OPTIONS, conn_config, int_option
+from .trace import trace
 
 log = logging.getLogger("nsqpy.spark")
 
@@ -75,7 +77,10 @@ class _NSQWriterBase:
             ):
                 raise ValueError("set the option topic (or give a string column 'topic')")
             self.topic_index = names.index("topic")
-        self.batch_size: int = int_option(o, "batch_size", 500)
+        # one MPUB per 5,000 messages or 1 MiB: each MPUB is a round trip and a crossing from
+        # the task's thread to the connection's loop and back (500 a batch spent most of a
+        # task's time waiting on them)
+        self.batch_size: int = int_option(o, "batch_size", 5000)
         self.batch_bytes: int = int_option(o, "batch_bytes", 1 << 20)
         self.window: int = int_option(o, "mpub_window", 4)
         #: the connection options (TLS, compression, AUTH): see options.conn_config
@@ -121,8 +126,14 @@ class _NSQWriterBase:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         producers: dict[str, Producer] = {}
+        t_start = time.perf_counter()
+        t_spark = t_encode = t_send = 0.0  # waiting for Spark's batches, encoding, publishing
+        rows = 0
         try:
+            t = time.perf_counter()
             for rb in iterator:
+                t_spark += time.perf_counter() - t
+                rows += rb.num_rows
                 if rb.num_rows == 0:
                     continue
                 body = rb.column(self.body_index)
@@ -144,15 +155,27 @@ class _NSQWriterBase:
                         if not topic:
                             raise ValueError("the nsq sink cannot publish to an empty topic")
                         p = producers[topic] = self._producer(topic, partition)
+                    t = time.perf_counter()
                     for count, mpub in mpub_bodies(bodies, self.batch_size, self.batch_bytes):
+                        t1 = time.perf_counter()
+                        t_encode += t1 - t
                         p.send_encoded(count, mpub)
+                        t = time.perf_counter()
+                        t_send += t - t1
+                t = time.perf_counter()
+            t = time.perf_counter()
             for p in producers.values():
                 p.flush()
+            t_send += time.perf_counter() - t
         finally:
             for p in producers.values():
                 p.close()
         published = sum(p.published for p in producers.values())
         address = ",".join(sorted({p.address for p in producers.values()}))
+        trace(
+            "sink_task", partition=partition, rows=rows, seconds=time.perf_counter() - t_start,
+            spark_s=t_spark, encode_s=t_encode, publish_s=t_send,
+        )  # fmt: skip
         return NSQCommitMessage(published, address)
 
 

@@ -39,6 +39,7 @@ from .fetch import Fetcher
 from .lookup import HTTP_ADDRESSES, channel_backlog
 from .options import CONN_OPTIONS, conn_config, int_option, parse_duration_ms
 from .spool import Slice, Spool, read_slice
+from .trace import trace
 
 try:  # pyspark is an optional dependency (the `spark` extra)
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -56,6 +57,17 @@ except ImportError as e:  # pragma: no cover
     ) from e
 
 log = logging.getLogger("nsqpy.spark")
+
+#: RDY over all connections: messages received and not yet durable. The window of the
+#: receive -> write -> fsync -> FIN round trip, so it bounds the rate (2,500 gave ~100-230k
+#: msgs/s, 10,000 about twice that) and what the driver holds in memory (~150 B a 100-byte
+#: message: 1.5 MB).
+DEFAULT_MAX_IN_FLIGHT = 10_000
+#: nsqd's default --max-rdy-count: the RDY one connection may have
+NSQD_MAX_RDY_COUNT = 2500
+
+#: how long the query's first latestOffset waits for the first rows (seconds)
+_FIRST_ROWS_WAIT = 3.0
 
 #: The source's rows (DDL). `timestamp` is the message's publish time (nsqd's nanoseconds,
 #: at microsecond precision).
@@ -92,7 +104,7 @@ class SourceOptions:
             raise ValueError("spool_dir must be a local or mounted path (no hdfs://, s3a:// ...)")
         self.spool_dir = self.spool_dir.removeprefix("file://")
         self.spool_read_uri = str(o.get("spool_read_uri") or "") or self.spool_dir
-        self.max_in_flight: int = int_option(o, "max_in_flight", 2500)
+        self.max_in_flight: int = int_option(o, "max_in_flight", DEFAULT_MAX_IN_FLIGHT)
         self.max_messages_per_trigger: int | None = int_option(o, "max_messages_per_trigger", None)
         self.max_bytes_per_trigger: int | None = int_option(o, "max_bytes_per_trigger", None)
         self.max_spool_bytes: int = int_option(o, "max_spool_bytes", 512 << 20, low=1 << 16)
@@ -105,7 +117,10 @@ class SourceOptions:
         self.lookupd_poll_interval_ms = parse_duration_ms(
             o.get("lookupd_poll_interval", "60s"), "lookupd_poll_interval"
         )
-        self.connections_per_nsqd: int = int_option(o, "connections_per_nsqd", 1)
+        # enough connections for max_in_flight at nsqd's default --max-rdy-count (2500)
+        self.connections_per_nsqd: int = int_option(
+            o, "connections_per_nsqd", -(-self.max_in_flight // NSQD_MAX_RDY_COUNT)
+        )
         self.max_rows_per_partition: int = int_option(o, "max_rows_per_partition", 100_000)
         #: the connection options (TLS, compression, AUTH): see options.conn_config
         self.conn_options = {k: str(o[k]) for k in CONN_OPTIONS if o.get(k) is not None}
@@ -144,12 +159,14 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         # Also built on executors to call read(): no connections, no spool here.
+        trace("reader")
         self.opts = SourceOptions(options)
         self._fetcher: Fetcher | None = None
         self._spool: Spool | None = None
         self._target: int | None = None  # AvailableNow: where this run ends
         self._target_final = False
         self._available_now = False
+        self._first_plan = True
 
     def _f(self) -> Fetcher:
         if self._fetcher is None:
@@ -161,6 +178,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._fetcher
 
     def initialOffset(self) -> dict:
+        trace("initialOffset")
         f = self._f()  # subscribe now: messages arrive while Spark sets up
         return {"position": f.spool.committed}
 
@@ -200,6 +218,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("nsq source: AvailableNow from %d to %s", end, self._target or "idle")
         with f.cond:
             f.hold = False
+            # "idle" counts from here, not from the last message before the hold
+            f.last_arrival = time.monotonic()
+        f.refresh_rdy()
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:
@@ -218,8 +239,17 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         f.consumed(pos)
         if self._available_now:
             end = self._available_now_end(f, pos)
+        elif self._first_plan:
+            # The query's first batch: Spark runs batch 0 whatever it holds, so give the
+            # connections time to subscribe and the backlog time to start flowing (a sliver of
+            # a first batch costs a whole batch's overhead)
+            end = f.wait_for_rows(pos, max(o.fetch_wait_ms / 1000, _FIRST_ROWS_WAIT))
+            if end > pos:
+                time.sleep(o.fetch_wait_ms / 1000)
+                end = f.durable_end()
         else:
             end = f.wait_for_rows(pos, o.fetch_wait_ms / 1000)
+        self._first_plan = False
         limit = limit if limit is not None else ReadAllAvailable()
         if isinstance(limit, ReadMinRows) and end - pos < int(limit.min_rows):
             end = pos
@@ -233,6 +263,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if max_bytes and end > pos:
             end = f.spool.end_within_bytes(pos, end, max_bytes)
         f.write_stats()
+        trace("latestOffset", start=pos, end=end)
         return {"position": end}
 
     def _available_now_end(self, f: Fetcher, pos: int) -> int:
@@ -262,14 +293,18 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"nsq source: batch [{s}, {e}) cannot be read: {err} (was spool_dir changed or "
                 "emptied?)"
             ) from None
+        trace("partitions", start=s, end=e, n=len(slices))
         return [NSQPartition(self.opts.spool_read_uri, sl) for sl in slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NSQPartition)
+        trace("read", rows=partition.slice.rows)
         yield from read_slice(partition.base, partition.slice)
+        trace("read_done", rows=partition.slice.rows)
 
     def commit(self, end: dict) -> None:
         f = self._f()
+        trace("commit", end=_position(end))
         f.commit(_position(end))
         f.write_stats()
 

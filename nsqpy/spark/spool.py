@@ -71,10 +71,15 @@ class Segment:
     path: str
     groups: list[Group] = field(default_factory=list)
     size: int = 0  # bytes in the file
+    rows: int = 0  # in its groups
 
     @property
     def end(self) -> int:
-        return self.position + sum(g.rows for g in self.groups)
+        return self.position + self.rows
+
+    def add(self, g: Group) -> None:
+        self.groups.append(g)
+        self.rows += g.rows
 
 
 @dataclass
@@ -164,7 +169,7 @@ class Spool:
                         msg = reader.read_next_message()
                         n = ipc.read_record_batch(msg, SCHEMA).num_rows
                         end = src.tell()
-                        seg.groups.append(Group(pos, n, at, end - at))
+                        seg.add(Group(pos, n, at, end - at))
                         pos += n
                         good = end
                 except StopIteration:
@@ -213,7 +218,7 @@ class Spool:
         while written < len(view):
             written += os.write(self._fd, view[written:])
         with self.lock:
-            seg.groups.append(Group(end, batch.num_rows, seg.size, data.size))
+            seg.add(Group(end, batch.num_rows, seg.size, data.size))
             seg.size += data.size
             self.bytes_written += data.size
             return end + batch.num_rows

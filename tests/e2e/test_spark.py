@@ -714,7 +714,10 @@ def test_kill_driver_three_times_during_200000_messages(
         f"last source {stats}"
     )
     assert not missing
-    assert duplicates <= 3 * 2500  # what was in flight (max_in_flight) at each kill, at most
+    from nsqpy.spark.source import DEFAULT_MAX_IN_FLIGHT
+
+    # what was in flight (max_in_flight, the source's default) at each kill, at most
+    assert duplicates <= 3 * DEFAULT_MAX_IN_FLIGHT
     assert max(ids_per_body.values()) == 1  # a redelivered message keeps its id
     # every message FIN'd: nothing queued or in flight in nsqd
     st = channel_stats(nsqd, "crash", "archive")
