@@ -31,6 +31,7 @@ from test_tls import Certs  # noqa: E402
 
 from nsqpy.spark.client import Producer  # noqa: E402
 from nsqpy.spark.options import conn_config  # noqa: E402
+from nsqpy.spark.source import DEFAULT_MAX_IN_FLIGHT, NSQD_MAX_RDY_COUNT  # noqa: E402
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -161,8 +162,12 @@ def test_spark_source_and_sink_over_tls_with_auth(spark, broker, certs, tmp_path
         .start()
     )
     try:
-        wait_for(lambda: clients(d, "orders", "spark"), 30, what="the source's connection")
-        (client,) = clients(d, "orders", "spark")
+        # the source's connections: ceil(max_in_flight / nsqd's max RDY) of them by default
+        n_conns = -(-DEFAULT_MAX_IN_FLIGHT // NSQD_MAX_RDY_COUNT)
+        wait_for(
+            lambda: len(clients(d, "orders", "spark")) == n_conns, 30, what="the source's conns"
+        )
+        conns = clients(d, "orders", "spark")
         deadline = time.monotonic() + 90
         got = 0
         while time.monotonic() < deadline and q.exception() is None:
@@ -184,9 +189,10 @@ def test_spark_source_and_sink_over_tls_with_auth(spark, broker, certs, tmp_path
         q.stop()
     assert sorted(r.body for r in rows) == bodies  # each once
     assert {r.nsqd_address for r in rows} == {d.tcp_address}
-    assert client["tls"] is True and client["authed"] is True, client
-    assert client[compression] is True, client
-    assert client["auth_identity"] == "alice", client
+    for client in conns:
+        assert client["tls"] is True and client["authed"] is True, client
+        assert client[compression] is True, client
+        assert client["auth_identity"] == "alice", client
     assert channel(d, "orders", "spark")["message_count"] == N
     print(f"\n{name}: spark source read {len(rows)} of {N} over TLS+{compression}+AUTH")
 
