@@ -18,7 +18,10 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 _PR_SET_PDEATHSIG = 1
 
@@ -101,3 +104,13 @@ class EtcdServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+@pytest.fixture(scope="module", name="etcd")
+def etcd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """``etcd``: one etcd per test module (import etcd_fixture into the module that uses it)."""
+    server = EtcdServer(Path(tmp_path_factory.mktemp("etcd")))
+    try:
+        yield server
+    finally:
+        server.stop()

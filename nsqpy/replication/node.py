@@ -341,40 +341,34 @@ class Replication:
 
     async def _expand(self, tr: TopicRole, node: str) -> None:
         """A follower caught up (stream.py): back into the ISR in etcd."""
-        assert self.coordinator is not None
-        try:
-            state = await self.coordinator.expand_isr(tr.state, node)
-        except Fenced as exc:
-            log.warning("REPLICATION: %s", exc)
-            self._step_down(tr)
-            return
-        except ReplicationError as exc:
-            log.warning(
-                "REPLICATION: topic %s: readmitting %s: %s", tr.state.record.topic, node, exc
-            )
-            stream = tr.stream
-            link = stream.links.get(node) if stream is not None else None
-            if stream is not None and link is not None:
-                link.in_isr = False  # catching up again; retried when it is caught up
-            return
-        log.info("REPLICATION: topic %s: isr now %s", state.record.topic, state.record.isr)
-        self.apply(state.record.topic, state)
+        await self._change_isr(tr, node, grow=True)
 
     async def _shrink(self, tr: TopicRole, node: str) -> None:
-        assert self.coordinator is not None
+        await self._change_isr(tr, node, grow=False)
+
+    async def _change_isr(self, tr: TopicRole, node: str, grow: bool) -> None:
+        """Add ``node`` to the topic's ISR in etcd (``grow``) or drop it; a Fenced answer
+        (this node was deposed) steps down, another refusal is logged (a refused readmission
+        leaves the follower catching up, retried when it is caught up)."""
+        c = self.coordinator
+        assert c is not None
         try:
-            state = await self.coordinator.shrink_isr(tr.state, node)
+            change = c.expand_isr if grow else c.shrink_isr
+            state = await change(tr.state, node)
         except Fenced as exc:
             log.warning("REPLICATION: %s", exc)
             self._step_down(tr)
             return
         except ReplicationError as exc:
+            what = "readmitting" if grow else "dropping"
+            where = "" if grow else " from the isr"
             log.warning(
-                "REPLICATION: topic %s: dropping %s from the isr: %s",
-                tr.state.record.topic,
-                node,
-                exc,
+                "REPLICATION: topic %s: %s %s%s: %s", tr.state.record.topic, what, node, where, exc
             )
+            stream = tr.stream
+            link = stream.links.get(node) if grow and stream is not None else None
+            if link is not None:
+                link.in_isr = False  # catching up again; retried when it is caught up
             return
         log.info("REPLICATION: topic %s: isr now %s", state.record.topic, state.record.isr)
         self.apply(state.record.topic, state)

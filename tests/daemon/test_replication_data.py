@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_server import EtcdServer, etcd_binary
+from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.client.conn import NSQError
@@ -48,15 +48,6 @@ pytestmark = [
 ]
 
 TTL = 2  # seconds of each node's etcd lease
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    server = EtcdServer(Path(tmp_path_factory.mktemp("etcd")))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class Nodes:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer, etcd_binary
+from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
 
 from nsqpy.replication import (
     Coordinator,
@@ -51,15 +50,6 @@ pytestmark = [
 
 TTL = 1  # seconds: etcd's floor with the 100 ms election timeout of tests/etcd_server.py
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    server = EtcdServer(Path(tmp_path_factory.mktemp("etcd")))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
