@@ -72,7 +72,7 @@ TIMERS = 8
 #: What a suspended command waits on (Wait.kind).
 WAIT_AUTH = 1
 WAIT_DECODE = 2
-#: A future made by the core (a replicated publish's commit, nsqpy/replication/publish.py).
+#: A future made by the core (a replicated publish's commit, nsqpy/replication/node.py).
 WAIT_FUTURE = 3
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
