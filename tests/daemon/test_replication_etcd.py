@@ -161,8 +161,10 @@ async def test_repl_create_topic_race_one_record(cluster: Cluster) -> None:
     assert sorted(s.record.leader for s in singles) == ["a", "a", "b", "b", "c", "c"]
 
 
-async def _leader_first(cluster: Cluster, topic: str) -> tuple[dict[str, Coordinator], TopicState]:
-    nodes = {n: await cluster.node(n) for n in ("a", "b", "c")}
+async def _leader_first(
+    cluster: Cluster, topic: str, ttl: int = TTL
+) -> tuple[dict[str, Coordinator], TopicState]:
+    nodes = {n: await cluster.node(n, ttl=ttl) for n in ("a", "b", "c")}
     state, created = await nodes["a"].create_topic(topic, 3)
     assert created
     return nodes, state
@@ -218,7 +220,9 @@ async def test_repl_concurrent_elections_one_winner(cluster: Cluster) -> None:
 
 
 async def test_repl_deposed_leader_fenced_by_epoch(cluster: Cluster) -> None:
-    nodes, state = await _leader_first(cluster, "t")
+    # a 2 s lease: the ISR changes below must land while the leader's lease is alive, and a
+    # 1 s lease can lapse on a loaded machine before they do (seen once at load 14)
+    nodes, state = await _leader_first(cluster, "t", ttl=2)
     leader = nodes[state.record.leader]
     follower = next(n for n in state.record.isr if n != leader.node_id)
     # the leader changes the ISR at its epoch: epoch kept, revision moves on
@@ -237,7 +241,7 @@ async def test_repl_deposed_leader_fenced_by_epoch(cluster: Cluster) -> None:
     watch = nodes[follower].watch_members()
     await _next(watch, lambda ch: True)
     await leader.session.stop_keepalive()
-    await _next(watch, lambda ch: ch.member is None, timeout=TTL + 3)
+    await _next(watch, lambda ch: ch.member is None, timeout=2 + 3)
     await watch.aclose()
     with pytest.raises(Fenced) as lapsed:
         await leader.shrink_isr(both, state.record.isr[1])
