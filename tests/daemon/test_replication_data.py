@@ -28,16 +28,22 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from replication_cluster import (  # the cluster harness, shared with the other replication tests
+    TTL,
+    Nodes,
+    cluster_fixture,  # noqa: F401 (the fixture)
+    create,
+    repl_stats,
+    topic_stats,
+)
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.client.conn import NSQError
-from nsqpy.testing.process import Nsqd, Nsqlookupd, wait_for
+from nsqpy.testing.process import Nsqlookupd, wait_for
 
 pytestmark = [
     pytest.mark.skipif(
@@ -46,91 +52,6 @@ pytestmark = [
     ),
     pytest.mark.timeout(120),
 ]
-
-TTL = 2  # seconds of each node's etcd lease
-
-
-class Nodes:
-    """nsqpy-d nodes of one test's cluster (its own --etcd-cluster)."""
-
-    def __init__(self, etcd: EtcdServer, cluster: str) -> None:
-        self.etcd = etcd
-        self.cluster = cluster
-        self.nodes: dict[str, Nsqd] = {}
-
-    def start(self, node_id: int, *args: str, data_path: Path | None = None) -> Nsqd:
-        n = Nsqd(
-            [
-                f"--etcd-endpoints={self.etcd.endpoint}",
-                f"--etcd-cluster={self.cluster}",
-                f"--node-id={node_id}",
-                f"--etcd-lease-ttl={TTL}",
-                "--replica-timeout=1s",
-                "--broadcast-address=127.0.0.1",
-                *args,
-            ],
-            data_path,
-            https=False,
-        )
-        self.nodes[str(node_id)] = n
-        wait_for(lambda: "REPLICATION: node" in n.log_text(), 15, what=f"node {node_id} joined")
-        return n
-
-    def stop(self) -> None:
-        failed = []
-        for node_id, n in self.nodes.items():
-            if n.alive():
-                try:
-                    n.stop()
-                except AssertionError:
-                    failed.append(node_id)
-                    print(f"\nnode {node_id} did not exit on SIGTERM:\n" + "\n".join(n.lines[-40:]))
-        assert not failed, f"nodes {failed} did not exit on SIGTERM"
-
-    def live(self) -> list[Nsqd]:
-        return [n for n in self.nodes.values() if n.alive()]
-
-    def leader(self, topic: str, among: list[Nsqd] | None = None) -> Nsqd:
-        def find() -> Nsqd | None:
-            for n in among or self.live():
-                r = repl_stats(n, topic)
-                if r is not None and r["role"] == "leader":
-                    return n
-            return None
-
-        found: Nsqd = wait_for(find, 20, what=f"a leader of {topic}")
-        return found
-
-
-def repl_stats(n: Nsqd, topic: str) -> dict[str, Any] | None:
-    for t in n.stats(topic=topic).get("topics") or []:
-        if t["topic_name"] == topic:
-            r: dict[str, Any] | None = t.get("replication")
-            return r
-    return None
-
-
-def topic_stats(n: Nsqd, topic: str) -> dict[str, Any]:
-    for t in n.stats(topic=topic).get("topics") or []:
-        if t["topic_name"] == topic:
-            return dict(t)
-    return {}
-
-
-@pytest.fixture
-def cluster(etcd: EtcdServer, request: pytest.FixtureRequest) -> Iterator[Nodes]:
-    nodes = Nodes(etcd, request.node.name.replace("/", "_").replace("[", "_").replace("]", ""))
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
-
-
-def create(n: Nsqd, topic: str, replicas: int, nodes: list[Nsqd]) -> None:
-    """/topic/create?replicas=; then every node knows its role."""
-    n.post("/topic/create", topic=topic, replicas=str(replicas))
-    for m in nodes:
-        wait_for(lambda m=m: repl_stats(m, topic), 10, what="the record on every node")
 
 
 @pytest.mark.asyncio

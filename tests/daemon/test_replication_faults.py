@@ -1,0 +1,221 @@
+"""Replicated topics under faults, checked against the recorded history (issue 21 "Tests"):
+real nsqpy-d processes joined through a real etcd, two nsqpy-lookupds, producers that wait for
+each acknowledgement, and two channels with two readers each that find the leader through
+nsqlookupd (tests/replication_cluster.py has the harness and the checker).
+
+- **Leader crash**: 100,000 messages; the leader is killed -9 a third of the way in. Every
+  acknowledged message is delivered on both channels (0 lost), nothing never published is
+  delivered, duplicates are counted, the failover time is printed (from the kill to the first
+  acknowledgement of a publish sent after it), and the old node, restarted on its data,
+  catches up and is back in the in-sync set.
+- **Random faults**: a seeded schedule (``NSQPY_FAULT_SEED``, printed) of kill -9, SIGSTOP and
+  SIGTERM of the leader or a follower, each held for a drawn time and then recovered (restart,
+  SIGCONT), one at a time, while producers publish; after each the cluster must elect a leader,
+  take publishes again and bring every node back into the in-sync set. The same checks on the
+  whole history at the end; the schedule and the counts are printed.
+
+The only timed waits are the faults' own durations (drawn from the seed) and etcd's lease TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from etcd_server import etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from replication_cluster import (
+    TTL,
+    History,
+    Nodes,
+    Producers,
+    Readers,
+    cluster_fixture,  # noqa: F401 (the fixture)
+    create,
+    repl_stats,
+    schedule,
+)
+
+from nsqpy.testing.process import Nsqd, Nsqlookupd, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        etcd_binary() is None,
+        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
+    ),
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+]
+
+TOPIC = "orders"
+CHANNELS = ["billing", "audit"]
+
+
+class Lookupds:
+    def __init__(self, n: int = 2) -> None:
+        self.all = [Nsqlookupd() for _ in range(n)]
+
+    def flags(self) -> list[str]:
+        return [f"--lookupd-tcp-address={x.tcp_address}" for x in self.all]
+
+    def http(self) -> list[str]:
+        return [x.http_address for x in self.all]
+
+    def stop(self) -> None:
+        for x in self.all:
+            x.stop()
+
+
+def _isr(n: Nsqd) -> list[str]:
+    try:
+        r = repl_stats(n, TOPIC)
+    except OSError:
+        return []
+    return list(r["isr"]) if r is not None and r["role"] == "leader" else []
+
+
+def wait_healthy(cluster: Nodes, timeout: float, what: str) -> Nsqd:
+    """A leader whose in-sync set holds every node again; returns the leader."""
+
+    def full() -> Nsqd | None:
+        for n in cluster.live():
+            if len(_isr(n)) == len(cluster.nodes):
+                return n
+        return None
+
+    found: Nsqd = wait_for(full, timeout, what=what)
+    return found
+
+
+async def _channels_on(n: Nsqd) -> None:
+    """Wait until the readers' channels exist on ``n`` (so neither misses a message)."""
+
+    def both() -> bool:
+        for t in n.stats(topic=TOPIC).get("topics") or []:
+            names = {c["channel_name"] for c in t.get("channels") or []}
+            return set(CHANNELS) <= names
+        return False
+
+    while not both():
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes) -> None:
+    lookupds = Lookupds()
+    history = History()
+    readers = Readers(history, TOPIC, CHANNELS, lookupds.http(), per_channel=2)
+    try:
+        nodes = [cluster.start(i, *lookupds.flags()) for i in (1, 2, 3)]
+        create(nodes[0], TOPIC, 3, nodes)
+        leader = cluster.leader(TOPIC)
+        old_id = cluster.node_id(leader)
+        await readers.start()
+        await asyncio.wait_for(_channels_on(leader), 30)
+        total = 100_000
+        prod = Producers(
+            history, TOPIC, lambda: [n.tcp_address for n in cluster.live()], total, 8, 20, 200
+        )
+        prod.start()
+        while len(history.acked) < total // 3:
+            prod.progress.clear()
+            await asyncio.wait_for(prod.progress.wait(), 30)
+        leader.kill()
+        prod.mark()
+        history.event(f"kill -9 leader {old_id}")
+        await prod.wait()
+        elapsed = time.monotonic() - history.t0
+        new = cluster.leader(TOPIC, cluster.live())
+        r = repl_stats(new, TOPIC)
+        assert r is not None and r["epoch"] >= 2
+        all_in = await readers.wait_all(120)
+        v = history.verdict()
+        print(
+            f"\nleader crash: {v.line()}; producer retries {prod.failures}; "
+            f"failover {prod.recovered_after:.2f}s (lease TTL {TTL}s); publishing took "
+            f"{elapsed:.1f}s; new leader {r['leader']} epoch {r['epoch']} stats {r}"
+        )
+        assert v.acknowledged == total
+        assert all_in and v.ok, v.line()
+        assert prod.recovered_after > 0
+        # the old node, restarted on its data, catches up and is in sync again
+        t_restart = time.monotonic()
+        cluster.restart(old_id)
+        wait_healthy(cluster, 60, "the restarted old leader back in the in-sync set")
+        print(f"old leader back in the isr {time.monotonic() - t_restart:.1f}s after its restart")
+    finally:
+        await readers.stop()
+        lookupds.stop()
+
+
+KINDS = (
+    "kill-leader",
+    "kill-follower",
+    "pause-leader",
+    "pause-follower",
+    "stop-leader",
+)
+
+
+@pytest.mark.asyncio
+async def test_random_faults_seeded_history_checks(cluster: Nodes) -> None:
+    seed = int(os.environ.get("NSQPY_FAULT_SEED", "20261126"))
+    plan = schedule(seed, int(os.environ.get("NSQPY_FAULTS", "5")), KINDS)
+    print(f"\nfault seed {seed}: {plan}")
+    lookupds = Lookupds()
+    history = History()
+    readers = Readers(history, TOPIC, CHANNELS, lookupds.http(), per_channel=2)
+    prod: Producers | None = None
+    try:
+        nodes = [cluster.start(i, *lookupds.flags()) for i in (1, 2, 3)]
+        create(nodes[0], TOPIC, 3, nodes)
+        leader = cluster.leader(TOPIC)
+        await readers.start()
+        await asyncio.wait_for(_channels_on(leader), 30)
+        prod = Producers(
+            history, TOPIC, lambda: [n.tcp_address for n in cluster.live()], 10**7, 4, 20, 240
+        )
+        prod.start()
+        recoveries = []
+        for kind, hold in plan:
+            leader = wait_healthy(cluster, 60, f"a healthy cluster before {kind}")
+            followers = [n for n in cluster.live() if n is not leader]
+            victim = leader if kind.endswith("leader") else followers[0]
+            vid = cluster.node_id(victim)
+            history.event(f"{kind} node {vid} for {hold}s")
+            prod.mark()
+            if kind.startswith("kill"):
+                victim.kill()
+            elif kind.startswith("stop"):
+                victim.stop()
+            else:
+                os.kill(victim.pid, signal.SIGSTOP)
+            await asyncio.sleep(hold)  # the fault's drawn duration
+            if kind.startswith("pause"):
+                os.kill(victim.pid, signal.SIGCONT)
+            else:
+                cluster.restart(vid)
+            history.event(f"recovered node {vid}")
+            # publishes are acknowledged again after the fault
+            acked = len(history.acked)
+            while len(history.acked) <= acked or prod.recovered_after < 0:
+                prod.progress.clear()
+                await asyncio.wait_for(prod.progress.wait(), 30)
+            recoveries.append(round(prod.recovered_after, 2))
+        wait_healthy(cluster, 60, "a healthy cluster after the last fault")
+        prod.stopping = True
+        await prod.wait()
+        all_in = await readers.wait_all(120)
+    finally:
+        if prod is not None:
+            prod.stopping = True
+        await readers.stop()
+        lookupds.stop()
+    v = history.verdict()
+    print(f"random faults, seed {seed}: {v.line()}; retries {prod.failures}")
+    print(f"publishes acknowledged again after each fault (s): {recoveries}")
+    for t, what in history.events:
+        print(f"  {t:7.2f}s {what}")
+    assert all_in and v.ok, v.line()
