@@ -321,7 +321,8 @@ def node_topic_stats(
     """The topics of one nsqd's /stats?format=json answer as nsqadmin's per-node TopicStats
     (node = its HTTP address, memory_depth = depth - backend_depth, channels likewise, clients
     tagged with the node); only ``selected_topic`` when given. A pre-1.0 {"data": ...}
-    envelope is unwrapped."""
+    envelope is unwrapped. A replicated topic's ``replication`` object (nsqpy-d with
+    --etcd-endpoints) is kept as it is; other topics' rows have no such key, as in nsqadmin."""
     if "topics" not in body and isinstance(body.get("data"), dict):
         body = body["data"]
     out = []
@@ -332,23 +333,25 @@ def node_topic_stats(
         depth = int(t.get("depth") or 0)
         backend = int(t.get("backend_depth") or 0)
         channels = t.get("channels")
-        out.append(
-            {
-                "node": node,
-                "hostname": hostname,
-                "topic_name": name,
-                "depth": depth,
-                "memory_depth": depth - backend,
-                "backend_depth": backend,
-                "message_count": int(t.get("message_count") or 0),
-                "nodes": None,
-                "channels": None
-                if channels is None
-                else [_channel_from_nsqd(c, node, hostname, name, now) for c in channels],
-                "paused": bool(t.get("paused")),
-                "e2e_processing_latency": e2e_from_nsqd(t.get("e2e_processing_latency")),
-            }
-        )
+        row: Stats = {
+            "node": node,
+            "hostname": hostname,
+            "topic_name": name,
+            "depth": depth,
+            "memory_depth": depth - backend,
+            "backend_depth": backend,
+            "message_count": int(t.get("message_count") or 0),
+            "nodes": None,
+            "channels": None
+            if channels is None
+            else [_channel_from_nsqd(c, node, hostname, name, now) for c in channels],
+            "paused": bool(t.get("paused")),
+            "e2e_processing_latency": e2e_from_nsqd(t.get("e2e_processing_latency")),
+        }
+        repl = t.get("replication")
+        if isinstance(repl, dict):  # nsqpy-d's replicated topics only (README "Replicated topics")
+            row["replication"] = repl
+        out.append(row)
     return out
 
 

@@ -226,7 +226,8 @@ class Pages:
 
     async def topic(self, request: web.Request) -> web.Response:
         """/topics/:topic: per-node rows and totals, the topic's channels (with their dead
-        letters), charts, actions."""
+        letters), the replication of a replicated topic (leader, in-sync replicas, epoch,
+        lag: nsqpy-d's /stats ``replication``), charts, actions."""
         name = request.match_info["topic"]
         producers, rows, channels, node_errors, warnings = await self._topic_data(name)
         total = ci.aggregate_topic(name, rows)
@@ -242,6 +243,7 @@ class Pages:
         return self.render(
             request, "topic.html", nav="topics", title=f"Topic {name}", topic=name,
             producers=producers, total=total, rows=rows, channels=chans,
+            replication=[r for r in rows if "replication" in r],
             error_rows=self._error_rows(producers, node_errors),
             warnings=warnings + [f"{n}: {e}" for n, e in node_errors.items()],
             **self.charts(("topic", name), name),
