@@ -13,6 +13,7 @@ gives medians in msgs/s and the load average (the machine is shared: figures are
     python -m bench.replication                        # 3 runs of 20,000 messages each
     python -m bench.replication --batch 1 --count 5000 # PUB-sized commits
     python -m bench.replication --replica-ack leader   # OK once the leader has it
+    python -m bench.replication --inflight 8           # 8 publishes pipelined per connection
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from nsqpy.testing.process import Nsqd, wait_for  # noqa: E402
 
 
 async def _publish(
-    addr: str, topic: str, count: int, producers: int, size: int, batch: int
+    addr: str, topic: str, count: int, producers: int, size: int, batch: int, inflight: int
 ) -> float:
     body = b"r" * size
     per = count // producers
@@ -44,18 +45,21 @@ async def _publish(
     for p in ps:
         await p.connect()
 
-    async def one(p: Producer) -> None:
+    async def one(p: Producer, share: int) -> None:
         sent = 0
-        while sent < per:
-            n = min(batch, per - sent)
+        while sent < share:
+            n = min(batch, share - sent)
             if n == 1:
                 await p.publish(topic, body)
             else:
                 await p.multi_publish(topic, [body] * n)
             sent += n
 
+    # ``inflight`` publishers share each connection (go-nsq's producer used from that many
+    # goroutines): their publishes are pipelined on it
+    shares = [per // inflight + (1 if k < per % inflight else 0) for k in range(inflight)]
     t0 = time.monotonic()
-    await asyncio.gather(*(one(p) for p in ps))
+    await asyncio.gather(*(one(p, share) for p in ps for share in shares if share))
     secs = time.monotonic() - t0
     for p in ps:
         await p.stop()
@@ -78,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--size", type=int, default=100, help="bytes per message")
     a.add_argument("--batch", type=int, default=20, help="messages per MPUB (1: PUB)")
     a.add_argument("--replica-ack", default="all-isr", help="all-isr or leader")
+    a.add_argument(
+        "--inflight", type=int, default=1, help="publishes in flight per connection (pipelined)"
+    )
     args = a.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nsqpy-bench-etcd-") as tmp:
         etcd = EtcdServer(Path(tmp))
@@ -116,13 +123,15 @@ def main(argv: list[str] | None = None) -> int:
                             args.producers,
                             args.size,
                             args.batch,
+                            args.inflight,
                         )
                     )
                     rates[topic].append(rate)
             load = os.getloadavg()
             print(
                 f"replication bench: {args.count} msgs x {args.runs} runs, {args.producers} "
-                f"producers, {args.size} B, batch {args.batch}; load {load[0]:.2f} "
+                f"producers, {args.size} B, batch {args.batch}, {args.inflight} in flight per "
+                f"connection; load {load[0]:.2f} "
                 f"{load[1]:.2f} {load[2]:.2f}"
             )
             for topic, label in (("r1", "R=1"), ("r3", f"R=3 {args.replica_ack}")):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +174,7 @@ class ClientState:
         "out",
         "output_buffer_size",
         "output_buffer_timeout_ms",
+        "pipeline",
         "pub_counts",
         "rdy",
         "remote_address",
@@ -223,6 +225,7 @@ class ClientState:
         self.next_heartbeat = _NO_WAKEUP
         self.auth = AuthSession() if nsqd.auth is not None else None
         self.wait: Wait | None = None
+        self.pipeline: PublishPipeline | None = None
         self.upgrade: Upgrade | None = None
         # --tls-required: until the TLS upgrade, IDENTIFY is the only command (nsqd's
         # enforceTLSPolicy, which runs before the command lookup)
@@ -816,7 +819,18 @@ class ReplicatedPublish:
     is answered: OK, or nsqd's fatal E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when not
     acknowledged. A first publish to a topic with no record on a node with --replicas > 1
     suspends while the record is made (Replication.ensure), then runs again. One future per
-    command; no task per message."""
+    command; no task per message.
+
+    Pipelining. A connection may have up to MAX_PIPELINED replicated publishes waiting for
+    their commits at once (go-nsq's producer sends every concurrent publish over one
+    connection): each goes into the connection's PublishPipeline and the parser goes on to the
+    next command. Answers keep the commands' order: the pipeline answers its publishes oldest
+    first as their futures complete, and any other command (an R=1 publish, NOP, FIN, RDY, SUB,
+    ...: everything in ``core.handlers`` is wrapped, with --etcd-endpoints only) suspends the
+    connection until the pipeline is empty, as does a publish that finds it full. A publish not
+    acknowledged closes the connection with its error after the answers of those before it;
+    the ones behind it get no answer (their producer retries: at-least-once, as for any
+    connection lost with publishes in flight)."""
 
     __slots__ = ("core", "plain_dpub", "plain_mpub", "plain_pub", "repl")
 
@@ -825,6 +839,8 @@ class ReplicatedPublish:
         self.repl = repl
         h = core.handlers
         self.plain_pub, self.plain_mpub, self.plain_dpub = h[b"PUB"], h[b"MPUB"], h[b"DPUB"]
+        for name, handler in list(h.items()):
+            h[name] = _after_pipeline(handler)
         h[b"PUB"] = self.PUB
         h[b"MPUB"] = self.MPUB
         h[b"DPUB"] = self.DPUB
@@ -836,37 +852,46 @@ class ReplicatedPublish:
         name = params[1].decode()
         tr = self.repl.topics.get(name)
         if tr is None and not self.repl.wants_record(name):
-            return self.plain_pub(c, params, body)
+            return _after_pipeline(self.plain_pub)(c, params, body)
         act = self._auth(c, "PUB", name, lambda: self.PUB(c, params, body))
         if act:
             return act
         if tr is None:
             return self._ensure(c, name, "E_PUB_FAILED", lambda: self.PUB(c, params, body))
+        full = _pipeline_full(c, lambda: self.PUB(c, params, body))
+        if full:
+            return full
         return self._publish(c, tr, name, [body], 0, "PUB")
 
     def MPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
         name = params[1].decode()
         tr = self.repl.topics.get(name)
         if tr is None and not self.repl.wants_record(name):
-            return self.plain_mpub(c, params, body)
+            return _after_pipeline(self.plain_mpub)(c, params, body)
         act = self._auth(c, "MPUB", name, lambda: self.MPUB(c, params, body))
         if act:
             return act
         if tr is None:
             return self._ensure(c, name, "E_MPUB_FAILED", lambda: self.MPUB(c, params, body))
+        full = _pipeline_full(c, lambda: self.MPUB(c, params, body))
+        if full:
+            return full
         return self._publish(c, tr, name, list(body), 0, "MPUB")
 
     def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
         name = params[1].decode()
         tr = self.repl.topics.get(name)
         if tr is None and not self.repl.wants_record(name):
-            return self.plain_dpub(c, params, body)
+            return _after_pipeline(self.plain_dpub)(c, params, body)
         delay_ms = _dpub_timeout_ms(params[2], self.core.opts.max_req_timeout_ms)
         act = self._auth(c, "DPUB", name, lambda: self.DPUB(c, params, body))
         if act:
             return act
         if tr is None:
             return self._ensure(c, name, "E_DPUB_FAILED", lambda: self.DPUB(c, params, body))
+        full = _pipeline_full(c, lambda: self.DPUB(c, params, body))
+        if full:
+            return full
         return self._publish(c, tr, name, [body], delay_ms, "DPUB")
 
     def _publish(
@@ -878,10 +903,18 @@ class ReplicatedPublish:
         except (TopicError, OSError) as e:
             raise FatalClientError(code, f"{cmd} failed {e}") from None
         n = len(bodies)
+        then = lambda a: _replicated(c, name, n, a, code, cmd)  # noqa: E731
+        pipeline = c.pipeline
         if isinstance(answer, bool):
-            return _replicated(c, name, n, answer, code, cmd)
-        c.wait = Wait(WAIT_FUTURE, answer, lambda a: _replicated(c, name, n, a, code, cmd))
-        return SUSPEND
+            if pipeline is None or not pipeline.entries:
+                return _replicated(c, name, n, answer, code, cmd)
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(answer)  # answered in its turn, after those before it
+            answer = done
+        if pipeline is None:
+            pipeline = c.pipeline = PublishPipeline(self.core, c)
+        pipeline.add(answer, then)
+        return 0
 
     def _ensure(self, c: ClientState, name: str, code: str, retry: Callable[[], int]) -> int:
         repl = self.repl
@@ -894,6 +927,93 @@ class ReplicatedPublish:
 
         c.wait = Wait(WAIT_FUTURE, job, then)
         return SUSPEND
+
+
+#: Most replicated publishes one connection has waiting for their commits at once.
+MAX_PIPELINED = 64
+
+
+class PublishPipeline:
+    """One connection's replicated publishes waiting for their commits, oldest first
+    (ReplicatedPublish, "Pipelining"): ``entries`` of (future, then); ``then(answer)`` answers
+    the command (c.reply) or raises its ClientError. ``until(n)`` is a future answered once at
+    most ``n`` entries wait (what a suspended command waits on)."""
+
+    __slots__ = ("c", "core", "entries", "limit", "waiter")
+
+    def __init__(self, core: ProtocolV2, c: ClientState) -> None:
+        self.core = core
+        self.c = c
+        self.entries: deque[tuple[asyncio.Future[Any], Callable[[Any], int]]] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.limit = 0
+
+    def add(self, fut: asyncio.Future[Any], then: Callable[[Any], int]) -> None:
+        self.entries.append((fut, then))
+        fut.add_done_callback(self._done)
+
+    def until(self, n: int) -> asyncio.Future[None]:
+        waiter = asyncio.get_running_loop().create_future()
+        if len(self.entries) <= n or self.c.closed:
+            waiter.set_result(None)
+        else:
+            self.waiter, self.limit = waiter, n
+        return waiter
+
+    def _done(self, _fut: asyncio.Future[Any]) -> None:
+        entries = self.entries
+        c = self.c
+        act = 0
+        while entries and entries[0][0].done():
+            fut, then = entries.popleft()
+            answer: Any = fut.exception() if not fut.cancelled() else None
+            if fut.cancelled():
+                answer = False
+            elif answer is None:
+                answer = fut.result()
+            if c.closed:
+                continue  # nobody to answer; the futures' exceptions are retrieved
+            try:
+                act |= then(answer)
+            except ClientError as e:
+                act |= self.core.error(c, e)
+            if act & CLOSE:
+                break
+        if act & CLOSE:
+            for fut, _ in entries:
+                fut.remove_done_callback(self._done)
+            entries.clear()
+            c.close()
+        elif not c.closed:
+            c.flush_soon()
+        waiter = self.waiter
+        if waiter is not None and (len(entries) <= self.limit or c.closed):
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+def _pipeline_full(c: ClientState, retry: Callable[[], int]) -> int:
+    """SUSPEND (``retry`` runs later) when c's pipeline holds MAX_PIPELINED publishes."""
+    pipeline = c.pipeline
+    if pipeline is None or len(pipeline.entries) < MAX_PIPELINED:
+        return 0
+    c.wait = Wait(WAIT_FUTURE, pipeline.until(MAX_PIPELINED - 1), lambda _: retry())
+    return SUSPEND
+
+
+def _after_pipeline(handler: Handler) -> Handler:
+    """``handler``, run only once the connection's pipeline is empty (else it SUSPENDs and
+    runs then): its answers come after those of the publishes before it."""
+
+    def run(c: ClientState, params: list[bytes], body: Any) -> int:
+        pipeline = c.pipeline
+        if pipeline is not None and pipeline.entries:
+            c.wait = Wait(WAIT_FUTURE, pipeline.until(0), lambda _: run(c, params, body))
+            return SUSPEND
+        return handler(c, params, body)
+
+    return run
 
 
 def _replicated(c: ClientState, name: str, n: int, ok: Any, code: str, cmd: str) -> int:
