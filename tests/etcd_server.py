@@ -34,9 +34,9 @@ def etcd_binary() -> str | None:
     return "/usr/bin/etcd" if Path("/usr/bin/etcd").is_file() else None
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -47,17 +47,24 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 class EtcdServer:
     """``EtcdServer(data_dir)`` starts it and returns once it serves clients (RuntimeError with
-    its last log lines when it cannot); ``endpoint`` is "127.0.0.1:PORT"; ``stop()``."""
+    its last log lines when it cannot); ``endpoint`` is "HOST:PORT" (``host`` 127.0.0.1 unless
+    given: tests/netlab.py's gateway address serves its network hosts); ``stop()``."""
 
-    def __init__(self, data_dir: Path, binary: str | None = None, start_timeout: float = 20.0):
+    def __init__(
+        self,
+        data_dir: Path,
+        binary: str | None = None,
+        start_timeout: float = 20.0,
+        host: str = "127.0.0.1",
+    ):
         exe = binary or etcd_binary()
         if exe is None:
             raise FileNotFoundError("etcd is not installed (.ci/install-etcd installs it)")
         for attempt in range(5):
-            port = _free_port()
+            port = _free_port(host)
             self.log: list[str] = []
             self._ready = threading.Event()
-            self.endpoint = f"127.0.0.1:{port}"
+            self.endpoint = f"{host}:{port}"
             self.proc = subprocess.Popen(
                 [
                     exe,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 from etcd_server import EtcdServer
+from netlab import NetLab
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.client.conn import NSQError
@@ -41,18 +43,33 @@ class Nodes:
     data dir are kept, so :meth:`restart` brings a killed or stopped node back on its data
     (with new ephemeral ports, which it announces through etcd and nsqlookupd)."""
 
-    def __init__(self, etcd: EtcdServer, cluster: str, base: Path | None = None) -> None:
+    def __init__(
+        self,
+        etcd: EtcdServer,
+        cluster: str,
+        base: Path | None = None,
+        lab: NetLab | None = None,
+    ) -> None:
         self.etcd = etcd
         self.cluster = cluster
         self.base = base
+        self.lab = lab
         self.nodes: dict[str, Nsqd] = {}
+        self.hosts: dict[str, int] = {}  # node id -> its NetLab host (with ``lab``)
         self._argv: dict[str, tuple[tuple[str, ...], Path | None]] = {}
 
     def start(self, node_id: int, *args: str, data_path: Path | None = None) -> Nsqd:
+        """Start node ``node_id`` (on loopback, or in its own NetLab host with ``lab``: the
+        same host again on a restart) and wait until it joined etcd."""
         if data_path is None and self.base is not None:
             data_path = self.base / f"node{node_id}"
             data_path.mkdir(parents=True, exist_ok=True)
         self._argv[str(node_id)] = (args, data_path)
+        host, kw = "127.0.0.1", {}
+        if self.lab is not None:
+            k = self.hosts.setdefault(str(node_id), len(self.hosts))
+            host = self.lab.address(k)
+            kw = {"cmd": self.lab.command(k, [sys.executable, "-m", "nsqpy"]), "host": host}
         n = Nsqd(
             [
                 f"--etcd-endpoints={self.etcd.endpoint}",
@@ -60,11 +77,12 @@ class Nodes:
                 f"--node-id={node_id}",
                 f"--etcd-lease-ttl={TTL}",
                 "--replica-timeout=1s",
-                "--broadcast-address=127.0.0.1",
+                f"--broadcast-address={host}",
                 *args,
             ],
             data_path,
             https=False,
+            **kw,
         )
         self.nodes[str(node_id)] = n
         wait_for(lambda: "REPLICATION: node" in n.log_text(), 15, what=f"node {node_id} joined")

@@ -8,9 +8,11 @@ nsqlookupd (tests/replication_cluster.py has the harness and the checker).
   delivered, duplicates are counted, the failover time is printed (from the kill to the first
   acknowledgement of a publish sent after it), and the old node, restarted on its data,
   catches up and is back in the in-sync set.
-- **Random faults**: a seeded schedule (``NSQPY_FAULT_SEED``, printed) of kill -9, SIGSTOP and
-  SIGTERM of the leader or a follower, each held for a drawn time and then recovered (restart,
-  SIGCONT), one at a time, while producers publish; after each the cluster must elect a leader,
+- **Random faults**: a seeded schedule (``NSQPY_FAULT_SEED``, printed; ``NSQPY_FAULTS`` of them)
+  of kill -9, SIGSTOP, SIGTERM and (each node in its own network host, tests/netlab.py, where
+  the machine allows: root and iproute2) a cut link, of the leader or a follower, each held for
+  a drawn time and then recovered (restart, SIGCONT, heal), one at a time, while producers
+  publish; after each the cluster must elect a leader,
   take publishes again and bring every node back into the in-sync set. The same checks on the
   whole history at the end; the schedule and the counts are printed.
 
@@ -23,9 +25,12 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
+import netlab
 import pytest
-from etcd_server import etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from netlab import NetLab
 from replication_cluster import (
     TTL,
     History,
@@ -54,8 +59,8 @@ CHANNELS = ["billing", "audit"]
 
 
 class Lookupds:
-    def __init__(self, n: int = 2) -> None:
-        self.all = [Nsqlookupd() for _ in range(n)]
+    def __init__(self, n: int = 2, host: str = "127.0.0.1") -> None:
+        self.all = [Nsqlookupd(host=host) for _ in range(n)]
 
     def flags(self) -> list[str]:
         return [f"--lookupd-tcp-address={x.tcp_address}" for x in self.all]
@@ -157,18 +162,29 @@ KINDS = (
     "pause-follower",
     "stop-leader",
 )
+#: with network hosts (tests/netlab.py): the victim's link cut, then healed
+PARTITIONS = ("partition-leader", "partition-follower")
 
 
 @pytest.mark.asyncio
-async def test_random_faults_seeded_history_checks(cluster: Nodes) -> None:
+async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
+    """Each node in its own network host where the machine allows it (root, iproute2), so
+    that partitions are among the faults; on loopback without them otherwise (said)."""
     seed = int(os.environ.get("NSQPY_FAULT_SEED", "20261126"))
-    plan = schedule(seed, int(os.environ.get("NSQPY_FAULTS", "5")), KINDS)
-    print(f"\nfault seed {seed}: {plan}")
-    lookupds = Lookupds()
+    why = netlab.unavailable()
+    lab = NetLab(3) if why is None else None
+    kinds = KINDS + PARTITIONS if lab is not None else KINDS
+    plan = schedule(seed, int(os.environ.get("NSQPY_FAULTS", "6")), kinds)
+    print(f"\nfault seed {seed}: {plan}" + (f" (no partitions: {why})" if why else ""))
+    host = lab.gateway if lab is not None else "127.0.0.1"
     history = History()
-    readers = Readers(history, TOPIC, CHANNELS, lookupds.http(), per_channel=2)
-    prod: Producers | None = None
+    etcd = lookupds = readers = prod = cluster = None
+    recoveries: list[float] = []
     try:
+        etcd = EtcdServer(tmp_path / "etcd", host=host)
+        cluster = Nodes(etcd, "faults", tmp_path, lab)
+        lookupds = Lookupds(2, host)
+        readers = Readers(history, TOPIC, CHANNELS, lookupds.http(), per_channel=2)
         nodes = [cluster.start(i, *lookupds.flags()) for i in (1, 2, 3)]
         create(nodes[0], TOPIC, 3, nodes)
         leader = cluster.leader(TOPIC)
@@ -178,7 +194,6 @@ async def test_random_faults_seeded_history_checks(cluster: Nodes) -> None:
             history, TOPIC, lambda: [n.tcp_address for n in cluster.live()], 10**7, 4, 20, 240
         )
         prod.start()
-        recoveries = []
         for kind, hold in plan:
             leader = wait_healthy(cluster, 60, f"a healthy cluster before {kind}")
             followers = [n for n in cluster.live() if n is not leader]
@@ -190,11 +205,17 @@ async def test_random_faults_seeded_history_checks(cluster: Nodes) -> None:
                 victim.kill()
             elif kind.startswith("stop"):
                 victim.stop()
-            else:
+            elif kind.startswith("pause"):
                 os.kill(victim.pid, signal.SIGSTOP)
+            else:
+                assert lab is not None
+                lab.cut(cluster.hosts[vid])
             await asyncio.sleep(hold)  # the fault's drawn duration
             if kind.startswith("pause"):
                 os.kill(victim.pid, signal.SIGCONT)
+            elif kind.startswith("partition"):
+                assert lab is not None
+                lab.heal(cluster.hosts[vid])
             else:
                 cluster.restart(vid)
             history.event(f"recovered node {vid}")
@@ -211,8 +232,13 @@ async def test_random_faults_seeded_history_checks(cluster: Nodes) -> None:
     finally:
         if prod is not None:
             prod.stopping = True
-        await readers.stop()
-        lookupds.stop()
+        if readers is not None:
+            await readers.stop()
+        for part in (cluster, lookupds, etcd):
+            if part is not None:
+                part.stop()
+        if lab is not None:
+            lab.close()
     v = history.verdict()
     print(f"random faults, seed {seed}: {v.line()}; retries {prod.failures}")
     print(f"publishes acknowledged again after each fault (s): {recoveries}")
