@@ -60,7 +60,7 @@ class TopicRole:
     the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
     leading, ``promoted`` (entries put into the topic at promotions)."""
 
-    __slots__ = ("forwarder", "promoted", "rlog", "role", "state", "stream")
+    __slots__ = ("forwarder", "promoted", "resets", "rlog", "role", "state", "stream")
 
     def __init__(self, state: TopicState) -> None:
         self.state = state
@@ -69,6 +69,7 @@ class TopicRole:
         self.rlog: ReplicaLog | None = None
         self.forwarder: Forwarder | None = None
         self.promoted = 0
+        self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
 
 
 class Replication:
@@ -253,7 +254,7 @@ class Replication:
             rlog.fence(rec.epoch)
         if rec.leader == self.node_id and rec.leader_lease == session.lease_id:
             if tr.role == LEADER and tr.stream is not None and rec.epoch == old_epoch:
-                tr.stream.set_links(self._followers(tr))
+                tr.stream.set_links(self._followers(tr), self._others(tr))
                 return
             if tr.role == LEADER:
                 self._step_down(tr)
@@ -275,6 +276,11 @@ class Replication:
     def _followers(self, tr: TopicRole) -> list[str]:
         return [n for n in tr.state.record.isr if n != self.node_id]
 
+    def _others(self, tr: TopicRole) -> list[str]:
+        """The placement nodes out of the ISR: linked too, to catch up and rejoin it."""
+        rec = tr.state.record
+        return [n for n in rec.placement if n not in rec.isr and n != self.node_id]
+
     def _lead(self, tr: TopicRole) -> None:
         rec = tr.state.record
         topic = rec.topic
@@ -285,6 +291,7 @@ class Replication:
         existed = topic in self.nsqd.topics
         t = self.nsqd.get_topic(topic)
         self._promote(tr, t)
+        rlog = self.logs.get(topic)
         tr.stream = LeaderStream(
             topic,
             rec.epoch,
@@ -295,7 +302,8 @@ class Replication:
             self.timeout,
             lambda node: self._spawn(self._expand(tr, node)),
         )
-        tr.stream.set_links(self._followers(tr))
+        tr.stream.set_history(rlog.take_retained() if rlog is not None else [])
+        tr.stream.set_links(self._followers(tr), self._others(tr))
         lookup = self.nsqd.lookup
         if lookup is not None and existed:
             lookup.register_topic(t)
@@ -402,11 +410,54 @@ class Replication:
     def replica_log(self, topic: str) -> ReplicaLog:
         rlog = self.logs.get(topic)
         if rlog is None:
-            rlog = self.logs[topic] = ReplicaLog(topic, self._queue(topic))
+            rlog = self.logs[topic] = ReplicaLog(
+                topic,
+                self._queue(topic),
+                os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"),
+                lambda: self._dirty(topic),
+                lambda epoch: self._reset_topic(topic, epoch),
+            )
             tr = self.topics.get(topic)
             if tr is not None:
                 rlog.fence(tr.state.record.epoch)
         return rlog
+
+    def _dirty(self, topic: str) -> bool:
+        """Does this node's own copy of ``topic`` hold messages while it does not lead it?
+        Only an earlier leadership of this node put them there (a follower's topic gets
+        nothing until it is promoted)."""
+        tr = self.topics.get(topic)
+        t = self.nsqd.topics.get(topic)
+        if t is None or (tr is not None and tr.role == LEADER):
+            return False
+        return bool(
+            t.depth or any(c.depth or c.in_flight or c.deferred for c in list(t.channels.values()))
+        )
+
+    def _reset_topic(self, topic: str, epoch: int) -> bool:
+        """The leader of ``epoch`` resets this node's copy (replica log and topic): empty the
+        topic and its channels (its own old data: every acknowledged message of it is on that
+        leader). False (refused, the leader asks again) unless this node holds the record of
+        that very epoch naming another leader: a reset is destructive, so it never follows a
+        deposed leader that reached this node before the newer record did."""
+        tr = self.topics.get(topic)
+        if tr is None or tr.role == LEADER or tr.state.record.epoch != epoch:
+            return False
+        t = self.nsqd.topics.get(topic)
+        if t is not None:
+            depth = t.depth
+            t.empty()
+            for c in list(t.channels.values()):
+                depth += c.depth + len(c.in_flight) + len(c.deferred)
+                c.empty()
+            log.warning(
+                "REPLICATION: topic %s: %d messages of this node's own dropped (a deposed "
+                "leader's data: the leader's history replaces it)",
+                topic,
+                depth,
+            )
+        tr.resets += 1
+        return True
 
     def _open_existing_log(self, topic: str) -> ReplicaLog | None:
         meta = os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.diskqueue.meta.dat")
