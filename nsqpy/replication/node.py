@@ -17,14 +17,19 @@ waits for the commit (--replica-ack=all-isr) or not (leader). Publishes elsewher
 (forward.py). Only the leader registers the topic and its channels with nsqlookupd
 (:meth:`registers`, read by lookup_peer.LookupPeers).
 
-Failover, this round. A follower elected leader puts every entry of its replica log past the
-log's read position into its topic (:meth:`_promote`): everything the old leader replicated to
-it, whether or not the old leader's channels had delivered it; the count is the topic's
-``promoted`` stat. Channel progress is not replicated yet, so consumers of the old leader see
-those messages again (at-least-once); a deposed leader rejoining starts as a follower with an
-empty tail and is not re-admitted to the ISR. A follower dropped from the ISR during an epoch
-(slow, paused, restarted) catches up from the leader's retained entries and is re-admitted
-(stream.py "Catch-up").
+Failover. A follower elected leader puts every entry of its replica log past the log's read
+position into its topic (:meth:`_promote`): everything the old leader replicated to it, whether
+or not the old leader's channels had delivered it; the count is the topic's ``promoted`` stat.
+What it drained becomes its stream's history (:meth:`_history`), and it links every other
+placement node, in the ISR or not. Rejoining (stream.py "Rejoining"): a node that follows a
+newer epoch (restarted, paused, deposed, or lagging when the leader changed) is probed for the
+name of its last entry and whether its own copy of the topic is dirty (:meth:`_dirty`: it
+holds messages while this node does not lead, left from an earlier leadership); a dirty one is
+reset (:meth:`_reset_topic` empties the topic and its channels, then the replica log starts
+over from the leader's history), a clean one gets what follows its last entry; once caught up
+it is re-admitted to the ISR (:meth:`_expand`). So after any failover, or a rolling restart,
+every placement node becomes an in-sync replica again. Channel progress is not replicated yet,
+so consumers of the old leader see the promoted messages again (at-least-once).
 """
 
 from __future__ import annotations
@@ -42,7 +47,14 @@ from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
 from .records import Keys, NodeInfo, ReplicationError, default_root
 from .session import NodeSession
-from .stream import ENTRY, RECORD_HEADER, LeaderStream, ReplicaLog
+from .stream import (
+    ENTRY,
+    MAX_RETAINED,
+    RECORD_HEADER,
+    LeaderStream,
+    ReplicaLog,
+    entry_name,
+)
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -60,7 +72,7 @@ class TopicRole:
     the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
     leading, ``promoted`` (entries put into the topic at promotions)."""
 
-    __slots__ = ("forwarder", "promoted", "resets", "rlog", "role", "state", "stream")
+    __slots__ = ("forwarder", "held", "promoted", "resets", "rlog", "role", "state", "stream")
 
     def __init__(self, state: TopicState) -> None:
         self.state = state
@@ -70,6 +82,9 @@ class TopicRole:
         self.forwarder: Forwarder | None = None
         self.promoted = 0
         self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
+        #: The history and entries of the stream this node led last, while no other node
+        #: has led since (it may be elected again: they stay its history then).
+        self.held: list[bytes] = []
 
 
 class Replication:
@@ -262,6 +277,8 @@ class Replication:
         else:
             if tr.role == LEADER:
                 self._step_down(tr)
+            if rec.leader != self.node_id:
+                tr.held = []
             tr.role = FOLLOWER if self.node_id in rec.placement else NONE
             t = self.nsqd.topics.get(topic)
             lookup = self.nsqd.lookup
@@ -302,7 +319,7 @@ class Replication:
             self.timeout,
             lambda node: self._spawn(self._expand(tr, node)),
         )
-        tr.stream.set_history(rlog.take_retained() if rlog is not None else [])
+        tr.stream.set_history(self._history(tr, rlog))
         tr.stream.set_links(self._followers(tr), self._others(tr))
         lookup = self.nsqd.lookup
         if lookup is not None and existed:
@@ -332,9 +349,22 @@ class Replication:
             tr.promoted += n
             log.info("REPLICATION: topic %s: %d replicated messages put into the topic", t.name, n)
 
+    def _history(self, tr: TopicRole, rlog: ReplicaLog | None) -> list[bytes]:
+        """A new leader's history (stream.py "Rejoining"): what it led last, when no other
+        node led since, then what it drained from its replica log at this promotion."""
+        drained = rlog.take_retained() if rlog is not None else []
+        held, tr.held = tr.held, []
+        if drained and held:
+            first = entry_name(drained[0])
+            held = [e for e in held if entry_name(e) < first]
+        history = held + drained if held else drained
+        return history[-MAX_RETAINED:]
+
     def _step_down(self, tr: TopicRole) -> None:
         if tr.stream is not None:
-            tr.stream.close(False)
+            s = tr.stream
+            tr.held = s.history + s.entries
+            s.close(False)
             tr.stream = None
         was_leader = tr.role == LEADER
         tr.role = NONE
