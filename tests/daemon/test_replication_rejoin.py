@@ -13,7 +13,10 @@ of 20, sent to any live node and retried on another one after an error).
   acknowledged message is read from it (0 missing), nothing never published;
 - a rolling restart of all three nodes (SIGTERM, the same data dir, the next one once the
   restarted node is back in the ISR), the leader included, under load: 0 lost, the ISR all
-  three at the end; duplicates and the failover times printed.
+  three at the end; duplicates and the failover times printed;
+- a partition: each node in its own network namespace (tests/netlab.py, root needed), etcd on
+  the machine; the leader's link cut while producers publish to every node: a new leader once
+  its lease lapsed, and once healed the old leader is reset and re-admitted; 0 lost.
 
 Waits are on events or bounded polls; the only timed waits are etcd's lease TTL (2 s here).
 """
@@ -23,17 +26,29 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import netlab
 import pytest
-from etcd_server import EtcdServer, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
 from test_replication_data import TTL, Nodes, create, repl_stats
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.client.conn import NSQError
 from nsqpy.testing.process import Nsqd, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        etcd_binary() is None,
+        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
+    ),
+    pytest.mark.timeout(120),
+]
 
 TOPIC = "rj"
 
@@ -261,3 +276,141 @@ async def test_rolling_restart_loses_nothing(nodes3: Nodes, tmp_path: Path) -> N
     assert got.keys() <= load.sent
     # the first leader, restarted with its topic on disk, was reset by the new one
     assert "messages of this node's own dropped" in group.nodes[str(first)].log_text()
+
+
+class BridgeEtcd:
+    """etcd on the machine's side of a NetLab bridge (``address``), reachable from every host
+    there; same settings as tests/etcd_server.py (10 ms heartbeat: 1 s minimum lease TTL)."""
+
+    def __init__(self, data_dir: Path, address: str) -> None:
+        exe = etcd_binary()
+        assert exe is not None
+        port = 20000 + os.getpid() % 20000
+        self.endpoint = f"{address}:{port}"
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--name=lab",
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls=http://{self.endpoint}",
+                f"--advertise-client-urls=http://{self.endpoint}",
+                f"--listen-peer-urls=http://{address}:{port + 1}",
+                f"--initial-advertise-peer-urls=http://{address}:{port + 1}",
+                f"--initial-cluster=lab=http://{address}:{port + 1}",
+                "--heartbeat-interval=10",
+                "--election-timeout=100",
+                "--logger=zap",
+                "--log-outputs=stderr",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ready = threading.Event()
+
+        def drain() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if "serving client traffic" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not ready.wait(20) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("etcd did not start:\n" + "".join(self.lines[-20:]))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.skipif(netlab.unavailable() is not None, reason=f"netlab: {netlab.unavailable()}")
+async def test_partitioned_leader_rejoins_isr_after_heal(tmp_path: Path) -> None:
+    """Each node in its own network namespace (tests/netlab.py), etcd on the machine. The
+    leader's link is cut while producers publish to it and to the others: a new leader is
+    elected once its lease lapsed; healed, the old leader is reset and re-admitted; every
+    acknowledged message is read from the final leader."""
+    with netlab.NetLab(3) as lab:
+        etcd = BridgeEtcd(tmp_path / "etcd", lab.gateway)
+        group = Nodes(etcd, "partition")  # type: ignore[arg-type]
+        hosts: dict[str, int] = {}
+
+        def start(k: int) -> Nsqd:
+            i = 101 + k
+            d = tmp_path / f"n{i}"
+            d.mkdir(exist_ok=True)
+            addr = lab.address(k)
+            n = Nsqd(
+                [
+                    f"--etcd-endpoints={etcd.endpoint}",
+                    "--etcd-cluster=partition",
+                    f"--node-id={i}",
+                    f"--etcd-lease-ttl={TTL}",
+                    "--replica-timeout=1s",
+                    f"--broadcast-address={addr}",
+                    "--mem-queue-size=0",
+                ],
+                d,
+                cmd=lab.command(k, [sys.executable, "-m", "nsqpy"]),
+                host=addr,
+                https=False,
+            )
+            group.nodes[str(i)] = n
+            hosts[str(i)] = k
+            wait_for(lambda: "REPLICATION: node" in n.log_text(), 15, what=f"node {i} joined")
+            return n
+
+        try:
+            nodes = [start(k) for k in range(3)]
+            create(nodes[0], TOPIC, 3, nodes)
+            old = group.leader(TOPIC)
+            old_id = node_id(group, old)
+            others = [n for n in nodes if n is not old]
+            load = Load(lambda: [n.tcp_address for n in nodes])
+            await load.until(1500)
+            cut = time.monotonic()
+            lab.cut(hosts[str(old_id)])
+            try:
+                new = await asyncio.to_thread(group.leader, TOPIC, others)
+                elected = time.monotonic() - cut
+                at_cut = len(load.acked)
+                await load.until(at_cut + 1000)  # through the other nodes meanwhile
+            finally:
+                lab.heal(hosts[str(old_id)])
+            healed = time.monotonic()
+            await asyncio.to_thread(
+                wait_for,
+                lambda: str(old_id) in set(repl_stats(new, TOPIC)["isr"]),  # type: ignore[index]
+                30,
+                0.05,
+                "the old leader readmitted",
+            )
+            readmitted = time.monotonic() - healed
+            await load.until(len(load.acked) + 500)
+            await load.stop()
+            assert (repl_stats(old, TOPIC) or {}).get("role") == "follower"
+            got = await read_all(new, load.acked)
+            missing = load.acked - got.keys()
+            received = sum(got.values())
+            print(
+                f"\npartition: acknowledged {len(load.acked)} ({at_cut} before the cut), failed "
+                f"batches {load.errors}, missing {len(missing)}, received {received}, duplicates "
+                f"{received - len(got)}, new leader elected {elected:.2f}s after the cut (lease "
+                f"TTL {TTL}s), old leader readmitted {readmitted:.2f}s after healing"
+            )
+            assert not missing
+            assert got.keys() <= load.sent
+        finally:
+            group.stop()
+            etcd.stop()
