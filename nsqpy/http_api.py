@@ -286,9 +286,10 @@ class HTTPAPI:
         return "OK"
 
     def replica_append(self, request: Request) -> Any:
-        """POST /replica/append?topic=&epoch=&first= (nsqpy's own, replication/stream.py):
-        a leader's entries, answered {"next": N} once fsynced; 409 E_STALE_EPOCH / E_GAP N."""
-        from .replication.stream import Gap, StaleEpoch, decode_entries
+        """POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1] (nsqpy's own,
+        replication/stream.py): a leader's entries, answered {"next": N, "last": "E:S"} once
+        fsynced; 409 E_STALE_EPOCH / E_GAP <last>."""
+        from .replication.stream import Gap, StaleEpoch, decode_entries, name_text, parse_name
 
         q = self._query(request)
         name = q.get("topic", "")
@@ -296,19 +297,22 @@ class HTTPAPI:
             raise NsqHTTPError(400, "INVALID_TOPIC")
         try:
             epoch = int(q.get("epoch", ""))
-            first = int(q.get("first", ""))
+            int(q.get("first", ""))
             entries = decode_entries(request.body)
+            prev, reset = q.get("prev"), q.get("reset") == "1"
+            if prev is not None and prev not in ("?", "-"):
+                parse_name(prev)
         except ValueError:
             raise NsqHTTPError(400, "BAD_BODY") from None
         rlog = self.nsqd.replication.replica_log(name)
 
         async def append() -> Any:
             try:
-                return {"next": await rlog.append(epoch, first, entries)}
+                return await rlog.request(epoch, entries, prev, reset)
             except StaleEpoch:
                 raise NsqHTTPError(409, "E_STALE_EPOCH") from None
             except Gap as g:
-                raise NsqHTTPError(409, f"E_GAP {g.expected}") from None
+                raise NsqHTTPError(409, f"E_GAP {name_text(g.last)}") from None
             except OSError as e:
                 log.error("replica log %s: %s", name, e)
                 raise NsqHTTPError(500, "E_APPEND_FAILED") from None

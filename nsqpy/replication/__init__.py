@@ -58,9 +58,10 @@ What the data path does with it (issue 21 §3–§5; node.py says what is not do
 - The leader appends each PUB/MPUB/DPUB and streams it to the followers tagged with its epoch;
   followers refuse records of an older epoch. It answers OK once the ISR has the record durable
   *and* ``may_acknowledge(state)`` is True; a follower lagging past the bound is dropped with
-  ``shrink_isr`` (readmission with ``expand_isr`` once caught up is a later round). A
-  :class:`Fenced` answer means it was deposed: it stops acknowledging (truncating its
-  unacknowledged tail to the new leader's log on rejoining is a later round).
+  ``shrink_isr`` and re-admitted with ``expand_isr`` once caught up, across leader changes too
+  (stream.py "Rejoining"). A :class:`Fenced` answer means it was deposed: it stops
+  acknowledging; rejoining, its own copy of the topic (its unacknowledged tail included) is
+  emptied and its replica log rebuilt from the new leader's history.
 - Producers on a follower are forwarded to ``record.leader``; only the leader registers the
   topic's channels with nsqlookupd.
 """

@@ -17,14 +17,19 @@ waits for the commit (--replica-ack=all-isr) or not (leader). Publishes elsewher
 (forward.py). Only the leader registers the topic and its channels with nsqlookupd
 (:meth:`registers`, read by lookup_peer.LookupPeers).
 
-Failover, this round. A follower elected leader puts every entry of its replica log past the
-log's read position into its topic (:meth:`_promote`): everything the old leader replicated to
-it, whether or not the old leader's channels had delivered it; the count is the topic's
-``promoted`` stat. Channel progress is not replicated yet, so consumers of the old leader see
-those messages again (at-least-once); a deposed leader rejoining starts as a follower with an
-empty tail and is not re-admitted to the ISR. A follower dropped from the ISR during an epoch
-(slow, paused, restarted) catches up from the leader's retained entries and is re-admitted
-(stream.py "Catch-up").
+Failover. A follower elected leader puts every entry of its replica log past the log's read
+position into its topic (:meth:`_promote`): everything the old leader replicated to it, whether
+or not the old leader's channels had delivered it; the count is the topic's ``promoted`` stat.
+What it drained becomes its stream's history (:meth:`_history`), and it links every other
+placement node, in the ISR or not. Rejoining (stream.py "Rejoining"): a node that follows a
+newer epoch (restarted, paused, deposed, or lagging when the leader changed) is probed for the
+name of its last entry and whether its own copy of the topic is dirty (:meth:`_dirty`: it
+holds messages while this node does not lead, left from an earlier leadership); a dirty one is
+reset (:meth:`_reset_topic` empties the topic and its channels, then the replica log starts
+over from the leader's history), a clean one gets what follows its last entry; once caught up
+it is re-admitted to the ISR (:meth:`_expand`). So after any failover, or a rolling restart,
+every placement node becomes an in-sync replica again. Channel progress is not replicated yet,
+so consumers of the old leader see the promoted messages again (at-least-once).
 """
 
 from __future__ import annotations
@@ -42,7 +47,14 @@ from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
 from .records import Keys, NodeInfo, ReplicationError, default_root
 from .session import NodeSession
-from .stream import ENTRY, RECORD_HEADER, LeaderStream, ReplicaLog
+from .stream import (
+    ENTRY,
+    MAX_RETAINED,
+    RECORD_HEADER,
+    LeaderStream,
+    ReplicaLog,
+    entry_name,
+)
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -60,7 +72,7 @@ class TopicRole:
     the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
     leading, ``promoted`` (entries put into the topic at promotions)."""
 
-    __slots__ = ("forwarder", "promoted", "rlog", "role", "state", "stream")
+    __slots__ = ("forwarder", "held", "promoted", "resets", "rlog", "role", "state", "stream")
 
     def __init__(self, state: TopicState) -> None:
         self.state = state
@@ -69,6 +81,10 @@ class TopicRole:
         self.rlog: ReplicaLog | None = None
         self.forwarder: Forwarder | None = None
         self.promoted = 0
+        self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
+        #: The history and entries of the stream this node led last, while no other node
+        #: has led since (it may be elected again: they stay its history then).
+        self.held: list[bytes] = []
 
 
 class Replication:
@@ -253,7 +269,7 @@ class Replication:
             rlog.fence(rec.epoch)
         if rec.leader == self.node_id and rec.leader_lease == session.lease_id:
             if tr.role == LEADER and tr.stream is not None and rec.epoch == old_epoch:
-                tr.stream.set_links(self._followers(tr))
+                tr.stream.set_links(self._followers(tr), self._others(tr))
                 return
             if tr.role == LEADER:
                 self._step_down(tr)
@@ -261,6 +277,8 @@ class Replication:
         else:
             if tr.role == LEADER:
                 self._step_down(tr)
+            if rec.leader != self.node_id:
+                tr.held = []
             tr.role = FOLLOWER if self.node_id in rec.placement else NONE
             t = self.nsqd.topics.get(topic)
             lookup = self.nsqd.lookup
@@ -275,6 +293,11 @@ class Replication:
     def _followers(self, tr: TopicRole) -> list[str]:
         return [n for n in tr.state.record.isr if n != self.node_id]
 
+    def _others(self, tr: TopicRole) -> list[str]:
+        """The placement nodes out of the ISR: linked too, to catch up and rejoin it."""
+        rec = tr.state.record
+        return [n for n in rec.placement if n not in rec.isr and n != self.node_id]
+
     def _lead(self, tr: TopicRole) -> None:
         rec = tr.state.record
         topic = rec.topic
@@ -285,6 +308,7 @@ class Replication:
         existed = topic in self.nsqd.topics
         t = self.nsqd.get_topic(topic)
         self._promote(tr, t)
+        rlog = self.logs.get(topic)
         tr.stream = LeaderStream(
             topic,
             rec.epoch,
@@ -295,7 +319,8 @@ class Replication:
             self.timeout,
             lambda node: self._spawn(self._expand(tr, node)),
         )
-        tr.stream.set_links(self._followers(tr))
+        tr.stream.set_history(self._history(tr, rlog))
+        tr.stream.set_links(self._followers(tr), self._others(tr))
         lookup = self.nsqd.lookup
         if lookup is not None and existed:
             lookup.register_topic(t)
@@ -324,9 +349,22 @@ class Replication:
             tr.promoted += n
             log.info("REPLICATION: topic %s: %d replicated messages put into the topic", t.name, n)
 
+    def _history(self, tr: TopicRole, rlog: ReplicaLog | None) -> list[bytes]:
+        """A new leader's history (stream.py "Rejoining"): what it led last, when no other
+        node led since, then what it drained from its replica log at this promotion."""
+        drained = rlog.take_retained() if rlog is not None else []
+        held, tr.held = tr.held, []
+        if drained and held:
+            first = entry_name(drained[0])
+            held = [e for e in held if entry_name(e) < first]
+        history = held + drained if held else drained
+        return history[-MAX_RETAINED:]
+
     def _step_down(self, tr: TopicRole) -> None:
         if tr.stream is not None:
-            tr.stream.close(False)
+            s = tr.stream
+            tr.held = s.history + s.entries
+            s.close(False)
             tr.stream = None
         was_leader = tr.role == LEADER
         tr.role = NONE
@@ -402,11 +440,54 @@ class Replication:
     def replica_log(self, topic: str) -> ReplicaLog:
         rlog = self.logs.get(topic)
         if rlog is None:
-            rlog = self.logs[topic] = ReplicaLog(topic, self._queue(topic))
+            rlog = self.logs[topic] = ReplicaLog(
+                topic,
+                self._queue(topic),
+                os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"),
+                lambda: self._dirty(topic),
+                lambda epoch: self._reset_topic(topic, epoch),
+            )
             tr = self.topics.get(topic)
             if tr is not None:
                 rlog.fence(tr.state.record.epoch)
         return rlog
+
+    def _dirty(self, topic: str) -> bool:
+        """Does this node's own copy of ``topic`` hold messages while it does not lead it?
+        Only an earlier leadership of this node put them there (a follower's topic gets
+        nothing until it is promoted)."""
+        tr = self.topics.get(topic)
+        t = self.nsqd.topics.get(topic)
+        if t is None or (tr is not None and tr.role == LEADER):
+            return False
+        return bool(
+            t.depth or any(c.depth or c.in_flight or c.deferred for c in list(t.channels.values()))
+        )
+
+    def _reset_topic(self, topic: str, epoch: int) -> bool:
+        """The leader of ``epoch`` resets this node's copy (replica log and topic): empty the
+        topic and its channels (its own old data: every acknowledged message of it is on that
+        leader). False (refused, the leader asks again) unless this node holds the record of
+        that very epoch naming another leader: a reset is destructive, so it never follows a
+        deposed leader that reached this node before the newer record did."""
+        tr = self.topics.get(topic)
+        if tr is None or tr.role == LEADER or tr.state.record.epoch != epoch:
+            return False
+        t = self.nsqd.topics.get(topic)
+        if t is not None:
+            depth = t.depth
+            t.empty()
+            for c in list(t.channels.values()):
+                depth += c.depth + len(c.in_flight) + len(c.deferred)
+                c.empty()
+            log.warning(
+                "REPLICATION: topic %s: %d messages of this node's own dropped (a deposed "
+                "leader's data: the leader's history replaces it)",
+                topic,
+                depth,
+            )
+        tr.resets += 1
+        return True
 
     def _open_existing_log(self, topic: str) -> ReplicaLog | None:
         meta = os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.diskqueue.meta.dat")

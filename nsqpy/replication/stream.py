@@ -1,5 +1,5 @@
-"""The replication stream of one topic: what the leader sends, what a follower keeps
-(issue 21 §3, first slice).
+"""The replication stream of one topic: what the leader sends, what a follower keeps, and how
+a node rejoins after a leader change (issue 21 §3, §5).
 
 Entries. Every message a leader accepts (a PUB, each message of an MPUB, a DPUB) becomes one
 *entry*: ``ENTRY`` = epoch (u32), seq (u64), delay in ms (u32, DPUB's; 0 otherwise), all
@@ -7,11 +7,15 @@ big-endian, then the nsqd message record exactly as message.py lays it out (26-b
 timestamp, attempts, 16-byte ID; then the body). ``seq`` counts entries within one epoch from 0;
 (epoch, seq) names an entry cluster-wide.
 
-Transport: nsqpy-d's own HTTP port, ``POST /replica/append?topic=T&epoch=E&first=S`` with the
-entries as ``[u32 size][entry]*``; the follower answers 200 ``{"next":N}`` (the seq it expects
-next) once the entries are in its replica log *and fsynced*, or 409 ``{"message":"E_STALE_EPOCH"}``
-(it has seen a newer epoch: the sender was deposed) or 409 ``{"message":"E_GAP N"}`` (it
-expects seq N first).
+Transport: nsqpy-d's own HTTP port, ``POST /replica/append?topic=T&epoch=E&first=S&prev=P``
+(``&reset=1`` for a reset) with the entries as ``[u32 size][entry]*``; every entry names itself,
+so one request may carry entries of older epochs (a new leader's history). ``prev`` is the name
+the follower's log must end with (``E:S``), ``-`` (the batch starts the leader's history: it
+goes after whatever the log has) or ``?`` (a probe: nothing appended). The follower answers 200
+``{"next":N,"last":"E:S"}`` (the seq of epoch E it expects next, and the name of its last
+entry; ``"dirty":true|false`` too for a probe) once the entries are in its replica log *and
+fsynced*, or 409 ``{"message":"E_STALE_EPOCH"}`` (it has seen a newer epoch: the sender was
+deposed) or 409 ``{"message":"E_GAP E:S"}`` (its log ends elsewhere: at E:S, ``-`` when empty).
 Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
 acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
 handler's awaitable later without blocking anything else; a follower's answer comes after an
@@ -24,14 +28,50 @@ library as it is, go-diskqueue's format). Its *read* position is what this node 
 own topic: a follower only appends (and fsyncs before it answers: the data file alone, the meta
 file too on --sync-every/--sync-timeout and on a new file); a follower promoted to leader reads
 everything past the read position into its topic (:meth:`ReplicaLog.drain`), so what it
-delivers next is everything it holds that its channels never had. The stream state (the epoch
-seen, the next seq) lives in memory: a restarted follower accepts the next batch of any epoch
-not older than one it saw.
+delivers next is everything it holds that its channels never had. Names only grow along the
+log: an entry whose name is not after the log's last one is skipped (it has it). The name of the
+last entry survives a restart in ``<topic>#replica.last`` (written after the fsync of what it
+names, so it never names an entry that is not durable; a stale one only costs entries sent
+twice, which drain() skips). The newest epoch seen lives in memory: a restarted follower accepts
+the next batch of any epoch not older than its record's.
 
-Leader side (:class:`LeaderStream`): the entries not yet acknowledged by every link, one
-:class:`Link` task per in-sync follower sending whatever is pending in one request, and the
+Leader side (:class:`LeaderStream`): this epoch's entries, kept while a link needs them, one
+:class:`Link` task per other placement node sending whatever is pending in one request, and the
 waiters (one future per publish command, resolved in seq order when every in-sync follower's
 acknowledged seq passes it).
+
+Rejoining (issue 21 §5). A new leader keeps, as its *history*, every entry it drained from its
+replica log at promotion (under their old names, at most MAX_RETAINED; plus what it led last
+when it is elected again with no other leader between). Every other placement node gets a link
+for the whole epoch, whether in the ISR or not; a node that is down or restarting is retried
+with a backoff. A link starts with a probe: the follower answers the name of its last entry and
+whether its own topic is *dirty* (holds messages while it does not lead: only an earlier
+leadership of its own put them there; a follower's topic receives nothing until it is
+promoted). Then:
+
+1. a clean follower is sent what follows its last name: the history entries after it (all of
+   them when its log is empty or older than the history), then this epoch's. An unacknowledged
+   tail it holds beyond the leader's (the old leader sent it more than the new leader got) is
+   left in place: it was published, never acknowledged, and a producer's retry would add the
+   same; with names only growing, what follows is the leader's;
+2. a dirty follower (a deposed leader: its topic holds its own epoch's data, the
+   unacknowledged tail included) is *reset*: out of the ISR first if it is in it, then its
+   node empties that topic and its channels (every acknowledged message of it is on this
+   leader, which was in the ISR that acknowledged it) and its replica log, and it is sent the
+   whole history and this epoch. The node accepts a reset only from the leader named by the
+   record it holds for that very epoch, so a deposed leader that reaches it first cannot
+   wipe it;
+3. once it has everything appended so far, an out-of-ISR follower is waited for again and
+   re-admitted to the ISR (``on_caught_up`` -> Coordinator.expand_isr).
+
+Why a full resync for a dirty follower rather than Kafka's truncation to the divergence point:
+what a deposed leader must drop is in its *topic* (it never wrote its own epoch to its replica
+log), and an emptied topic loses the part of its log already promoted into it too, so the log
+is rebuilt from the leader's history; it is bounded (MAX_RETAINED entries) and only a node
+that led and still holds undelivered messages pays it. A clean follower, the common case
+(a restarted or paused follower, a deposed leader whose consumers had finished everything),
+only gets what follows its last entry. A node that is further behind than this epoch's
+retained entries is given up for the epoch (logged) and stays out of the ISR.
 """
 
 from __future__ import annotations
@@ -42,6 +82,7 @@ import logging
 import os
 import struct
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -60,18 +101,52 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_RETAINED = 1_000_000
 #: Sender backoff after a failed request, seconds.
 RETRY_DELAY = 0.05
+#: Longest wait between failed requests to a follower out of the ISR (down, restarting).
+MAX_BACKOFF = 0.5
 
 
 class StaleEpoch(Exception):
     """A follower has seen a newer epoch than the sender's: the sender is deposed."""
 
 
-class Gap(Exception):
-    """The batch starts past what the follower has: ``expected`` is its next seq."""
+Name = tuple[int, int]
 
-    def __init__(self, expected: int) -> None:
-        super().__init__(f"gap: follower expects seq {expected}")
+
+def entry_name(entry: bytes) -> Name:
+    """An entry's (epoch, seq)."""
+    epoch, seq, _ = ENTRY.unpack_from(entry)
+    return epoch, seq
+
+
+def name_text(name: Name | None) -> str:
+    """A name as the wire spells it: ``"E:S"``, or ``"-"`` for none (an empty log)."""
+    return "-" if name is None else f"{name[0]}:{name[1]}"
+
+
+def parse_name(text: str) -> Name | None:
+    """The inverse of :func:`name_text`. ValueError when malformed."""
+    if text == "-":
+        return None
+    epoch, sep, seq = text.partition(":")
+    if not sep:
+        raise ValueError(f"bad entry name {text!r}")
+    return int(epoch), int(seq)
+
+
+class Gap(Exception):
+    """The batch does not follow what the follower has: ``last`` is the name of its last
+    entry (None: its log is empty or its last name unknown), ``expected`` the seq it expects
+    next in the sender's epoch (0 when its last entry is of an older epoch)."""
+
+    def __init__(self, last: Name | None, expected: int) -> None:
+        super().__init__(f"gap: follower's last entry is {name_text(last)}")
+        self.last = last
         self.expected = expected
+
+
+class NotFollowing(OSError):
+    """A reset was asked of a node that still leads the topic in its own view (its copy of
+    the record is older than the sender's): refused for now, the sender tries again."""
 
 
 def encode_entries(entries: list[bytes]) -> bytes:
@@ -97,42 +172,114 @@ def decode_entries(body: bytes) -> list[bytes]:
     return out
 
 
-class ReplicaLog:
-    """A follower's copy of one topic's stream: the DiskQueue ``<topic>.replica`` made by
-    ``open_queue(name)`` (Storage.new_backend's sizes plus the entry header). ``epoch`` and
-    ``next_seq`` are the stream position (0, -1 until the first batch); ``min_epoch`` the
-    oldest epoch still accepted (raised by :meth:`fence` when this node learns of a newer
-    record, so a deposed leader's late appends are refused even before the new leader sent
-    anything)."""
+_LAST_SIZE = 32  # the ``.last`` file: "E:S" padded with spaces, rewritten in place
 
-    def __init__(self, topic: str, dq: DiskQueue) -> None:
+
+class ReplicaLog:
+    """A follower's copy of one topic's stream: the DiskQueue ``<topic>#replica`` made by
+    ``open_queue(name)`` (Storage.new_backend's sizes plus the entry header).
+
+    ``last`` is the name of the last entry appended (None: none, or unknown), kept across
+    restarts in ``last_path`` (``<topic>#replica.last``; written after the fsync of the data
+    it names, never fsynced itself: a stale one names an older entry, which only makes the
+    leader send some entries again, skipped by :meth:`drain`). ``epoch`` is the newest sender
+    epoch seen, ``min_epoch`` the oldest epoch still accepted (raised by :meth:`fence` when
+    this node learns of a newer record, so a deposed leader's late appends are refused even
+    before the new leader sent anything). ``dirty()`` says whether this node's own topic
+    still holds messages (from an earlier leadership of its own); ``on_reset()`` empties that
+    topic for a leader of the given epoch and returns False when it cannot (this node does not
+    know that epoch's record yet, or still leads in its own view)."""
+
+    def __init__(
+        self,
+        topic: str,
+        dq: DiskQueue,
+        last_path: str | None = None,
+        dirty: Callable[[], bool] | None = None,
+        on_reset: Callable[[int], bool] | None = None,
+    ) -> None:
         self.topic = topic
         self.dq = dq
         self.epoch = 0
-        self.next_seq = -1
         self.appended = 0
+        self.resets = 0
         self.min_epoch = 0
         self.lock = asyncio.Lock()
+        self.dirty = dirty
+        self.on_reset = on_reset
+        #: Entries taken out by drain() at the last promotion (the new leader's history).
+        self.retained: deque[bytes] = deque(maxlen=MAX_RETAINED)
         self._data_fd = -1  # read-only fd of the write file, for the data-only fsync
         self._data_num = -1  # its file number (-1: none yet: the next sync is a full one)
+        self.last: Name | None = None
+        self._last_fd = -1
+        if last_path is not None:
+            self._last_fd = os.open(last_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                self.last = parse_name(os.pread(self._last_fd, _LAST_SIZE, 0).decode().strip())
+            except (ValueError, UnicodeDecodeError):
+                self.last = None  # absent or torn: unknown, the leader sends everything
+
+    @property
+    def next_seq(self) -> int:
+        """The seq expected next in the newest sender epoch seen (0 when none of it is here)."""
+        last = self.last
+        return last[1] + 1 if last is not None and last[0] == self.epoch else 0
 
     def fence(self, epoch: int) -> None:
         """Refuse appends of epochs older than ``epoch`` from now on."""
         self.min_epoch = max(self.min_epoch, epoch)
 
-    async def append(self, epoch: int, first: int, entries: list[bytes]) -> int:
-        """Append the entries of ``epoch`` starting at seq ``first`` (those this log has
-        already are skipped), fsync, and return the next seq expected. StaleEpoch, Gap,
-        OSError."""
+    async def request(
+        self, epoch: int, entries: list[bytes], prev: str | None, reset: bool = False
+    ) -> dict[str, Any]:
+        """One ``/replica/append`` request: :meth:`append`, then the answer
+        ``{"next": N, "last": "E:S"}`` (with ``"dirty"`` for a probe, ``prev="?"``)."""
+        await self.append(epoch, 0, entries, prev, reset)
+        answer: dict[str, Any] = {"next": self.next_seq, "last": name_text(self.last)}
+        if prev == "?":
+            answer["dirty"] = bool(self.dirty is not None and self.dirty())
+        return answer
+
+    async def append(
+        self,
+        epoch: int,
+        first: int,
+        entries: list[bytes],
+        prev: str | None = None,
+        reset: bool = False,
+    ) -> int:
+        """Append the entries a leader of ``epoch`` sent (each names itself; those not after
+        :attr:`last` are skipped: this log has them), fsync, and return :attr:`next_seq`.
+
+        ``prev``: ``"?"`` a probe (nothing appended); ``"-"`` the batch starts the leader's
+        history, to go after whatever this log has; ``"E:S"`` the name this log must end with
+        (Gap otherwise); None (no chain check) only refuses a batch starting past the next seq
+        of the epoch this log ends in. ``reset``: first empty this node's topic (on_reset) and
+        this log (the leader found the topic dirty: a deposed leader's own data, its
+        unacknowledged tail included, gives way to the leader's history). ``first`` is the
+        sender's seq of the batch, informational. StaleEpoch, Gap, NotFollowing, OSError."""
         async with self.lock:
             if epoch < self.epoch or epoch < self.min_epoch:
                 raise StaleEpoch()
-            if epoch > self.epoch or self.next_seq < 0:
-                self.epoch = epoch
-                self.next_seq = first
-            if first > self.next_seq:
-                raise Gap(self.next_seq)
-            fresh = entries[self.next_seq - first :]
+            self.epoch = epoch
+            if prev == "?":
+                return self.next_seq
+            if reset:
+                self._reset(epoch)
+            last = self.last
+            if prev is None:
+                if entries and last is not None:
+                    head = entry_name(entries[0])
+                    if head[0] == last[0] and head[1] > last[1] + 1:
+                        raise Gap(last, self.next_seq)
+            elif prev != "-" and parse_name(prev) != last:
+                raise Gap(last, self.next_seq)
+            i, n = 0, len(entries)
+            if last is not None:
+                while i < n and entry_name(entries[i]) <= last:
+                    i += 1
+            fresh = entries[i:] if i else entries
             if fresh:
                 dq = self.dq
                 dq.put_many(fresh)
@@ -144,9 +291,24 @@ class ReplicaLog:
                 else:
                     dq.flush()
                     await loop.run_in_executor(None, os.fsync, self._data_fd)
-                self.next_seq += len(fresh)
+                self.last = entry_name(fresh[-1])
+                self._write_last()
                 self.appended += len(fresh)
             return self.next_seq
+
+    def _reset(self, epoch: int) -> None:
+        if self.on_reset is not None and not self.on_reset(epoch):
+            raise NotFollowing(f"topic {self.topic}: still leading here, not reset")
+        log.warning("topic %s: replica log reset to the leader's history", self.topic)
+        self.dq.empty()
+        self._close_data()
+        self.last = None
+        self._write_last()
+        self.resets += 1
+
+    def _write_last(self) -> None:
+        if self._last_fd >= 0:
+            os.pwrite(self._last_fd, name_text(self.last).encode().ljust(_LAST_SIZE), 0)
 
     def _reopen_data(self) -> None:
         """Keep a read-only fd on the write file: fsync through any fd of a file makes its
@@ -167,26 +329,66 @@ class ReplicaLog:
 
     def drain(self, limit: int = 1024) -> list[tuple[int, bytes]]:
         """Consume up to ``limit`` entries not yet put into this node's topic:
-        [(delay_ms, record)], [] when none is left."""
-        _, raw = self.dq.read_many(limit)
+        [(delay_ms, record)], [] when none is left. An entry whose name is not after the one
+        drained before it (sent twice after a stale ``.last``) is skipped. Every entry
+        returned is also kept in :attr:`retained` (the newest MAX_RETAINED)."""
+        out: list[tuple[int, bytes]] = []
         hs = ENTRY.size
         unpack = ENTRY.unpack_from
-        return [(unpack(e)[2], e[hs:]) for e in raw]
+        keep = self.retained
+        while not out:
+            _, raw = self.dq.read_many(limit)
+            if not raw:
+                break
+            top = entry_name(keep[-1]) if keep else (-1, -1)
+            for e in raw:
+                epoch, seq, delay = unpack(e)
+                if (epoch, seq) <= top:
+                    continue
+                top = (epoch, seq)
+                keep.append(e)
+                out.append((delay, e[hs:]))
+        return out
+
+    def take_retained(self) -> list[bytes]:
+        """The entries drained since the last call, in order (then forgotten here)."""
+        out = list(self.retained)
+        self.retained.clear()
+        return out
 
     def sync_job(self) -> Callable[[], None]:
         return self.dq.prepare_sync()
 
     def close(self) -> None:
         self._close_data()
+        if self._last_fd >= 0:
+            os.close(self._last_fd)
+            self._last_fd = -1
         self.dq.close()
 
 
 class Link:
-    """The leader's sender to one follower: ``node_id``, ``acked`` (the
-    seq it expects next: everything below is durable there), ``behind_since`` (monotonic
-    seconds since when it has had entries pending without acknowledging, 0 when caught up)."""
+    """The leader's sender to one follower: ``node_id``, ``acked`` (the seq of this epoch it
+    expects next: everything below is durable there; 0 while it is still given the history
+    before this epoch), ``behind_since`` (monotonic seconds since when it has had entries
+    pending without acknowledging, 0 when caught up), ``last`` (the name of the follower's
+    last entry, as it last answered), ``probed`` (``last`` is known: a probe or an append
+    answered since the link started or last failed), ``reset`` (it answered its topic dirty:
+    its next request empties its topic and log)."""
 
-    __slots__ = ("acked", "behind_since", "in_isr", "node_id", "refused", "task", "wake")
+    __slots__ = (
+        "acked",
+        "backoff",
+        "behind_since",
+        "in_isr",
+        "last",
+        "node_id",
+        "probed",
+        "refused",
+        "reset",
+        "task",
+        "wake",
+    )
 
     def __init__(self, node_id: str, acked: int) -> None:
         self.node_id = node_id
@@ -196,6 +398,10 @@ class Link:
         self.refused = False
         self.acked = acked
         self.behind_since = 0.0
+        self.last: Name | None = None
+        self.probed = False
+        self.reset = False
+        self.backoff = RETRY_DELAY
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -209,13 +415,16 @@ class LeaderStream:
     ``on_lagging(node_id)`` is called (once per lag) for a link that acknowledged nothing for
     ``timeout`` seconds while entries were pending.
 
-    Catch-up: a follower dropped from the ISR keeps its link, no longer waited for, and the
-    entries from its acknowledged seq on are kept (at most ``MAX_RETAINED``; past that it is
-    given up). Once it has everything appended so far, the link counts again at once (so no
-    publish is acknowledged without it from then on) and ``on_caught_up(node_id)`` is called,
-    which re-admits it to the ISR in etcd (Coordinator.expand_isr). A follower is complete for
-    earlier epochs (it was in the ISR when this epoch began), so this epoch's tail is all it
-    can miss."""
+    Catch-up (see the module docstring, "Rejoining"): every other placement node gets a link
+    for the whole epoch, waited for only while it is in the ISR. A link first probes the
+    follower for the name of its last entry and whether its topic is dirty, then sends what
+    follows that name in this leader's history: :attr:`history` (the entries it drained from
+    its replica log at promotion, under their old names, at most ``MAX_RETAINED``), then this
+    epoch's entries, which are kept for every out-of-ISR link (at most ``MAX_RETAINED``
+    behind; past that it is given up for this epoch). Once an out-of-ISR follower has
+    everything appended so far, the link counts again at once (so no publish is acknowledged
+    without it from then on) and ``on_caught_up(node_id)`` is called, which re-admits it to
+    the ISR in etcd (Coordinator.expand_isr)."""
 
     def __init__(
         self,
@@ -243,31 +452,43 @@ class LeaderStream:
         self.waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
         self.committed = 0
         self.closed = False
+        self.history: list[bytes] = []  # set_history
+        self.given_up: set[str] = set()  # out-of-ISR nodes this epoch can no longer serve
 
     # ------------------------------------------------------------ links
 
-    def set_links(self, followers: list[str]) -> None:
-        """The in-sync followers now (node ids): start links for new ones (from the oldest
-        entry kept); the others are kept for catch-up, or stopped when they refused this
-        epoch or catch-up is off; then re-check the waiters."""
+    def set_history(self, entries: list[bytes]) -> None:
+        """The entries before this epoch that this leader holds (drained from its replica log
+        at promotion, oldest first, names increasing): sent to a follower after its last."""
+        self.history = entries
+
+    def set_links(self, followers: list[str], others: list[str] | None = None) -> None:
+        """``followers``: the in-sync followers now; ``others``: the other placement nodes
+        (node ids). Every one of them has a link (new ones start with a probe); those out of
+        the ISR are not waited for (catch-up), and are stopped instead when they refused this
+        epoch, were given up, or catch-up is off; then re-check the waiters."""
+        catch_up = self.on_caught_up is not None
+        wanted = set(followers)
+        if catch_up:
+            wanted.update(n for n in others or () if n not in self.given_up)
         for node_id, link in list(self.links.items()):
             if node_id not in followers:
-                if link.refused or self.on_caught_up is None:
+                if link.refused or node_id not in wanted:
                     self._stop_link(self.links.pop(node_id))
                 else:
                     link.in_isr = False
-        for node_id in followers:
+        for node_id in [*followers, *(n for n in wanted if n not in followers)]:
             link_now = self.links.get(node_id)
             if link_now is not None:
-                link_now.in_isr = True
+                if node_id in followers:
+                    link_now.in_isr = True
             else:
                 link = Link(node_id, self.base)
+                link.in_isr = node_id in followers
                 link.task = asyncio.get_running_loop().create_task(
                     self._send_loop(link), name=f"replicate-{self.topic}-{node_id}"
                 )
                 self.links[node_id] = link
-                if self.entries:
-                    link.wake.set()
         self._advance()
 
     def _stop_link(self, link: Link) -> None:
@@ -343,41 +564,77 @@ class LeaderStream:
 
     # ------------------------------------------------------------ one link
 
+    def _batch(self, link: Link) -> list[bytes] | None:
+        """What ``link`` needs next (at most MAX_REQUEST_BYTES): the history entries after its
+        follower's last name, else this epoch's entries after it; [] when it has everything,
+        None when what it needs is no longer kept."""
+        last = link.last
+        if last is not None and last[0] >= self.epoch:
+            start = min(last[1] + 1, self.next_seq) if last[0] == self.epoch else self.next_seq
+        else:
+            hist = self.history
+            i = 0 if last is None else bisect_right(hist, last, key=entry_name)
+            if i < len(hist):
+                return _take(hist, i)
+            start = 0
+        if start < self.base:
+            return None
+        return _take(self.entries, start - self.base)
+
+    def _acked_of(self, last: Name | None) -> int:
+        if last is None or last[0] < self.epoch:
+            return 0
+        return min(last[1] + 1, self.next_seq) if last[0] == self.epoch else self.next_seq
+
     async def _send_loop(self, link: Link) -> None:
         lagging_reported = False
+        node = link.node_id
         while not self.closed:
-            if link.acked >= self.next_seq:
-                link.behind_since = 0.0
-                lagging_reported = False
-                if not link.in_isr and self.on_caught_up is not None:
-                    link.in_isr = True
-                    self.on_caught_up(link.node_id)
-                    self._advance()
-                link.wake.clear()
-                await link.wake.wait()
+            if link.reset and link.in_isr:
+                # a dirty follower still in the ISR: out of it first (so it is never elected
+                # while its log is being replaced), then reset
+                if not lagging_reported:
+                    lagging_reported = True
+                    self.on_lagging(node)
+                await asyncio.sleep(RETRY_DELAY)
                 continue
-            now = time.monotonic()
-            if not link.behind_since:
-                link.behind_since = now
-            start = link.acked - self.base
-            if start < 0:  # entries it needs are gone (cannot happen while it is a link)
-                self.on_lagging(link.node_id)
-                return
-            batch: list[bytes] = []
-            size = 0
-            for e in self.entries[start:]:
-                if batch and size + len(e) > MAX_REQUEST_BYTES:
-                    break
-                batch.append(e)
-                size += len(e) + 4
-            params = {"topic": self.topic, "epoch": str(self.epoch), "first": str(link.acked)}
-            address = self.address_of(link.node_id)
+            batch: list[bytes] | None = []
+            params = {"topic": self.topic, "epoch": str(self.epoch), "first": "0"}
+            if not link.probed:
+                params["prev"] = "?"
+            else:
+                if link.reset:
+                    link.last = None
+                    params["reset"] = "1"
+                batch = self._batch(link)
+                if batch is None:
+                    log.warning("topic %s: %s is too far behind to catch up", self.topic, node)
+                    self.given_up.add(node)
+                    self.links.pop(node, None)
+                    self.on_lagging(node)
+                    self._advance()
+                    return
+                if not batch and not link.reset:
+                    link.behind_since = 0.0
+                    lagging_reported = False
+                    if not link.in_isr and self.on_caught_up is not None:
+                        link.in_isr = True  # waited for from now on, before etcd says so
+                        self.on_caught_up(node)
+                        self._advance()
+                    link.wake.clear()
+                    await link.wake.wait()
+                    continue
+                params["prev"] = "-" if link.reset else name_text(link.last)
+                params["first"] = str(link.acked)
+                if not link.behind_since:
+                    link.behind_since = time.monotonic()
+            address = self.address_of(node)
             url = f"http://{address}/replica/append"
             try:
                 if not address:
-                    raise OSError(f"no address for node {link.node_id}")
+                    raise OSError(f"no address for node {node}")
                 async with self.http.post(
-                    url, params=params, data=encode_entries(batch), timeout=self.timeout
+                    url, params=params, data=encode_entries(batch or []), timeout=self.timeout
                 ) as resp:
                     text = await resp.read()
                     answer = json.loads(text) if text else {}
@@ -386,38 +643,60 @@ class LeaderStream:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure: retried, then lagging
                 status, answer = -1, {"message": repr(exc)}
+            message = str(answer.get("message", ""))
             if status == 200:
-                link.acked = max(link.acked, int(answer.get("next", link.acked)))
-                link.behind_since = time.monotonic() if link.acked < self.next_seq else 0.0
-                if not link.in_isr and link.acked >= self.next_seq and self.on_caught_up:
-                    link.in_isr = True  # waited for from now on, before etcd says so
-                    self.on_caught_up(link.node_id)
+                link.backoff = RETRY_DELAY
+                link.last = parse_name(str(answer.get("last", "-")))
+                if not link.probed:
+                    link.probed = True
+                    link.reset = bool(answer.get("dirty"))
+                    if link.reset:
+                        log.info(
+                            "topic %s: %s holds data of its own: resetting it", self.topic, node
+                        )
+                elif "reset" in params:
+                    link.reset = False
+                link.acked = self._acked_of(link.last)
+                if link.acked >= self.next_seq and not self._batch(link):
+                    link.behind_since = 0.0
+                elif batch:
+                    link.behind_since = time.monotonic()
                 self._advance()
                 continue
-            if status == 409 and answer.get("message") == "E_STALE_EPOCH":
+            if status == 409 and message == "E_STALE_EPOCH":
                 link.refused = True
-                log.warning(
-                    "topic %s: %s has a newer epoch than %d", self.topic, link.node_id, self.epoch
-                )
-                self.on_lagging(link.node_id)
+                log.warning("topic %s: %s has a newer epoch than %d", self.topic, node, self.epoch)
+                self.on_lagging(node)
                 return
-            message = str(answer.get("message", ""))
             if status == 409 and message.startswith("E_GAP "):
-                expected = int(message[6:])
-                if expected >= self.base:
-                    link.acked = expected
-                    continue
+                link.last = parse_name(message[6:])  # where the follower really is
+                link.acked = self._acked_of(link.last)
+                continue
+            link.probed = False  # it may have restarted: ask again where it is
             if (
-                not lagging_reported
+                link.in_isr
+                and not lagging_reported
                 and link.behind_since
                 and time.monotonic() - link.behind_since >= self.timeout
             ):
                 log.warning(
-                    "topic %s: follower %s lags (%s): leaving the ISR",
-                    self.topic,
-                    link.node_id,
-                    answer.get("message"),
+                    "topic %s: follower %s lags (%s): leaving the ISR", self.topic, node, message
                 )
                 lagging_reported = True
-                self.on_lagging(link.node_id)
-            await asyncio.sleep(RETRY_DELAY)
+                self.on_lagging(node)
+            await asyncio.sleep(link.backoff)
+            if not link.in_isr:
+                link.backoff = min(link.backoff * 2, MAX_BACKOFF)
+
+
+def _take(entries: list[bytes], start: int) -> list[bytes]:
+    """Entries from ``start`` on, at most MAX_REQUEST_BYTES of them (one at least)."""
+    batch: list[bytes] = []
+    size = 0
+    for j in range(start, len(entries)):
+        e = entries[j]
+        if batch and size + len(e) > MAX_REQUEST_BYTES:
+            break
+        batch.append(e)
+        size += len(e) + 4
+    return batch
