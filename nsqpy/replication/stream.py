@@ -32,6 +32,19 @@ Leader side (:class:`LeaderStream`): the entries not yet acknowledged by every l
 :class:`Link` task per in-sync follower sending whatever is pending in one request, and the
 waiters (one future per publish command, resolved in seq order when every in-sync follower's
 acknowledged seq passes it).
+
+High watermark (--replica-ack=all-isr). The leader does not put a publish into its topic when
+it accepts it: the stream keeps the records of the entries not yet committed (one
+``(first seq, end seq, records, delay)`` tuple per publish command, not per message), and each
+time the commit point advances (:meth:`LeaderStream._advance`, once per acknowledgement round)
+the records it passed go to ``on_commit(plain, deferred)`` in seq order: one put_many for the
+plain ones, a put_deferred per DPUB, then one flush. So a channel never holds a message the ISR
+does not have, and a failover cannot take back a delivered message. Records committed while
+acknowledging is not allowed (lease uncertain, ISR below --min-isr: their publishers get
+E_PUB_FAILED) are dropped, as are the uncommitted ones when the stream closes: a refused
+publish is never delivered by this leader (a later leader may deliver it from its replica log,
+as a producer's retry would). With --replica-ack=leader (no ``on_commit``) the watermark is the
+local append: the caller puts the records into the topic at once.
 """
 
 from __future__ import annotations
@@ -44,7 +57,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..diskqueue import DiskQueue
 
@@ -60,6 +73,10 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_RETAINED = 1_000_000
 #: Sender backoff after a failed request, seconds.
 RETRY_DELAY = 0.05
+
+#: What a committed advance hands over: the plain records (seq order) and the DPUB ones with
+#: their delay in ms; returns False when they could not be put (their publishers are refused).
+OnCommit: TypeAlias = Callable[[list[bytes], list[tuple[bytes, int]]], bool]
 
 
 class StaleEpoch(Exception):
@@ -215,7 +232,11 @@ class LeaderStream:
     publish is acknowledged without it from then on) and ``on_caught_up(node_id)`` is called,
     which re-admits it to the ISR in etcd (Coordinator.expand_isr). A follower is complete for
     earlier epochs (it was in the ISR when this epoch began), so this epoch's tail is all it
-    can miss."""
+    can miss.
+
+    ``on_commit``: the high watermark (module docstring); None when the caller delivers at the
+    local append. ``dropped`` counts the records it never handed over (refused, or uncommitted
+    when the stream closed)."""
 
     def __init__(
         self,
@@ -227,6 +248,7 @@ class LeaderStream:
         on_lagging: Callable[[str], None],
         timeout: float,
         on_caught_up: Callable[[str], None] | None = None,
+        on_commit: OnCommit | None = None,
     ) -> None:
         self.topic = topic
         self.epoch = epoch
@@ -243,6 +265,10 @@ class LeaderStream:
         self.waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
         self.committed = 0
         self.closed = False
+        self.on_commit = on_commit
+        #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
+        self.pending: deque[tuple[int, int, list[bytes], int]] = deque()
+        self.dropped = 0
 
     # ------------------------------------------------------------ links
 
@@ -281,6 +307,8 @@ class LeaderStream:
         for link in self.links.values():
             self._stop_link(link)
         self.links.clear()
+        self.dropped += sum(end - first for first, end, _, _ in self.pending)
+        self.pending.clear()
         while self.waiters:
             _, fut = self.waiters.popleft()
             if not fut.done():
@@ -298,6 +326,8 @@ class LeaderStream:
         for r in records:
             entries.append(head(epoch, seq, delay_ms) + r)
             seq += 1
+        if self.on_commit is not None and records:
+            self.pending.append((self.next_seq, seq, records, delay_ms))
         self.next_seq = seq
         for link in self.links.values():
             link.wake.set()
@@ -320,8 +350,13 @@ class LeaderStream:
         committed = min((lk.acked for lk in links if lk.in_isr), default=self.next_seq)
         self.committed = committed
         waiters = self.waiters
+        pending = self.pending
+        ok: bool | None = None
+        if pending and pending[0][0] < committed:
+            ok = self._hand_over(committed, self.allowed())
         if waiters and waiters[0][0] <= committed:
-            ok = self.allowed()
+            if ok is None:
+                ok = self.allowed()
             while waiters and waiters[0][0] <= committed:
                 _, fut = waiters.popleft()
                 if not fut.done():
@@ -340,6 +375,31 @@ class LeaderStream:
         if drop > 0:
             del self.entries[:drop]
             self.base = keep
+
+    def _hand_over(self, committed: int, ok: bool) -> bool:
+        """The pending records below ``committed`` go to on_commit (``ok``) or are dropped;
+        returns whether their publishers may be acknowledged."""
+        pending = self.pending
+        plain: list[bytes] = []
+        deferred: list[tuple[bytes, int]] = []
+        while pending and pending[0][0] < committed:
+            first, end, records, delay = pending[0]
+            if end <= committed:
+                pending.popleft()
+            else:  # an MPUB split across append requests: the committed part only
+                cut = committed - first
+                pending[0] = (committed, end, records[cut:], delay)
+                records = records[:cut]
+            if delay:
+                deferred.extend((r, delay) for r in records)
+            elif plain:
+                plain.extend(records)
+            else:
+                plain = list(records)
+        if ok and self.on_commit is not None and self.on_commit(plain, deferred):
+            return True
+        self.dropped += len(plain) + len(deferred)
+        return False
 
     # ------------------------------------------------------------ one link
 

@@ -212,9 +212,12 @@ async def test_replicated_publish_refused_below_min_isr(cluster: Nodes) -> None:
     p = Producer(leader.tcp_address)
     await p.publish("mi", b"again")
     await p.stop()
-    # "first", "ok", "again", and "refused": a refused publish may still be delivered (it is
-    # in the leader's topic and stream; the producer was told it failed, and would retry)
+    # the follower's log has "first", "ok", "again", and "refused" (streamed before it was
+    # refused: a later leader may deliver it, as a producer's retry would); the leader's topic
+    # never had "refused" (the high watermark: refused when it was committed)
     assert repl_stats(stopped, "mi")["replica_log_depth"] == 4  # type: ignore[index]
+    assert topic_stats(leader, "mi")["message_count"] == 3
+    assert repl_stats(leader, "mi")["undelivered"] == 1  # type: ignore[index]
 
 
 @pytest.mark.asyncio
