@@ -337,9 +337,10 @@ class Channel(ChannelStore):
             return None
         if len(self._queue) + len(ahead) + len(self.in_flight) + len(self.deferred) > limit:
             return None
-        ids = [*self.in_flight, *self.deferred]
-        ids += map(record_id, self._queue)
-        ids += map(record_id, ahead)
+        ids: list[bytes] = list(self.in_flight)
+        ids.extend(self.deferred)
+        ids.extend(map(record_id, self._queue))
+        ids.extend(map(record_id, ahead))
         return ids
 
     # ---------------------------------------------------------------- admin

@@ -13,7 +13,7 @@ Roles. For each topic record, this node is ``leader`` (the record names it under
 lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream (stream.py)
 per epoch with a link to every other ISR member; a follower keeps a ReplicaLog; both open the
 local topic. Publishes on a leader go into the stream; with --replica-ack=all-isr they go into
-the topic once committed (the high watermark, stream.py: :meth:`_deliver`) and the answer waits
+the topic once committed (the high watermark of stream.py, :meth:`_deliver`) and the answer waits
 for the commit; with ``leader`` they go into the topic at once, as for R=1. Publishes elsewhere
 are forwarded (forward.py). Only the leader registers the topic and its channels with nsqlookupd
 (:meth:`registers`, read by lookup_peer.LookupPeers).
