@@ -329,9 +329,11 @@ class LeaderStream:
         if self.on_commit is not None and records:
             self.pending.append((self.next_seq, seq, records, delay_ms))
         self.next_seq = seq
+        waited = False
         for link in self.links.values():
             link.wake.set()
-        if not self.links:
+            waited = waited or link.in_isr
+        if not waited:  # no in-sync follower (only catching-up ones, or none): committed now
             self._advance()
         return seq
 

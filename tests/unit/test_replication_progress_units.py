@@ -212,3 +212,20 @@ async def test_leader_stream_hands_committed_records_over_in_seq_order() -> None
     s.close()
     assert s.dropped == 3 and len(got) == 2
     await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_leader_stream_commits_at_once_when_only_catching_up_links_are_left() -> None:
+    got: list[list[bytes]] = []
+
+    def on_commit(plain: list[bytes], deferred: list[tuple[bytes, int]]) -> bool:
+        got.append(plain)
+        return True
+
+    s = LeaderStream("t", 1, None, lambda n: "", lambda: True, lambda n: None, 1.0, None, on_commit)
+    link = s.links["f"] = Link("f", 0)
+    link.in_isr = False  # out of the ISR, catching up: not waited for
+    w = s.commit_waiter(s.append([rec(0)]))
+    assert got == [[rec(0)]] and w.result() is True
+    assert s.entries  # kept for the catching-up follower
+    s.close()
