@@ -9,9 +9,10 @@ the stream order is the ID order. The leader keeps ``high``: per minting node id
 every replica-log entry it went through). A channel's progress is a snapshot of the IDs it
 still holds (Channel.held_ids: queued, read ahead, in flight, deferred) taken in the same
 event-loop step as ``high``; then an ID ``g`` of node ``n`` was finished in that channel iff
-``g <= high[n]`` and ``g`` is not held. Past ``MAX_LIVE`` held IDs only the per-node lowest
-held ID (the *floor*) is sent: ``g`` was finished iff ``g <= high[n]`` and ``g < floor[n]``
-(no floor for ``n``: nothing of ``n`` is held). A channel with messages on disk not yet read
+``g <= high[n]`` and ``g`` is not held. Past ``MAX_LIVE`` held IDs (for every channel: past
+``MAX_ROUND_BYTES`` for the round) only the per-node lowest held ID (the *floor*) is sent:
+``g`` was finished iff ``g <= high[n]`` and ``g < floor[n]`` (no floor for ``n``: nothing of
+``n`` is held). A channel with messages on disk not yet read
 (or more than ``MAX_HELD``) cannot be enumerated: it is sent as unknown, and the follower keeps
 what it had for it. A topic that holds messages itself (no channel yet, paused, starting, a
 backlog being moved to its channels) sends no round: those messages are in no channel yet.
@@ -62,6 +63,9 @@ INTERVAL = 1.0
 MAX_LIVE = 16_384
 #: Most held messages a channel's snapshot walks through; past it the channel is unknown.
 MAX_HELD = 100_000
+#: Largest round body sent with the held IDs (the follower takes up to stream.py's
+#: MAX_REQUEST_BYTES plus --max-msg-size); past it every channel sends its floors only.
+MAX_ROUND_BYTES = 4 * 1024 * 1024
 #: The side file's name after the topic's ('#' as in the replica log's "<topic>#replica").
 FILE_SUFFIX = "#replica.progress"
 
@@ -240,6 +244,11 @@ class Rounds:
         if channels is None or not targets:
             return
         body = encode_round(stream.epoch, tr.high, channels)
+        if len(body) > MAX_ROUND_BYTES:  # many channels: floors only (the follower's limit)
+            for entry in channels.values():
+                if entry is not None:
+                    entry["live"] = None
+            body = encode_round(stream.epoch, tr.high, channels)
         answers = await asyncio.gather(
             *(self._send(name, stream.epoch, node, body) for node in targets)
         )
