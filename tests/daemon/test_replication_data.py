@@ -413,7 +413,8 @@ async def _leader_kill9(
     failover = first_ack_after_kill[0] - killed_at[0] if first_ack_after_kill else -1.0
     print(
         f"\nacknowledged {len(acked)} in {elapsed:.1f}s, missing {len(missing)}, received "
-        f"{received}, duplicates {dups}, promoted {r['promoted']}, "
+        f"{received}, duplicates {dups}, promoted {r['promoted']} (redelivered "
+        f"{r['redelivered']}: the channel was made after the failover), "
         f"failover {failover:.2f}s (lease TTL {TTL}s), new leader {r['leader']}"
     )
     assert not missing
