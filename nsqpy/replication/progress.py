@@ -4,16 +4,17 @@ finished, kept by the followers, so that a new leader redelivers only what may b
 Which messages count as finished. Message IDs are nsqd's snowflake GUIDs (guid.py): one node's
 IDs strictly increase, and a leader makes every record of its stream itself (nsqd.new_records /
 new_record, then LeaderStream.append in the same synchronous call), so within one node's IDs
-the stream order is the ID order. The leader keeps ``high``: per minting node id (the GUID's
-10 node bits), the highest ID it has put into its topic (committed records; at a promotion,
-every replica-log entry it went through). A channel's progress is a snapshot of the IDs it
-still holds (Channel.held_ids: queued, read ahead, in flight, deferred) taken in the same
-event-loop step as ``high``; then an ID ``g`` of node ``n`` was finished in that channel iff
-``g <= high[n]`` and ``g`` is not held. Past ``MAX_LIVE`` held IDs (for every channel: past
-``MAX_ROUND_BYTES`` for the round) only the per-node lowest held ID (the *floor*) is sent:
-``g`` was finished iff ``g <= high[n]`` and ``g < floor[n]`` (no floor for ``n``: nothing of
-``n`` is held). A channel with messages on disk not yet read
-(or more than ``MAX_HELD``) cannot be enumerated: it is sent as unknown, and the follower keeps
+the stream order is the ID order (assumed across a node's restarts too: its clock does not go
+back past IDs it made before, which nsqd's IDs need anyway to stay unique). The leader keeps
+``high``: per minting node id (the GUID's 10 node bits), the highest ID it has put into its
+topic (committed records; at a promotion, every replica-log entry it went through). A channel's
+progress is a snapshot of the IDs it still holds (Channel.held_ids: queued, read ahead, in
+flight, deferred) taken in the same event-loop step as ``high``; then an ID ``g`` of node ``n``
+was finished in that channel iff ``g <= high[n]`` and ``g`` is not held. Past ``MAX_LIVE`` held
+IDs (for every channel: past ``MAX_ROUND_BYTES`` for the round) only the per-node lowest held
+ID (the *floor*) is sent: ``g`` was finished iff ``g <= high[n]`` and ``g < floor[n]`` (no
+floor for ``n``: nothing of ``n`` is held). A channel with messages on disk not yet read (or
+more than ``MAX_HELD``) cannot be enumerated: it is sent as unknown, and the follower keeps
 what it had for it. A topic that holds messages itself (no channel yet, paused, starting, a
 backlog being moved to its channels) sends no round: those messages are in no channel yet.
 
