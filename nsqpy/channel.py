@@ -326,6 +326,23 @@ class Channel(ChannelStore):
             return "disk", hit[0], hit[1]
         return self.locate_queued(msg_id)
 
+    def held_ids(self, limit: int) -> list[bytes] | None:
+        """The IDs (16-byte wire form, in no order) of every message this channel holds:
+        queued in memory or read ahead, in flight, deferred. None when some wait on disk unread
+        or there are more than ``limit``. Replicated topics' channel progress
+        (replication/progress.py) reads it about once a second; O(held messages)."""
+        backend = self.backend
+        ahead = self._reads.ahead
+        if backend is not None and backend.depth:
+            return None
+        if len(self._queue) + len(ahead) + len(self.in_flight) + len(self.deferred) > limit:
+            return None
+        ids: list[bytes] = list(self.in_flight)
+        ids.extend(self.deferred)
+        ids.extend(map(record_id, self._queue))
+        ids.extend(map(record_id, ahead))
+        return ids
+
     # ---------------------------------------------------------------- admin
 
     def pause(self) -> None:

@@ -7,8 +7,8 @@ errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the head
 nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
 Handlers are synchronous (the core's calls are): the server answers each in the same loop pass;
 the exceptions are the replicated topics' routes (--etcd-endpoints only: /pub, /mpub of a
-replicated topic, /topic/create?replicas=N, /replica/append), which return a coroutine answered
-when the replicas (or etcd) have answered.
+replicated topic, /topic/create?replicas=N, /replica/append, /replica/progress), which return a
+coroutine answered when the replicas (or etcd) have answered.
 The routes that read a body name how much (--max-msg-size for /pub and PUT /config,
 --max-body-size for /mpub); the server buffers no more than that plus one byte."""
 
@@ -319,6 +319,36 @@ class HTTPAPI:
 
         return append()
 
+    def replica_progress(self, request: Request) -> Any:
+        """POST /replica/progress?topic=&epoch= (nsqpy's own, replication/progress.py): a
+        leader's channel progress (msgpack), answered {"rounds": N} once in the side file;
+        400 BAD_BODY, 409 E_STALE_EPOCH."""
+        from .replication.stream import StaleEpoch
+
+        q = self._query(request)
+        name = q.get("topic", "")
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        try:
+            epoch = int(q.get("epoch", ""))
+        except ValueError:
+            raise NsqHTTPError(400, "BAD_BODY") from None
+        body = request.body
+
+        async def keep() -> Any:
+            try:
+                rounds = await self.nsqd.replication.progress_received(name, epoch, body)
+            except ValueError:
+                raise NsqHTTPError(400, "BAD_BODY") from None
+            except StaleEpoch:
+                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
+            except OSError as e:
+                log.error("progress of %s: %s", name, e)
+                raise NsqHTTPError(500, "E_PROGRESS_FAILED") from None
+            return {"rounds": rounds}
+
+        return keep()
+
     def stats(self, request: Request) -> Any:
         q = self._query(request)
         include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
@@ -510,7 +540,8 @@ class HTTPAPI:
 
 def build_router(nsqd: NSQD) -> Router:
     """nsqd's routes (nsqd/http.go newHTTPServer, less /debug/pprof), plus nsqpy's own:
-    /metrics, /message, /message/replay, and with --etcd-endpoints /replica/append."""
+    /metrics, /message, /message/replay, and with --etcd-endpoints /replica/append and
+    /replica/progress."""
     h = HTTPAPI(nsqd)
     opts = nsqd.opts
 
@@ -535,6 +566,7 @@ def build_router(nsqd: NSQD) -> Router:
         r.post("/pub", api(h.pub_replicated), msg_size)
         r.post("/mpub", api(h.mpub_replicated), body_size)
         r.post("/replica/append", api(h.replica_append), append_size)
+        r.post("/replica/progress", api(h.replica_progress), append_size)
     r.get("/stats", api(h.stats))
     r.post("/topic/create", api(h.topic_create))
     r.post("/topic/delete", api(h.topic_delete))

@@ -12,24 +12,32 @@ lapsed) and the membership watch (node id -> HTTP address, for links and forward
 Roles. For each topic record, this node is ``leader`` (the record names it under its current
 lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream (stream.py)
 per epoch with a link to every other ISR member; a follower keeps a ReplicaLog; both open the
-local topic. Publishes on a leader go into its topic as for R=1 and into the stream; the answer
-waits for the commit (--replica-ack=all-isr) or not (leader). Publishes elsewhere are forwarded
-(forward.py). Only the leader registers the topic and its channels with nsqlookupd
+local topic. Publishes on a leader go into the stream; with --replica-ack=all-isr they go into
+the topic once committed (the high watermark of stream.py, :meth:`_deliver`) and the answer waits
+for the commit; with ``leader`` they go into the topic at once, as for R=1. Publishes elsewhere
+are forwarded (forward.py). Only the leader registers the topic and its channels with nsqlookupd
 (:meth:`registers`, read by lookup_peer.LookupPeers).
 
-Failover. A follower elected leader puts every entry of its replica log past the log's read
-position into its topic (:meth:`_promote`): everything the old leader replicated to it, whether
-or not the old leader's channels had delivered it; the count is the topic's ``promoted`` stat.
-What it drained becomes its stream's history (:meth:`_history`), and it links every other
-placement node, in the ISR or not. Rejoining (stream.py "Rejoining"): a node that follows a
-newer epoch (restarted, paused, deposed, or lagging when the leader changed) is probed for the
-name of its last entry and whether its own copy of the topic is dirty (:meth:`_dirty`: it
-holds messages while this node does not lead, left from an earlier leadership); a dirty one is
-reset (:meth:`_reset_topic` empties the topic and its channels, then the replica log starts
-over from the leader's history), a clean one gets what follows its last entry; once caught up
-it is re-admitted to the ISR (:meth:`_expand`). So after any failover, or a rolling restart,
-every placement node becomes an in-sync replica again. Channel progress is not replicated yet,
-so consumers of the old leader see the promoted messages again (at-least-once).
+Channel progress (progress.py). A leader sends each follower, per topic, every
+``progress.INTERVAL`` seconds and once more at a clean exit, what its channels still hold
+(POST ``/replica/progress``); the follower keeps the latest in a side file.
+
+Failover. A follower elected leader goes through every entry of its replica log past the log's
+read position (:meth:`_promote`): everything the old leader replicated to it. It creates the
+channels the last progress record names, and puts each entry into each channel unless the
+record says that channel finished it (``promoted``: entries gone through; ``redelivered``:
+(entry, named channel) puts, messages that may have been delivered before). Without a record
+every entry goes into the topic (at-least-once). What it drained becomes its stream's history
+(:meth:`_history`), and it links every other placement node, in the ISR or not.
+
+Rejoining (stream.py "Rejoining"): a node that follows a newer epoch (restarted, paused,
+deposed, or lagging when the leader changed) is probed for the name of its last entry and
+whether its own copy of the topic is dirty (:meth:`_dirty`: it holds messages while this node
+does not lead, left from an earlier leadership); a dirty one is reset (:meth:`_reset_topic`
+empties the topic and its channels, then the replica log starts over from the leader's
+history), a clean one gets what follows its last entry; once caught up it is re-admitted to the
+ISR (:meth:`_expand`). So after any failover, or a rolling restart, every placement node
+becomes an in-sync replica again.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..diskqueue import DiskQueue
+from ..topic import TopicError
+from . import progress
 from .coordinator import Coordinator, Fenced, TopicState
 from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
@@ -70,9 +80,25 @@ RETRY_DELAY = 0.5
 class TopicRole:
     """This node's part in one replicated topic: ``state`` (record + etcd revision), ``role``,
     the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
-    leading, ``promoted`` (entries put into the topic at promotions)."""
+    leading, ``promoted`` (entries put into the topic at promotions), ``redelivered`` (of
+    those, puts into channels the progress record named and did not show finished), ``high``
+    (minting node id -> highest message ID put into the topic, progress.py),
+    ``progress_sent`` (rounds a follower took) and the progress sender task while leader."""
 
-    __slots__ = ("forwarder", "held", "promoted", "resets", "rlog", "role", "state", "stream")
+    __slots__ = (
+        "forwarder",
+        "held",
+        "high",
+        "progress_sent",
+        "progress_task",
+        "promoted",
+        "redelivered",
+        "resets",
+        "rlog",
+        "role",
+        "state",
+        "stream",
+    )
 
     def __init__(self, state: TopicState) -> None:
         self.state = state
@@ -85,6 +111,10 @@ class TopicRole:
         #: The history and entries of the stream this node led last, while no other node
         #: has led since (it may be elected again: they stay its history then).
         self.held: list[bytes] = []
+        self.redelivered = 0
+        self.high: dict[int, int] = {}
+        self.progress_sent = 0
+        self.progress_task: asyncio.Task[None] | None = None
 
 
 class Replication:
@@ -110,6 +140,8 @@ class Replication:
         self.session: NodeSession | None = None
         self.coordinator: Coordinator | None = None
         self.http: Any = None
+        self.progress = progress.ProgressStore(nsqd.data_path)
+        self.rounds = progress.Rounds(self)
         self.joined = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._side: set[asyncio.Future[Any]] = set()
@@ -153,6 +185,13 @@ class Replication:
         await asyncio.gather(*self._tasks)
 
     async def close(self) -> None:
+        leading = [tr for tr in self.topics.values() if tr.role == LEADER and tr.stream]
+        if leading:  # a clean exit: the followers get the channels' last progress
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.gather(*(self.rounds.round(tr) for tr in leading)),
+                    self.timeout,
+                )
         for task in [*self._tasks, *self._side]:
             task.cancel()
         for task in [*self._tasks, *self._side]:
@@ -318,36 +357,80 @@ class Replication:
             lambda node: self._lagging(tr, node),
             self.timeout,
             lambda node: self._spawn(self._expand(tr, node)),
+            (lambda plain, deferred: self._deliver(tr, plain, deferred)) if self.ack_all else None,
         )
         tr.stream.set_history(self._history(tr, rlog))
         tr.stream.set_links(self._followers(tr), self._others(tr))
+        tr.progress_task = asyncio.get_running_loop().create_task(self.rounds.loop(tr))
         lookup = self.nsqd.lookup
         if lookup is not None and existed:
             lookup.register_topic(t)
         log.info("REPLICATION: topic %s: leader at epoch %d, isr %s", topic, rec.epoch, rec.isr)
 
     def _promote(self, tr: TopicRole, t: Any) -> None:
-        """Put every replica-log entry this node has not put into its topic yet."""
+        """Put every replica-log entry this node has not put into its topic yet, into the
+        channels the last progress record does not show finished it (progress.Promotion)."""
         rlog = self.logs.get(tr.state.record.topic) or self._open_existing_log(t.name)
+        record = self.progress.load(t.name)
         if rlog is None:
+            self.progress.forget(t.name)
             return
+        plan = progress.Promotion(t, record)
         n = 0
         while True:
             batch = rlog.drain()
             if not batch:
                 break
-            plain = [r for d, r in batch if not d]
-            if plain:
-                t.put_many(plain, in_order=False)
-            for d, r in batch:
-                if d:
-                    t.put_deferred(r, d)
+            plan.put(batch)
             n += len(batch)
+        progress.note_high(tr.high, plan.high)
         if n:
             self.nsqd.flush_backends()
             self._spawn(asyncio.get_running_loop().run_in_executor(None, rlog.sync_job()))
             tr.promoted += n
-            log.info("REPLICATION: topic %s: %d replicated messages put into the topic", t.name, n)
+            tr.redelivered += plan.redelivered
+            log.info(
+                "REPLICATION: topic %s: %d replicated messages gone through, %d put into "
+                "channels that may have delivered them (progress of %s)",
+                t.name,
+                n,
+                plan.redelivered,
+                sorted(record) if record else "no channel",
+            )
+        self.progress.forget(t.name)
+
+    def _deliver(
+        self, tr: TopicRole, plain: list[bytes], deferred: list[tuple[bytes, int]]
+    ) -> bool:
+        """The stream's on_commit (all-isr): committed records into the topic, in seq order,
+        one put_many; False when the put failed (their publishers are refused)."""
+        nsqd = self.nsqd
+        name = tr.state.record.topic
+        try:
+            t = nsqd.get_topic(name)
+            if plain:
+                t.put_many(plain)
+            for r, d in deferred:
+                t.put_deferred(r, d)
+        except (TopicError, OSError) as exc:
+            log.error("REPLICATION: topic %s: committed messages not put: %s", name, exc)
+            return False
+        nsqd.flush_backends()
+        progress.note_records(tr.high, plain, deferred)
+        return True
+
+    async def progress_received(self, topic: str, epoch: int, body: bytes) -> int:
+        """POST /replica/progress on a follower: keep the round (side file written before the
+        answer); returns the rounds taken for ``topic``. ValueError (bad body), StaleEpoch
+        (older than an epoch seen), OSError (the file)."""
+        rlog = self.logs.get(topic)
+        tr = self.topics.get(topic)
+        newest = max(
+            rlog.min_epoch if rlog is not None else 0,
+            tr.state.record.epoch if tr is not None else 0,
+        )
+        leading = tr is not None and tr.role == LEADER
+        return await self.progress.receive(topic, epoch, body, -1 if leading else newest)
 
     def _history(self, tr: TopicRole, rlog: ReplicaLog | None) -> list[bytes]:
         """A new leader's history (stream.py "Rejoining"): what it led last, when no other
@@ -361,6 +444,9 @@ class Replication:
         return history[-MAX_RETAINED:]
 
     def _step_down(self, tr: TopicRole) -> None:
+        if tr.progress_task is not None:
+            tr.progress_task.cancel()
+            tr.progress_task = None
         if tr.stream is not None:
             s = tr.stream
             tr.held = s.history + s.entries
@@ -496,8 +582,9 @@ class Replication:
     # ------------------------------------------------------------ publishing
 
     def replicate(self, tr: TopicRole, records: list[bytes], delay_ms: int = 0) -> Any:
-        """Leader: stream ``records`` (already in the local topic). Returns a future answered
-        True/False (all-isr), or a bool at once (--replica-ack=leader, or no stream)."""
+        """Leader: stream ``records`` (all-isr: put into the topic once committed; leader:
+        already in the local topic). Returns a future answered True/False (all-isr), or a
+        bool at once (--replica-ack=leader, or no stream)."""
         stream = tr.stream
         if stream is None:
             return False
@@ -507,21 +594,29 @@ class Replication:
         return stream.commit_waiter(end)
 
     def publish(self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int) -> Any:
-        """Publish ``bodies`` to the replicated topic ``name``: on its leader into the local
-        topic (as for R=1: records made here, put, flush_backends) and the stream, elsewhere to
-        the leader. Returns a bool or a future of one (True: acknowledged). Raises TopicError /
-        OSError from the local put."""
+        """Publish ``bodies`` to the replicated topic ``name``: on its leader into the stream
+        (records made here) and into the local topic once committed (all-isr: the high
+        watermark, :meth:`_deliver`) or at once (leader: as for R=1, put and flush_backends);
+        elsewhere to the leader. Returns a bool or a future of one (True: acknowledged).
+        Raises TopicError (the topic is being deleted) / OSError from a local put."""
         if tr.role != LEADER:
             return self.forward(tr, bodies, delay_ms)
         nsqd = self.nsqd
         topic = nsqd.get_topic(name)
+        if topic.exiting:
+            raise TopicError("exiting")
         if delay_ms:
             records = [nsqd.new_record(bodies[0])]
-            topic.put_deferred(records[0], delay_ms)
         else:
             records = nsqd.new_records(bodies)
-            topic.put_many(records)
-        nsqd.flush_backends()
+        if not self.ack_all:
+            if delay_ms:
+                topic.put_deferred(records[0], delay_ms)
+                progress.note_records(tr.high, [], [(records[0], delay_ms)])
+            else:
+                topic.put_many(records)
+                progress.note_records(tr.high, records, [])
+            nsqd.flush_backends()
         return self.replicate(tr, records, delay_ms)
 
     async def publish_http(self, name: str, bodies: list[bytes], delay_ms: int) -> bool:
@@ -573,4 +668,8 @@ class Replication:
             "lag": lag,
             "replica_log_depth": rlog.dq.depth if rlog is not None else 0,
             "promoted": tr.promoted,
+            "redelivered": tr.redelivered,
+            "progress_sent": tr.progress_sent,
+            "progress_received": self.progress.rounds.get(topic, 0),
+            "undelivered": tr.stream.dropped if tr.stream is not None else 0,
         }

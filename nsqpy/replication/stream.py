@@ -72,6 +72,19 @@ that led and still holds undelivered messages pays it. A clean follower, the com
 (a restarted or paused follower, a deposed leader whose consumers had finished everything),
 only gets what follows its last entry. A node that is further behind than this epoch's
 retained entries is given up for the epoch (logged) and stays out of the ISR.
+
+High watermark (--replica-ack=all-isr). The leader does not put a publish into its topic when
+it accepts it: the stream keeps the records of the entries not yet committed (one
+``(first seq, end seq, records, delay)`` tuple per publish command, not per message), and each
+time the commit point advances (:meth:`LeaderStream._advance`, once per acknowledgement round)
+the records it passed go to ``on_commit(plain, deferred)`` in seq order: one put_many for the
+plain ones, a put_deferred per DPUB, then one flush. So a channel never holds a message the ISR
+does not have, and a failover cannot take back a delivered message. Records committed while
+acknowledging is not allowed (lease uncertain, ISR below --min-isr: their publishers get
+E_PUB_FAILED) are dropped, as are the uncommitted ones when the stream closes: a refused
+publish is never delivered by this leader (a later leader may deliver it from its replica log,
+as a producer's retry would). With --replica-ack=leader (no ``on_commit``) the watermark is the
+local append: the caller puts the records into the topic at once.
 """
 
 from __future__ import annotations
@@ -85,7 +98,7 @@ import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..diskqueue import DiskQueue
 
@@ -103,6 +116,10 @@ MAX_RETAINED = 1_000_000
 RETRY_DELAY = 0.05
 #: Longest wait between failed requests to a follower out of the ISR (down, restarting).
 MAX_BACKOFF = 0.5
+
+#: What a committed advance hands over: the plain records (seq order) and the DPUB ones with
+#: their delay in ms; returns False when they could not be put (their publishers are refused).
+OnCommit: TypeAlias = Callable[[list[bytes], list[tuple[bytes, int]]], bool]
 
 
 class StaleEpoch(Exception):
@@ -424,7 +441,11 @@ class LeaderStream:
     behind; past that it is given up for this epoch). Once an out-of-ISR follower has
     everything appended so far, the link counts again at once (so no publish is acknowledged
     without it from then on) and ``on_caught_up(node_id)`` is called, which re-admits it to
-    the ISR in etcd (Coordinator.expand_isr)."""
+    the ISR in etcd (Coordinator.expand_isr).
+
+    ``on_commit``: the high watermark (module docstring); None when the caller delivers at the
+    local append. ``dropped`` counts the records it never handed over (refused, or uncommitted
+    when the stream closed)."""
 
     def __init__(
         self,
@@ -436,6 +457,7 @@ class LeaderStream:
         on_lagging: Callable[[str], None],
         timeout: float,
         on_caught_up: Callable[[str], None] | None = None,
+        on_commit: OnCommit | None = None,
     ) -> None:
         self.topic = topic
         self.epoch = epoch
@@ -454,6 +476,10 @@ class LeaderStream:
         self.closed = False
         self.history: list[bytes] = []  # set_history
         self.given_up: set[str] = set()  # out-of-ISR nodes this epoch can no longer serve
+        self.on_commit = on_commit
+        #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
+        self.pending: deque[tuple[int, int, list[bytes], int]] = deque()
+        self.dropped = 0
 
     # ------------------------------------------------------------ links
 
@@ -502,6 +528,8 @@ class LeaderStream:
         for link in self.links.values():
             self._stop_link(link)
         self.links.clear()
+        self.dropped += sum(end - first for first, end, _, _ in self.pending)
+        self.pending.clear()
         while self.waiters:
             _, fut = self.waiters.popleft()
             if not fut.done():
@@ -519,10 +547,14 @@ class LeaderStream:
         for r in records:
             entries.append(head(epoch, seq, delay_ms) + r)
             seq += 1
+        if self.on_commit is not None and records:
+            self.pending.append((self.next_seq, seq, records, delay_ms))
         self.next_seq = seq
+        waited = False
         for link in self.links.values():
             link.wake.set()
-        if not self.links:
+            waited = waited or link.in_isr
+        if not waited:  # no in-sync follower (only catching-up ones, or none): committed now
             self._advance()
         return seq
 
@@ -541,8 +573,13 @@ class LeaderStream:
         committed = min((lk.acked for lk in links if lk.in_isr), default=self.next_seq)
         self.committed = committed
         waiters = self.waiters
+        pending = self.pending
+        ok: bool | None = None
+        if pending and pending[0][0] < committed:
+            ok = self._hand_over(committed, self.allowed())
         if waiters and waiters[0][0] <= committed:
-            ok = self.allowed()
+            if ok is None:
+                ok = self.allowed()
             while waiters and waiters[0][0] <= committed:
                 _, fut = waiters.popleft()
                 if not fut.done():
@@ -561,6 +598,31 @@ class LeaderStream:
         if drop > 0:
             del self.entries[:drop]
             self.base = keep
+
+    def _hand_over(self, committed: int, ok: bool) -> bool:
+        """The pending records below ``committed`` go to on_commit (``ok``) or are dropped;
+        returns whether their publishers may be acknowledged."""
+        pending = self.pending
+        plain: list[bytes] = []
+        deferred: list[tuple[bytes, int]] = []
+        while pending and pending[0][0] < committed:
+            first, end, records, delay = pending[0]
+            if end <= committed:
+                pending.popleft()
+            else:  # an MPUB split across append requests: the committed part only
+                cut = committed - first
+                pending[0] = (committed, end, records[cut:], delay)
+                records = records[:cut]
+            if delay:
+                deferred.extend((r, delay) for r in records)
+            elif plain:
+                plain.extend(records)
+            else:
+                plain = list(records)
+        if ok and self.on_commit is not None and self.on_commit(plain, deferred):
+            return True
+        self.dropped += len(plain) + len(deferred)
+        return False
 
     # ------------------------------------------------------------ one link
 

@@ -133,9 +133,12 @@ async def test_replicated_publish_refused_below_min_isr(cluster: Nodes) -> None:
     p = Producer(leader.tcp_address)
     await p.publish("mi", b"again")
     await p.stop()
-    # "first", "ok", "again", and "refused": a refused publish may still be delivered (it is
-    # in the leader's topic and stream; the producer was told it failed, and would retry)
+    # the follower's log has "first", "ok", "again", and "refused" (streamed before it was
+    # refused: a later leader may deliver it, as a producer's retry would); the leader's topic
+    # never had "refused" (the high watermark: refused when it was committed)
     assert repl_stats(stopped, "mi")["replica_log_depth"] == 4  # type: ignore[index]
+    assert topic_stats(leader, "mi")["message_count"] == 3
+    assert repl_stats(leader, "mi")["undelivered"] == 1  # type: ignore[index]
 
 
 @pytest.mark.asyncio
@@ -331,7 +334,8 @@ async def _leader_kill9(
     failover = first_ack_after_kill[0] - killed_at[0] if first_ack_after_kill else -1.0
     print(
         f"\nacknowledged {len(acked)} in {elapsed:.1f}s, missing {len(missing)}, received "
-        f"{received}, duplicates {dups}, promoted {r['promoted']}, "
+        f"{received}, duplicates {dups}, promoted {r['promoted']} (redelivered "
+        f"{r['redelivered']}: the channel was made after the failover), "
         f"failover {failover:.2f}s (lease TTL {TTL}s), new leader {r['leader']}"
     )
     assert not missing
