@@ -1,12 +1,14 @@
-"""Replicated topics (issue 21): the coordination layer through etcd (§2, §5) and the first
-data path (§3, §4).
+"""Replicated topics (issue 21): the coordination layer through etcd (§2, §5) and the data
+path (§3, §4).
 
 Opt-in: without ``--etcd-endpoints`` no code here runs (nsqd.NSQD imports node.py only then).
 Modules: etcd_gateway.py (etcd client), records.py (keys, records, placement, compares),
 session.py (lease, fencing deadline), coordinator.py (topic records: create, elect, ISR,
 watches) - the coordination layer; node.py (this nsqpy-d's membership and roles, publishing,
-promotion at failover), stream.py (leader stream and follower replica log, over HTTP
-``/replica/append``), forward.py (publishes made on a non-leader) - the data path. The TCP
+promotion at failover), stream.py (leader stream, high watermark and follower replica log,
+over HTTP ``/replica/append``; rejoining), progress.py (channel-progress rounds, ``/replica/
+progress``, and the filtered promotion), local.py (this node's copy: replica log queue, reset,
+/stats), forward.py (publishes made on a non-leader) - the data path. The TCP
 handlers are protocol_v2.ReplicatedPublish, the HTTP ones http_api's ``*_replicated``.
 
 Client

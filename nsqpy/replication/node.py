@@ -11,12 +11,12 @@ lapsed) and the membership watch (node id -> HTTP address, for links and forward
 
 Roles. For each topic record, this node is ``leader`` (the record names it under its current
 lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream (stream.py)
-per epoch with a link to every other ISR member; a follower keeps a ReplicaLog; both open the
+per epoch with a link to every other placement node; a follower keeps a ReplicaLog; both open the
 local topic. Publishes on a leader go into the stream; with --replica-ack=all-isr they go into
-the topic once committed (the high watermark of stream.py, :meth:`_deliver`) and the answer waits
-for the commit; with ``leader`` they go into the topic at once, as for R=1. Publishes elsewhere
-are forwarded (forward.py). Only the leader registers the topic and its channels with nsqlookupd
-(:meth:`registers`, read by lookup_peer.LookupPeers).
+the topic once committed (the high watermark of stream.py, local.put_committed) and the
+answer waits for the commit; with ``leader`` they go into the topic at once, as for R=1.
+Publishes elsewhere are forwarded (forward.py). Only the leader registers the topic and its
+channels with nsqlookupd (:meth:`registers`, read by lookup_peer.LookupPeers).
 
 Channel progress (progress.py). A leader sends each follower, per topic, every
 ``progress.INTERVAL`` seconds and once more at a clean exit, what its channels still hold
@@ -49,21 +49,17 @@ import os
 from collections.abc import Awaitable
 from typing import Any
 
-from ..diskqueue import DiskQueue
 from ..topic import TopicError
-from . import progress
+from . import local, progress
 from .coordinator import Coordinator, Fenced, TopicState
 from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
+from .local import LOG_SUFFIX
 from .records import Keys, NodeInfo, ReplicationError, default_root
 from .session import NodeSession
 from .stream import (
-    ENTRY,
-    MAX_RETAINED,
-    RECORD_HEADER,
     LeaderStream,
     ReplicaLog,
-    entry_name,
 )
 
 log = logging.getLogger("nsqpy.replication")
@@ -71,9 +67,6 @@ log = logging.getLogger("nsqpy.replication")
 LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
-#: The replica log's DiskQueue name: '#' cannot appear in a topic name except in
-#: "#ephemeral", so "<topic>#replica" names no topic's or channel's queue.
-LOG_SUFFIX = "#replica"
 RETRY_DELAY = 0.5
 
 
@@ -357,9 +350,13 @@ class Replication:
             lambda node: self._lagging(tr, node),
             self.timeout,
             lambda node: self._spawn(self._expand(tr, node)),
-            (lambda plain, deferred: self._deliver(tr, plain, deferred)) if self.ack_all else None,
+            (lambda plain, deferred: local.put_committed(self.nsqd, tr, plain, deferred))
+            if self.ack_all
+            else None,
         )
-        tr.stream.set_history(self._history(tr, rlog))
+        drained = rlog.take_retained() if rlog is not None else []
+        held, tr.held = tr.held, []
+        tr.stream.set_history(local.new_history(held, drained))
         tr.stream.set_links(self._followers(tr), self._others(tr))
         tr.progress_task = asyncio.get_running_loop().create_task(self.rounds.loop(tr))
         lookup = self.nsqd.lookup
@@ -399,26 +396,6 @@ class Replication:
             )
         self.progress.forget(t.name)
 
-    def _deliver(
-        self, tr: TopicRole, plain: list[bytes], deferred: list[tuple[bytes, int]]
-    ) -> bool:
-        """The stream's on_commit (all-isr): committed records into the topic, in seq order,
-        one put_many; False when the put failed (their publishers are refused)."""
-        nsqd = self.nsqd
-        name = tr.state.record.topic
-        try:
-            t = nsqd.get_topic(name)
-            if plain:
-                t.put_many(plain)
-            for r, d in deferred:
-                t.put_deferred(r, d)
-        except (TopicError, OSError) as exc:
-            log.error("REPLICATION: topic %s: committed messages not put: %s", name, exc)
-            return False
-        nsqd.flush_backends()
-        progress.note_records(tr.high, plain, deferred)
-        return True
-
     async def progress_received(self, topic: str, epoch: int, body: bytes) -> int:
         """POST /replica/progress on a follower: keep the round (side file written before the
         answer); returns the rounds taken for ``topic``. ValueError (bad body), StaleEpoch
@@ -431,17 +408,6 @@ class Replication:
         )
         leading = tr is not None and tr.role == LEADER
         return await self.progress.receive(topic, epoch, body, -1 if leading else newest)
-
-    def _history(self, tr: TopicRole, rlog: ReplicaLog | None) -> list[bytes]:
-        """A new leader's history (stream.py "Rejoining"): what it led last, when no other
-        node led since, then what it drained from its replica log at this promotion."""
-        drained = rlog.take_retained() if rlog is not None else []
-        held, tr.held = tr.held, []
-        if drained and held:
-            first = entry_name(drained[0])
-            held = [e for e in held if entry_name(e) < first]
-        history = held + drained if held else drained
-        return history[-MAX_RETAINED:]
 
     def _step_down(self, tr: TopicRole) -> None:
         if tr.progress_task is not None:
@@ -509,26 +475,12 @@ class Replication:
 
     # ------------------------------------------------------------ replica logs
 
-    def _queue(self, topic: str) -> DiskQueue:
-        o = self.opts
-        hs = ENTRY.size + RECORD_HEADER
-        return DiskQueue(
-            topic + LOG_SUFFIX,
-            self.nsqd.data_path,
-            o.max_bytes_per_file,
-            hs,
-            o.max_msg_size + hs,
-            o.sync_every,
-            o.sync_timeout_ms,
-            logger=log,
-        )
-
     def replica_log(self, topic: str) -> ReplicaLog:
         rlog = self.logs.get(topic)
         if rlog is None:
             rlog = self.logs[topic] = ReplicaLog(
                 topic,
-                self._queue(topic),
+                local.log_queue(self.nsqd, topic),
                 os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"),
                 lambda: self._dirty(topic),
                 lambda epoch: self._reset_topic(topic, epoch),
@@ -546,9 +498,7 @@ class Replication:
         t = self.nsqd.topics.get(topic)
         if t is None or (tr is not None and tr.role == LEADER):
             return False
-        return bool(
-            t.depth or any(c.depth or c.in_flight or c.deferred for c in list(t.channels.values()))
-        )
+        return local.holds_messages(t)
 
     def _reset_topic(self, topic: str, epoch: int) -> bool:
         """The leader of ``epoch`` resets this node's copy (replica log and topic): empty the
@@ -561,16 +511,11 @@ class Replication:
             return False
         t = self.nsqd.topics.get(topic)
         if t is not None:
-            depth = t.depth
-            t.empty()
-            for c in list(t.channels.values()):
-                depth += c.depth + len(c.in_flight) + len(c.deferred)
-                c.empty()
             log.warning(
                 "REPLICATION: topic %s: %d messages of this node's own dropped (a deposed "
                 "leader's data: the leader's history replaces it)",
                 topic,
-                depth,
+                local.empty_topic(t),
             )
         tr.resets += 1
         return True
@@ -596,7 +541,7 @@ class Replication:
     def publish(self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int) -> Any:
         """Publish ``bodies`` to the replicated topic ``name``: on its leader into the stream
         (records made here) and into the local topic once committed (all-isr: the high
-        watermark, :meth:`_deliver`) or at once (leader: as for R=1, put and flush_backends);
+        watermark, local.put_committed) or at once (leader: as for R=1, put and flush_backends);
         elsewhere to the leader. Returns a bool or a future of one (True: acknowledged).
         Raises TopicError (the topic is being deleted) / OSError from a local put."""
         if tr.role != LEADER:
@@ -650,26 +595,10 @@ class Replication:
     # ------------------------------------------------------------ /stats
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        """The topic's /stats ``replication`` object (local.role_stats); None for a topic with
+        no record."""
         tr = self.topics.get(topic)
         if tr is None:
             return None
-        rec = tr.state.record
-        lag = 0
-        if tr.stream is not None:
-            s = tr.stream
-            lag = max((s.next_seq - lk.acked for lk in s.links.values()), default=0)
-        rlog = self.logs.get(topic)
-        return {
-            "replicas": rec.replicas,
-            "leader": rec.leader,
-            "isr": list(rec.isr),
-            "epoch": rec.epoch,
-            "role": tr.role,
-            "lag": lag,
-            "replica_log_depth": rlog.dq.depth if rlog is not None else 0,
-            "promoted": tr.promoted,
-            "redelivered": tr.redelivered,
-            "progress_sent": tr.progress_sent,
-            "progress_received": self.progress.rounds.get(topic, 0),
-            "undelivered": tr.stream.dropped if tr.stream is not None else 0,
-        }
+        received = self.progress.rounds.get(topic, 0)
+        return local.role_stats(tr, self.logs.get(topic), received)

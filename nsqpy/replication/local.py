@@ -1,0 +1,126 @@
+"""This node's own copy of a replicated topic (issue 21): the replica log's DiskQueue, whether
+the local topic holds messages of an earlier leadership, emptying it at a reset, and the
+``replication`` object of the topic's /stats. Free functions over the daemon's objects, so
+that node.py's Replication keeps the roles and the coordination only.
+
+Replica log files: ``<data-path>/<topic>#replica.diskqueue.*`` (go-diskqueue's format, with
+nsqd's record sizes plus stream.ENTRY's header); '#' cannot appear in a topic name except in
+"#ephemeral", so "<topic>#replica" names no topic's or channel's queue."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..diskqueue import DiskQueue
+from ..topic import TopicError
+from . import progress
+from .stream import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
+
+log = logging.getLogger("nsqpy.replication")
+
+#: The replica log's DiskQueue name is the topic's plus this.
+LOG_SUFFIX = "#replica"
+
+
+def log_queue(nsqd: Any, topic: str) -> DiskQueue:
+    """The DiskQueue of ``topic``'s replica log in ``nsqd``'s data path, sized as the daemon's
+    backends (--max-bytes-per-file, --max-msg-size plus the entry header, --sync-every,
+    --sync-timeout)."""
+    o = nsqd.opts
+    hs = ENTRY.size + RECORD_HEADER
+    return DiskQueue(
+        topic + LOG_SUFFIX,
+        nsqd.data_path,
+        o.max_bytes_per_file,
+        hs,
+        o.max_msg_size + hs,
+        o.sync_every,
+        o.sync_timeout_ms,
+        logger=log,
+    )
+
+
+def put_committed(
+    nsqd: Any, tr: Any, plain: list[bytes], deferred: list[tuple[bytes, int]]
+) -> bool:
+    """The leader stream's on_commit (--replica-ack=all-isr, the high watermark): committed
+    records into the topic of node.TopicRole ``tr``, in seq order, one put_many and a
+    put_deferred per DPUB record (delay in ms), then one flush; the highest IDs noted for the
+    progress rounds. False when the put failed (their publishers are refused)."""
+    name = tr.state.record.topic
+    try:
+        t = nsqd.get_topic(name)
+        if plain:
+            t.put_many(plain)
+        for r, d in deferred:
+            t.put_deferred(r, d)
+    except (TopicError, OSError) as exc:
+        log.error("REPLICATION: topic %s: committed messages not put: %s", name, exc)
+        return False
+    nsqd.flush_backends()
+    progress.note_records(tr.high, plain, deferred)
+    return True
+
+
+def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
+    """A new leader's history (stream.py "Rejoining"): ``held`` (what it led last, when no
+    other node led since; entries named before the first drained one) then ``drained`` (what
+    it drained from its replica log at this promotion); the last MAX_RETAINED entries."""
+    if drained and held:
+        first = entry_name(drained[0])
+        held = [e for e in held if entry_name(e) < first]
+    history = held + drained if held else drained
+    return history[-MAX_RETAINED:]
+
+
+def holds_messages(t: Any) -> bool:
+    """Does topic ``t`` (or a channel of it) hold a message: queued, in flight or deferred?"""
+    return bool(
+        t.depth or any(c.depth or c.in_flight or c.deferred for c in list(t.channels.values()))
+    )
+
+
+def empty_topic(t: Any) -> int:
+    """Empty topic ``t`` and its channels; returns how many messages were dropped."""
+    dropped = t.depth
+    t.empty()
+    for c in list(t.channels.values()):
+        dropped += c.depth + len(c.in_flight) + len(c.deferred)
+        c.empty()
+    return int(dropped)
+
+
+def role_stats(tr: Any, rlog: Any, progress_received: int) -> dict[str, Any]:
+    """The ``replication`` object of a replicated topic's /stats entry (node.TopicRole ``tr``,
+    its ReplicaLog ``rlog`` or None): the record (replicas, leader, isr, epoch), this node's
+    role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
+    (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool}, for every
+    linked placement node, catching-up ones included), ``replica_log_depth``, the counters
+    (promoted, redelivered, progress_sent, progress_received, undelivered, resets)."""
+    rec = tr.state.record
+    lag = 0
+    followers: dict[str, dict[str, Any]] = {}
+    s = tr.stream
+    if s is not None:
+        for node, lk in s.links.items():
+            behind = s.next_seq - lk.acked
+            followers[node] = {"lag": behind, "in_isr": bool(lk.in_isr)}
+            if lk.in_isr:
+                lag = max(lag, behind)
+    return {
+        "replicas": rec.replicas,
+        "leader": rec.leader,
+        "isr": list(rec.isr),
+        "epoch": rec.epoch,
+        "role": tr.role,
+        "lag": lag,
+        "followers": followers,
+        "replica_log_depth": rlog.dq.depth if rlog is not None else 0,
+        "promoted": tr.promoted,
+        "redelivered": tr.redelivered,
+        "progress_sent": tr.progress_sent,
+        "progress_received": progress_received,
+        "undelivered": s.dropped if s is not None else 0,
+        "resets": tr.resets,
+    }
