@@ -19,6 +19,7 @@ bounded: producers by count and a deadline, readers by the caller's timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sys
 import time
@@ -125,6 +126,23 @@ class Nodes:
         found: Nsqd = wait_for(find, timeout, what=f"a leader of {topic}")
         return found
 
+    def current_leader(self, topic: str) -> Nsqd | None:
+        """The live node that says it leads ``topic`` now (None: none does)."""
+        for n in self.live():
+            try:
+                r = repl_stats(n, topic)
+            except OSError:
+                continue
+            if r is not None and r["role"] == "leader":
+                return n
+        return None
+
+    def isr(self, topic: str) -> set[str]:
+        """The in-sync replicas as the current leader has them (empty: no leader)."""
+        n = self.current_leader(topic)
+        r = repl_stats(n, topic) if n is not None else None
+        return set(r["isr"]) if r is not None else set()
+
 
 def repl_stats(n: Nsqd, topic: str) -> dict[str, Any] | None:
     """The ``replication`` object of ``topic`` in n's /stats (None: not replicated there)."""
@@ -230,6 +248,7 @@ class Producers:
         producers: int = 8,
         batch: int = 20,
         deadline: float = 120.0,
+        pause: float = 0.0,
     ) -> None:
         self.history = history
         self.topic = topic
@@ -238,7 +257,9 @@ class Producers:
         self.producers = producers
         self.batch = batch
         self.deadline = time.monotonic() + deadline
+        self.pause = pause  # seconds between a producer's publishes (0: none)
         self.failures = 0
+        self.gaps: list[float] = []  # seconds from a failed publish to the next acknowledged
         self.marked_at = 0.0
         self.recovered_after = -1.0
         self.progress = asyncio.Event()  # set at each acknowledgement
@@ -256,12 +277,29 @@ class Producers:
     async def wait(self) -> None:
         await asyncio.gather(*self._tasks)
 
+    async def until(self, n: int, timeout: float = 30) -> None:
+        """Wait until at least ``n`` messages are acknowledged (AssertionError after
+        ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while len(self.history.acked) < n:
+            left = deadline - time.monotonic()
+            assert left > 0, f"only {len(self.history.acked)} acknowledged of {n}"
+            self.progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.progress.wait(), min(left, 1.0))
+
+    async def stop(self, timeout: float = 30) -> None:
+        """Each producer ends after its current publish; wait for them."""
+        self.stopping = True
+        await asyncio.wait_for(self.wait(), timeout)
+
     async def _run(self, i: int) -> None:
         h = self.history
         k = i
         per = self.total // self.producers + (1 if i < self.total % self.producers else 0)
         p: Producer | None = None
         seq = 0
+        failed_at = 0.0
         while seq < per and not self.stopping:
             assert time.monotonic() < self.deadline, (
                 f"producer {i} did not finish in time ({seq}/{per} acknowledged)"
@@ -277,15 +315,21 @@ class Producers:
                 await asyncio.wait_for(p.multi_publish(self.topic, bodies), 5)
             except (OSError, NSQError, TimeoutError, ConnectionError):
                 self.failures += 1
+                failed_at = failed_at or time.monotonic()
                 await p.stop()
                 p = None
                 await asyncio.sleep(0.05)
                 continue
             if self.marked_at and sent_at > self.marked_at and self.recovered_after < 0:
                 self.recovered_after = time.monotonic() - self.marked_at
+            if failed_at:
+                self.gaps.append(time.monotonic() - failed_at)
+                failed_at = 0.0
             h.acked.update(bodies)
             seq += len(bodies)
             self.progress.set()
+            if self.pause:
+                await asyncio.sleep(self.pause)
         if p is not None:
             await p.stop()
 
@@ -358,6 +402,30 @@ class Readers:
 
     async def stop(self) -> None:
         await asyncio.gather(*(c.stop(5) for c in self.consumers), return_exceptions=True)
+
+
+async def read_all(
+    n: Nsqd, topic: str, acked: set[bytes], timeout: float = 60, channel: str = "check"
+) -> dict[bytes, int]:
+    """Consume ``topic`` on ``channel`` (a new one: it gets what the topic holds) of ``n``
+    until every body of ``acked`` came or ``timeout`` seconds passed; body -> deliveries."""
+    got: dict[bytes, int] = {}
+    waiting = set(acked)
+    done = asyncio.Event()
+
+    def handler(msg: Message) -> None:
+        got[msg.body] = got.get(msg.body, 0) + 1
+        waiting.discard(msg.body)
+        if not waiting:
+            done.set()
+
+    c = Consumer(topic, channel, Config(max_in_flight=2500))
+    c.add_handler(handler)
+    await c.connect_to_nsqd(n.tcp_address)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(done.wait(), timeout)
+    await c.stop(5)
+    return got
 
 
 def schedule(seed: int, faults: int, kinds: tuple[str, ...]) -> list[tuple[str, float]]:

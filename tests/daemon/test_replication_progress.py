@@ -22,12 +22,16 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
-from test_replication_data import Nodes, create, repl_stats
+from replication_cluster import (
+    Nodes,
+    cluster_fixture,  # noqa: F401 (the fixture)
+    create,
+    repl_stats,
+)
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.testing.process import Nsqd, wait_for
@@ -42,13 +46,9 @@ pytestmark = [
 
 
 @pytest.fixture
-def nodes(etcd: EtcdServer, request: pytest.FixtureRequest) -> Iterator[Nodes]:
-    """test_replication_data's cluster: the test's own --etcd-cluster, nodes stopped after."""
-    cluster = Nodes(etcd, request.node.name)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def nodes(cluster: Nodes) -> Nodes:
+    """The harness's cluster (tests/replication_cluster.py): own --etcd-cluster, stopped after."""
+    return cluster
 
 
 def channel_stats(n: Nsqd, topic: str, channel: str) -> dict[str, Any]:
