@@ -34,6 +34,14 @@ def etcd_binary() -> str | None:
     return "/usr/bin/etcd" if Path("/usr/bin/etcd").is_file() else None
 
 
+#: Skips a test (or a module, in its pytestmark) where etcd is not installed, saying how to
+#: get it.
+needs_etcd = pytest.mark.skipif(
+    etcd_binary() is None,
+    reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
+)
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from etcd_server import etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
@@ -26,10 +26,7 @@ from replication_cluster import (
 from nsqpy.testing import NsqAdmin, Nsqlookupd, wait_for
 
 pytestmark = [
-    pytest.mark.skipif(
-        etcd_binary() is None,
-        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
-    ),
+    needs_etcd,
     pytest.mark.timeout(120),
 ]
 

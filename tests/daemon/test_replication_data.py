@@ -31,25 +31,23 @@ import time
 from pathlib import Path
 
 import pytest
-from etcd_server import etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from replication_cluster import (  # the cluster harness, shared with the other replication tests
     TTL,
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
     create,
+    read_all,
     repl_stats,
     topic_stats,
 )
 
-from nsqpy.client import Config, Consumer, Message, Producer
+from nsqpy.client import Config, Producer
 from nsqpy.client.conn import NSQError
 from nsqpy.testing.process import Nsqlookupd, wait_for
 
 pytestmark = [
-    pytest.mark.skipif(
-        etcd_binary() is None,
-        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
-    ),
+    needs_etcd,
     pytest.mark.timeout(120),
 ]
 
@@ -310,24 +308,7 @@ async def _leader_kill9(
         what="the new leader registered alone",
     )
 
-    got: dict[bytes, int] = {}
-    waiting = set(acked)
-    done = asyncio.Event()
-
-    def handler(msg: Message) -> None:
-        got[msg.body] = got.get(msg.body, 0) + 1
-        waiting.discard(msg.body)
-        if not waiting:
-            done.set()
-
-    c = Consumer("kl", "c", Config(max_in_flight=2500))
-    c.add_handler(handler)
-    await c.connect_to_nsqd(new.tcp_address)
-    try:
-        await asyncio.wait_for(done.wait(), 60)
-    except TimeoutError:
-        pass
-    await c.stop(5)
+    got = await read_all(new, "kl", acked, 60, channel="c")
     missing = acked - got.keys()
     received = sum(got.values())
     dups = received - len(got)

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 
 from nsqpy.replication import (
     Coordinator,
@@ -41,10 +41,7 @@ from nsqpy.replication import (
 
 pytestmark = [
     pytest.mark.asyncio,
-    pytest.mark.skipif(
-        etcd_binary() is None,
-        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
-    ),
+    needs_etcd,
     pytest.mark.timeout(60),
 ]
 

@@ -21,7 +21,7 @@ import signal
 
 import pytest
 from conftest import RawClient
-from etcd_server import etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
@@ -35,10 +35,7 @@ from nsqpy.client import Producer
 from nsqpy.testing.process import wait_for
 
 pytestmark = [
-    pytest.mark.skipif(
-        etcd_binary() is None,
-        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
-    ),
+    needs_etcd,
     pytest.mark.timeout(120),
 ]
 

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import pytest
-from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
@@ -37,10 +37,7 @@ from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.testing.process import Nsqd, wait_for
 
 pytestmark = [
-    pytest.mark.skipif(
-        etcd_binary() is None,
-        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
-    ),
+    needs_etcd,
     pytest.mark.timeout(90),
 ]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import netlab
 import pytest
-from etcd_server import EtcdServer, etcd_binary, etcd_fixture  # noqa: F401 (the fixture)
+from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from replication_cluster import (
     TTL,
     History,
@@ -47,10 +47,7 @@ from nsqpy.client import Producer
 from nsqpy.testing.process import wait_for
 
 pytestmark = [
-    pytest.mark.skipif(
-        etcd_binary() is None,
-        reason="etcd is not installed: .ci/install-etcd installs Debian's etcd-server",
-    ),
+    needs_etcd,
     pytest.mark.timeout(120),
 ]
 
