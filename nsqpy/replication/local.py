@@ -9,7 +9,9 @@ nsqd's record sizes plus stream.ENTRY's header); '#' cannot appear in a topic na
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..diskqueue import DiskQueue
@@ -21,6 +23,11 @@ log = logging.getLogger("nsqpy.replication")
 
 #: The replica log's DiskQueue name is the topic's plus this.
 LOG_SUFFIX = "#replica"
+#: Most entries one progress round trims from a follower's replica log (a round a second:
+#: well above what a second of replicated publishing appends), in slices of TRIM_SLICE with
+#: the event loop served between them (a slice is a few milliseconds).
+TRIM_PER_ROUND = 200_000
+TRIM_SLICE = 2_000
 
 
 def log_queue(nsqd: Any, topic: str) -> DiskQueue:
@@ -74,6 +81,60 @@ def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
     return history[-MAX_RETAINED:]
 
 
+def trim_log(rlog: Any, record: dict[str, Any] | None, limit: int = TRIM_PER_ROUND) -> int:
+    """A follower's replica log (stream.ReplicaLog ``rlog``) loses the entries at its front
+    that every channel of the progress ``record`` (progress.ProgressStore.load: channel ->
+    ChannelProgress, or None for a channel whose progress is unknown) finished; nothing when
+    there is no record or a channel is unknown. Returns how many entries went."""
+    if not record or any(c is None for c in record.values()):
+        return 0
+    channels = list(record.values())
+    guid_of = progress.guid_of
+
+    def finished(rec: bytes) -> bool:
+        g = guid_of(rec)
+        return all(c.finished(g) for c in channels)
+
+    return int(rlog.trim(finished, limit))
+
+
+def trim_slices(
+    tr: Any, rlog_now: Callable[[], Any], record: Callable[[], dict[str, Any] | None]
+) -> asyncio.Task[None]:
+    """A task trimming a follower's replica log after a progress round (trim_log), in slices
+    of TRIM_SLICE entries with the event loop served between them, at most TRIM_PER_ROUND;
+    ``rlog_now()`` gives the log, or None once this node leads or the log was replaced (the
+    task then stops); ``record()`` the topic's progress record. Counts ``tr.trimmed``; an
+    OSError is logged."""
+
+    async def run() -> None:
+        topic = tr.state.record.topic
+        try:
+            for _ in range(TRIM_PER_ROUND // TRIM_SLICE):
+                rlog = rlog_now()
+                if rlog is None:
+                    return
+                n = trim_log(rlog, record(), TRIM_SLICE)
+                tr.trimmed += n
+                if n < TRIM_SLICE:
+                    return
+                await asyncio.sleep(0)
+        except OSError as exc:
+            log.error("REPLICATION: topic %s: trimming the replica log: %s", topic, exc)
+
+    return asyncio.get_running_loop().create_task(run())
+
+
+def dirty(t: Any, tr: Any) -> bool:
+    """Does this node's own copy ``t`` of a replicated topic (None: none) hold messages while
+    this node does not lead it (node.TopicRole ``tr``, None: no record)? Only an earlier
+    leadership of this node put them there (a follower's topic gets nothing until it is
+    promoted)."""
+    if t is None or (tr is not None and tr.role == "leader"):
+        return False
+    return holds_messages(t)
+
+
 def holds_messages(t: Any) -> bool:
     """Does topic ``t`` (or a channel of it) hold a message: queued, in flight or deferred?"""
     return bool(
@@ -97,7 +158,8 @@ def role_stats(tr: Any, rlog: Any, progress_received: int) -> dict[str, Any]:
     role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
     (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool}, for every
     linked placement node, catching-up ones included), ``replica_log_depth``, the counters
-    (promoted, redelivered, progress_sent, progress_received, undelivered, resets)."""
+    (promoted, redelivered, progress_sent, progress_received, undelivered, resets, trimmed:
+    replica-log entries dropped as finished on every channel)."""
     rec = tr.state.record
     lag = 0
     followers: dict[str, dict[str, Any]] = {}
@@ -123,4 +185,5 @@ def role_stats(tr: Any, rlog: Any, progress_received: int) -> dict[str, Any]:
         "progress_received": progress_received,
         "undelivered": s.dropped if s is not None else 0,
         "resets": tr.resets,
+        "trimmed": tr.trimmed,
     }

@@ -32,7 +32,7 @@ every entry goes into the topic (at-least-once). What it drained becomes its str
 
 Rejoining (stream.py "Rejoining"): a node that follows a newer epoch (restarted, paused,
 deposed, or lagging when the leader changed) is probed for the name of its last entry and
-whether its own copy of the topic is dirty (:meth:`_dirty`: it holds messages while this node
+whether its own copy of the topic is dirty (local.dirty: it holds messages while this node
 does not lead, left from an earlier leadership); a dirty one is reset (:meth:`_reset_topic`
 empties the topic and its channels, then the replica log starts over from the leader's
 history), a clean one gets what follows its last entry; once caught up it is re-admitted to the
@@ -91,6 +91,7 @@ class TopicRole:
         "role",
         "state",
         "stream",
+        "trimmed",
     )
 
     def __init__(self, state: TopicState) -> None:
@@ -101,6 +102,7 @@ class TopicRole:
         self.forwarder: Forwarder | None = None
         self.promoted = 0
         self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
+        self.trimmed = 0  # replica-log entries dropped as finished everywhere (local.trim_log)
         #: The history and entries of the stream this node led last, while no other node
         #: has led since (it may be elected again: they stay its history then).
         self.held: list[bytes] = []
@@ -125,6 +127,7 @@ class Replication:
         self.timeout = o.replica_timeout_ms / 1000.0
         self.topics: dict[str, TopicRole] = {}
         self.logs: dict[str, ReplicaLog] = {}
+        self.trimming: set[str] = set()  # topics whose replica log a _trim task works on
         self.members: dict[str, str] = {}  # node id -> HTTP address
         #: Topics that stay R=1 on this node: those it had before joining, and explicit
         #: /topic/create?replicas=1 ones.
@@ -398,7 +401,8 @@ class Replication:
 
     async def progress_received(self, topic: str, epoch: int, body: bytes) -> int:
         """POST /replica/progress on a follower: keep the round (side file written before the
-        answer); returns the rounds taken for ``topic``. ValueError (bad body), StaleEpoch
+        answer), then trim the replica log of what every channel finished (local.trim_log);
+        returns the rounds taken for ``topic``. ValueError (bad body), StaleEpoch
         (older than an epoch seen), OSError (the file)."""
         rlog = self.logs.get(topic)
         tr = self.topics.get(topic)
@@ -407,7 +411,17 @@ class Replication:
             tr.state.record.epoch if tr is not None else 0,
         )
         leading = tr is not None and tr.role == LEADER
-        return await self.progress.receive(topic, epoch, body, -1 if leading else newest)
+        rounds = await self.progress.receive(topic, epoch, body, -1 if leading else newest)
+        if rlog is not None and tr is not None and topic not in self.trimming:
+            self.trimming.add(topic)
+            job = local.trim_slices(
+                tr,
+                lambda: None if tr.role == LEADER or self.logs.get(topic) is not rlog else rlog,
+                lambda: self.progress.load(topic),
+            )
+            self._spawn(job)
+            job.add_done_callback(lambda _: self.trimming.discard(topic))
+        return rounds
 
     def _step_down(self, tr: TopicRole) -> None:
         if tr.progress_task is not None:
@@ -482,23 +496,13 @@ class Replication:
                 topic,
                 local.log_queue(self.nsqd, topic),
                 os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"),
-                lambda: self._dirty(topic),
+                lambda: local.dirty(self.nsqd.topics.get(topic), self.topics.get(topic)),
                 lambda epoch: self._reset_topic(topic, epoch),
             )
             tr = self.topics.get(topic)
             if tr is not None:
                 rlog.fence(tr.state.record.epoch)
         return rlog
-
-    def _dirty(self, topic: str) -> bool:
-        """Does this node's own copy of ``topic`` hold messages while it does not lead it?
-        Only an earlier leadership of this node put them there (a follower's topic gets
-        nothing until it is promoted)."""
-        tr = self.topics.get(topic)
-        t = self.nsqd.topics.get(topic)
-        if t is None or (tr is not None and tr.role == LEADER):
-            return False
-        return local.holds_messages(t)
 
     def _reset_topic(self, topic: str, epoch: int) -> bool:
         """The leader of ``epoch`` resets this node's copy (replica log and topic): empty the

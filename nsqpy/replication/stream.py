@@ -367,6 +367,25 @@ class ReplicaLog:
                 out.append((delay, e[hs:]))
         return out
 
+    def trim(self, finished: Callable[[bytes], bool], limit: int) -> int:
+        """Drop up to ``limit`` entries from the front of the part not yet put into this
+        node's topic, while ``finished(record)`` (the nsqd record, without the entry header)
+        says every channel finished it (local.trim_log, from the progress rounds); returns
+        how many went. Such an entry is neither put into the topic at a promotion nor sent
+        as history: no channel could deliver it again. One peek/advance each, so only what
+        is dropped is consumed (a crash before the meta file's next sync brings some back:
+        filtered again at a promotion). OSError from the DiskQueue."""
+        dq = self.dq
+        hs = ENTRY.size
+        n = 0
+        while n < limit:
+            e = dq.peek()
+            if e is None or not finished(e[hs:]):
+                break
+            dq.advance()
+            n += 1
+        return n
+
     def take_retained(self) -> list[bytes]:
         """The entries drained since the last call, in order (then forgotten here)."""
         out = list(self.retained)
