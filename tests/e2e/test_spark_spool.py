@@ -342,7 +342,8 @@ def test_executor_read_path_imports_only_the_reader(tmp_path: Path) -> None:
     code = (
         "import pickle, sys\n"
         f"ds, reader, parts = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
-        "rows = [b for p in parts for rb in reader.read(p) for b in rb.column('body').to_pylist()]\n"
+        "rows = [b for p in parts for rb in reader.read(p)\n"
+        "        for b in rb.column('body').to_pylist()]\n"
         "print(len(rows), rows[0].decode(), rows[-1].decode())\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith(('nsqpy', 'aiohttp', "
         "'click')))))\n"
@@ -354,5 +355,6 @@ def test_executor_read_path_imports_only_the_reader(tmp_path: Path) -> None:
     loaded = set(out[1].split())
     assert "nsqpy.spark.reader" in loaded
     heavy = {"nsqpy.spark.fetch", "nsqpy.spark.source", "nsqpy.spark.sink", "nsqpy.spark.client",
-             "nsqpy.spark.options", "nsqpy.client", "nsqpy.options", "aiohttp", "click"}  # fmt: skip
+             "nsqpy.spark.options", "nsqpy.client", "nsqpy.options", "aiohttp",
+             "click"}  # fmt: skip
     assert not loaded & heavy, loaded & heavy
