@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# behind site-packages: an installed nsqpy (a compiled build) is the one measured, as it is in
+# Spark's Python workers; the checkout's serves only when none is installed
+sys.path.append(str(ROOT))
 
 from bench.target import Daemon  # noqa: E402
 from nsqpy.spark.client import Producer  # noqa: E402
