@@ -3,7 +3,8 @@
 
 Strategy: Spark pickles the data source into every task it runs in Python (an executor reading
 the source's rows unpickles it next to the reader), so this module imports the source and the
-sink only when a method needs one: a reading task loads neither (see reader.py)."""
+sink only when a method needs one: a reading task loads neither (see reader.py), and neither
+does Spark's process that asks for the schema."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class NSQDataSource(DataSource):
         return "nsq"
 
     def schema(self) -> StructType | str:
-        from .source import SCHEMA_DDL
+        from .reader import SCHEMA_DDL
 
         return SCHEMA_DDL
 

@@ -9,7 +9,7 @@ driver's side (nsqpy.spark.fetch: nsqd connections, nsqpy.client, asyncio, numpy
 the sink): `NSQStreamReader` pickles itself as a :class:`SpoolReader`, and partitions are
 :class:`NSQPartition`. A partition names a range of spool rows (segment, byte range, rows), never
 the rows themselves; `SpoolReader.read` reads that range through pyarrow.fs (spool.read_slice)
-and yields Arrow record batches of the source's schema (spool.SCHEMA)."""
+and yields Arrow record batches of the source's schema (spool.SCHEMA, SCHEMA_DDL here)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ except ImportError as e:  # pragma: no cover
     raise ImportError(
         "nsqpy.spark needs pyspark>=4.2 (pip install 'nsqpy[spark]') and a Java 17 runtime"
     ) from e
+
+#: The source's rows (DDL). `timestamp` is the message's publish time (nsqd's nanoseconds,
+#: at microsecond precision).
+SCHEMA_DDL = (
+    "id string, body binary, timestamp timestamp, attempts int, "
+    "topic string, channel string, nsqd_address string"
+)
 
 
 class NSQPartition(InputPartition):

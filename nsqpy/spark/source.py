@@ -39,7 +39,7 @@ from .client import split_addresses
 from .fetch import Fetcher
 from .lookup import HTTP_ADDRESSES, channel_backlog
 from .options import CONN_OPTIONS, conn_config, int_option, parse_duration_ms
-from .reader import NSQPartition, SpoolReader
+from .reader import SCHEMA_DDL, NSQPartition, SpoolReader
 from .spool import Spool
 from .trace import trace
 
@@ -60,6 +60,8 @@ except ImportError as e:  # pragma: no cover
 
 log = logging.getLogger("nsqpy.spark")
 
+__all__ = ["SCHEMA_DDL", "NSQStreamReader", "SourceOptions"]
+
 #: RDY over all connections: messages received and not yet durable. The window of the
 #: receive -> write -> fsync -> FIN round trip, so it bounds the rate (2,500 gave ~100-230k
 #: msgs/s, 10,000 about twice that) and what the driver holds in memory (~150 B a 100-byte
@@ -70,13 +72,6 @@ NSQD_MAX_RDY_COUNT = 2500
 
 #: how long the query's first latestOffset waits for the first rows (seconds)
 _FIRST_ROWS_WAIT = 3.0
-
-#: The source's rows (DDL). `timestamp` is the message's publish time (nsqd's nanoseconds,
-#: at microsecond precision).
-SCHEMA_DDL = (
-    "id string, body binary, timestamp timestamp, attempts int, "
-    "topic string, channel string, nsqd_address string"
-)
 
 
 # ------------------------------------------------------------------------------------ options
