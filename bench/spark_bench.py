@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# behind site-packages: an installed nsqpy (a compiled build) is the one measured, as it is in
+# Spark's Python workers; the checkout's serves only when none is installed
+sys.path.append(str(ROOT))
 
 from bench.target import Daemon  # noqa: E402
 from nsqpy.spark.client import Producer  # noqa: E402
@@ -64,10 +66,108 @@ def prefill(address: str, topic: str, count: int, size: int) -> float:
     return count / (time.monotonic() - t)
 
 
+def synthetic_data_source() -> Any:
+    """``--source synthetic``: Spark's own ceiling on this machine. A streaming Python Data Source
+    with the nsq source's schema whose executors yield in-memory Arrow batches, no broker, no
+    spool, no file read: what Spark does with the rows is all that is left. Everything is
+    available at once (latestOffset is the row count; `max_messages_per_trigger` cuts batches as
+    in the nsq source), partitions hold `max_rows_per_partition` rows (100,000, the nsq source's
+    default), and read() builds one batch of up to 65,536 rows from numpy buffers (a few ms) and
+    yields slices of it, as the nsq source's read_slice yields batches of about 65,536 rows.
+
+    The classes are made here, in a function, so that cloudpickle sends them to the Python
+    workers by value (the bench is not importable there)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from nsqpy.spark.source import SCHEMA_DDL
+
+    class Part(InputPartition):
+        def __init__(self, start: int, rows: int) -> None:
+            super().__init__(None)
+            self.start, self.rows = start, rows
+
+    class Reader(DataSourceStreamReader):
+        def __init__(self, options: dict) -> None:
+            self.count = int(options["count"])
+            self.size = int(options.get("size", 100))
+            self.per_trigger = int(options.get("max_messages_per_trigger") or 0)
+            self.per_part = int(options.get("max_rows_per_partition") or 100_000)
+
+        def initialOffset(self) -> dict:
+            return {"position": 0}
+
+        def getDefaultReadLimit(self) -> Any:
+            return ReadMaxRows(self.per_trigger) if self.per_trigger else ReadAllAvailable()
+
+        def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+            pos = int(start["position"]) if start else 0
+            end = self.count
+            if isinstance(limit, ReadMaxRows):
+                end = min(end, pos + int(limit.max_rows))
+            return {"position": end}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            s, e = int(start["position"]), int(end["position"])
+            return [Part(p, min(self.per_part, e - p)) for p in range(s, e, self.per_part)]
+
+        def read(self, partition: Any) -> Any:
+            import numpy as np
+            import pyarrow as pa
+
+            from nsqpy.spark.spool import SCHEMA
+
+            n = min(65_536, partition.rows)
+            ids = np.frombuffer(b"0123456789abcdef" * n, dtype=np.uint8)
+            off16 = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * 16).tobytes())
+            body = pa.py_buffer(b"x" * (self.size * n))
+            offb = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * self.size).tobytes())
+            ts = pa.py_buffer((np.full(n, 1_700_000_000_000_000, dtype=np.int64)).tobytes())
+            att = pa.py_buffer(np.ones(n, dtype=np.int32).tobytes())
+
+            def const(text: bytes) -> pa.Array:
+                offs = (np.arange(n + 1, dtype=np.int32) * len(text)).tobytes()
+                return pa.Array.from_buffers(
+                    pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(text * n)]
+                )
+
+            rb = pa.RecordBatch.from_arrays(
+                [
+                    pa.Array.from_buffers(pa.string(), n, [None, off16, pa.py_buffer(ids)]),
+                    pa.Array.from_buffers(pa.binary(), n, [None, offb, body]),
+                    pa.Array.from_buffers(SCHEMA.field("timestamp").type, n, [None, ts]),
+                    pa.Array.from_buffers(pa.int32(), n, [None, att]),
+                    const(b"bench"),
+                    const(b"synthetic"),
+                    const(b"127.0.0.1:4150"),
+                ],
+                schema=SCHEMA,
+            )
+            left = partition.rows
+            while left > 0:
+                k = min(n, left)
+                yield rb if k == n else rb.slice(0, k)
+                left -= k
+
+    class Synthetic(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "nsq_synthetic"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader(self.options)
+
+    return Synthetic
+
+
 def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str) -> dict:
     import shutil
 
-    pub_rate = prefill(address, topic, args.count, args.size)
+    synthetic = args.source == "synthetic"
+    pub_rate = 0.0 if synthetic else prefill(address, topic, args.count, args.size)
     work = tempfile.mkdtemp(prefix="spark-bench-")
     opts = {  # the defaults: only what the source requires
         "nsqd_tcp_addresses": address,
@@ -75,10 +175,13 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         "channel": "bench",
         "spool_dir": os.path.join(work, "ckpt", "nsq-spool"),
     }
+    if synthetic:
+        opts = {"count": str(args.count), "size": str(args.size)}
     for kv in args.option:
         k, _, v = kv.partition("=")
         opts[k] = v
-    df = spark.readStream.format("nsq").options(**opts).load()
+    fmt = "nsq_synthetic" if synthetic else "nsq"
+    df = spark.readStream.format(fmt).options(**opts).load()
     w = df.writeStream.option("checkpointLocation", os.path.join(work, "ckpt"))
     if sink == "parquet":
         w = w.format("parquet").option("path", os.path.join(work, "out"))
@@ -103,7 +206,7 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         _mark(args, "query_done", sink=sink, topic=topic)
     finally:
         q.stop()
-        stats_file = Path(opts["spool_dir"]) / "stats.json"
+        stats_file = Path(opts.get("spool_dir", work)) / "stats.json"
         stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
         shutil.rmtree(work, ignore_errors=True)
     batches = sorted(seen.values(), key=lambda p: p["batchId"])
@@ -117,7 +220,7 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         for k, v in p["durationMs"].items():
             phases[k] = phases.get(k, 0) + v / len(batches)
     return {
-        "mode": f"spark {sink}",
+        "mode": f"spark {sink}" + (" (synthetic)" if synthetic else ""),
         "count": args.count,
         "size": args.size,
         "rows": total,
@@ -253,6 +356,13 @@ def main() -> int:
         help="noop, parquet: the source into that sink; nsq: the nsq sink; fetch: the source's "
         "driver side alone, no Spark (repeatable)",
     )
+    ap.add_argument(
+        "--source",
+        choices=("nsq", "synthetic"),
+        default="nsq",
+        help="nsq: the nsq source on pre-published messages; synthetic: a Data Source of the "
+        "same schema yielding in-memory Arrow batches, no broker (Spark's own ceiling)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
     ap.add_argument("--option", action="append", default=[], help="source option k=v")
@@ -303,6 +413,8 @@ def main() -> int:
             )
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
+            if args.source == "synthetic":
+                spark.dataSource.register(synthetic_data_source())
         if args.warmup and spark is not None:
             wargs = argparse.Namespace(**{**vars(args), "count": args.warmup})
             r = run_one(spark, address, wargs, "noop", "spark_bench_warmup")

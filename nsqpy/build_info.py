@@ -30,6 +30,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "topic",
     "channel",
     "diskqueue_codec",
+    "frames",
 )
 
 

@@ -6,8 +6,9 @@ IDENTIFY with ``feature_negotiation``, then, as nsqd's answer says, the TLS upgr
 socket (``loop.start_tls``) and its ``OK``, the snappy (framed stream) or deflate (raw, wbits
 -15) layer and its compressed ``OK``, and AUTH when nsqd says ``auth_required``.
 
-Reads: bytes go into one bytearray (inflated first when a codec is on); :func:`nsqpy.wire.
-iter_frames` walks the whole frames and the consumed prefix is dropped with one ``del``. The
+Reads: bytes go into one bytearray (inflated first when a codec is on); :func:`nsqpy.frames.
+scan_frames` collects all the message frames up to the next other frame in one call (compiled
+by mypyc in the compiled build), and the consumed prefix is dropped with one ``del``. The
 codec starts right after the frame nsqd sent before switching (the IDENTIFY answer, or the
 TLS ``OK``), so bytes that arrive behind it in the same read are inflated, not parsed raw.
 Heartbeats are answered with NOP at once; message frames go to the delegate as
@@ -39,6 +40,7 @@ from typing import Any, Protocol
 
 from .. import wire
 from ..compression import INFLATE_STEP, CompressionError, DeflateCodec, SnappyCodec
+from ..frames import NO_FRAME, scan_frames
 from ..message import BODY_START, ID_END, ID_START
 from .config import Config
 from .message import Message
@@ -266,27 +268,34 @@ class Conn(asyncio.Protocol):
             pos = 0
             starts: list[int] = []
             ends: list[int] = []
-            for ftype, start, end in wire.iter_frames(buf):
-                pos = end
+            if len(buf) < 8 or _LEN.unpack_from(buf)[0] + 4 > len(buf):
+                return  # no whole frame yet (a large one arriving): copy nothing
+            data = bytes(buf)  # one copy per read: what the scan and on_records take
+            while True:
+                # all message frames up to the next other frame, in one call (nsqpy.frames)
+                pos, ftype, start, end = scan_frames(data, pos, max_size, starts, ends)
+                if bulk is None and starts:
+                    for s, e in zip(starts, ends, strict=True):
+                        self._on_message(data, s, e)
+                        if self._transport is None:
+                            return
+                    starts.clear()
+                    ends.clear()
+                if ftype == NO_FRAME:
+                    break
                 if ftype == wire.FRAME_TYPE_MESSAGE:
-                    if max_size and end - start > max_size + BODY_START:
-                        raise ValueError(f"message of {end - start} bytes over max_msg_size")
-                    if bulk is not None:
-                        starts.append(start)
-                        ends.append(end)
-                        continue
-                    self._on_message(buf, start, end)
-                elif ftype == wire.FRAME_TYPE_RESPONSE:
-                    self._on_response(bytes(buf[start:end]))
+                    raise ValueError(f"message of {end - start} bytes over max_msg_size")
+                if ftype == wire.FRAME_TYPE_RESPONSE:
+                    self._on_response(data[start:end])
                 elif ftype == wire.FRAME_TYPE_ERROR:
-                    self._on_error(bytes(buf[start:end]))
+                    self._on_error(data[start:end])
                 else:
                     raise ValueError(f"unknown frame type {ftype}")
                 if self._switch or self._transport is None:
                     break
             if starts and bulk is not None:
                 self.last_msg_time = self._last_read
-                bulk(self, bytes(memoryview(buf)[:pos]), starts, ends)
+                bulk(self, data if pos == len(data) else data[:pos], starts, ends)
             if pos:
                 del buf[:pos]
             if not self._switch:
@@ -301,7 +310,7 @@ class Conn(asyncio.Protocol):
             codec.feed(rest)
             self._inflate(codec)
 
-    def _on_message(self, buf: bytearray, start: int, end: int) -> None:
+    def _on_message(self, buf: bytes, start: int, end: int) -> None:
         ts, attempts = _TS_ATTEMPTS.unpack_from(buf, start)
         msg = Message(
             bytes(buf[start + ID_START : start + ID_END]),

@@ -8,7 +8,8 @@ replayable log, and the source's offsets are positions in it (`{"position": N}`:
 before). latestOffset(start, limit) returns the spool's durable end, cut by Spark's admission
 control (max_messages_per_trigger, max_bytes_per_trigger); partitions(start, end) names spool
 ranges (segment, byte range, rows), so no row goes through a pickle; read() on an executor reads
-its range through pyarrow.fs and yields Arrow record batches; commit(end) deletes the whole
+its range through pyarrow.fs and yields Arrow record batches (the reader pickles itself as
+reader.SpoolReader, so executors import only that read side); commit(end) deletes the whole
 segments below end. nsqd keeps streaming while Spark runs a batch; RDY (max_in_flight) bounds
 what the driver holds in memory, and max_spool_bytes what the spool holds past the last commit
 (above it RDY goes to 0 and nsqd keeps the messages).
@@ -38,7 +39,8 @@ from .client import split_addresses
 from .fetch import Fetcher
 from .lookup import HTTP_ADDRESSES, channel_backlog
 from .options import CONN_OPTIONS, conn_config, int_option, parse_duration_ms
-from .spool import Slice, Spool, read_slice
+from .reader import SCHEMA_DDL, NSQPartition, SpoolReader
+from .spool import Spool
 from .trace import trace
 
 try:  # pyspark is an optional dependency (the `spark` extra)
@@ -58,6 +60,8 @@ except ImportError as e:  # pragma: no cover
 
 log = logging.getLogger("nsqpy.spark")
 
+__all__ = ["SCHEMA_DDL", "NSQStreamReader", "SourceOptions"]
+
 #: RDY over all connections: messages received and not yet durable. The window of the
 #: receive -> write -> fsync -> FIN round trip, so it bounds the rate (2,500 gave ~100-230k
 #: msgs/s, 10,000 about twice that) and what the driver holds in memory (~150 B a 100-byte
@@ -68,13 +72,6 @@ NSQD_MAX_RDY_COUNT = 2500
 
 #: how long the query's first latestOffset waits for the first rows (seconds)
 _FIRST_ROWS_WAIT = 3.0
-
-#: The source's rows (DDL). `timestamp` is the message's publish time (nsqd's nanoseconds,
-#: at microsecond precision).
-SCHEMA_DDL = (
-    "id string, body binary, timestamp timestamp, attempts int, "
-    "topic string, channel string, nsqd_address string"
-)
 
 
 # ------------------------------------------------------------------------------------ options
@@ -134,15 +131,6 @@ class SourceOptions:
 
 
 # ------------------------------------------------------------------------------------ Spark API
-
-
-class NSQPartition(InputPartition):
-    """A range of spool rows: where an executor reads them (no rows inside)."""
-
-    def __init__(self, base: str, sl: Slice) -> None:
-        super().__init__(None)
-        self.base = base
-        self.slice = sl
 
 
 def _position(offset: Mapping[str, Any]) -> int:
@@ -297,10 +285,12 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [NSQPartition(self.opts.spool_read_uri, sl) for sl in slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, NSQPartition)
-        trace("read", rows=partition.slice.rows)
-        yield from read_slice(partition.base, partition.slice)
-        trace("read_done", rows=partition.slice.rows)
+        return SpoolReader().read(partition)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Spark pickles the reader into every task's read function: executors get only the
+        # read side (reader.py), so a task's worker imports no connections, numpy or options
+        return (SpoolReader, ())
 
     def commit(self, end: dict) -> None:
         f = self._f()

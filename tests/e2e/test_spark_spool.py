@@ -312,3 +312,49 @@ def test_sink_mpub_bodies_match_the_wire_encoder() -> None:
         assert sum(c for c, _ in got) == len(py) and all(len(b) <= 64 for _, b in got)
     with pytest.raises(ValueError, match="empty"):
         list(mpub_bodies(pa.array([b"a", b""]), 500, 1 << 20))
+
+
+def test_executor_read_path_imports_only_the_reader(tmp_path: Path) -> None:
+    """What a Spark task unpickles to read the source (the data source, the stream reader and a
+    partition, pickled by pyspark's cloudpickle as plan_data_source_read does) loads, in a fresh
+    interpreter, only the read side: no nsqd connections (nsqpy.spark.fetch, nsqpy.client), no
+    daemon modules (nsqpy.options), no sink, no aiohttp or click; and it reads the rows."""
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    from nsqpy.spark.datasource import NSQDataSource
+    from nsqpy.spark.reader import NSQPartition, SpoolReader
+    from nsqpy.spark.source import NSQStreamReader
+
+    d = str(tmp_path / "sp")
+    sp = Spool(d)
+    sp.sync(sp.append(_batch(0, 7)))
+    sp.sync(sp.append(_batch(7, 5)))
+    opts = {"nsqd_tcp_addresses": "127.0.0.1:1", "topic": "t", "channel": "c", "spool_dir": d}
+    reader = NSQStreamReader(opts)
+    parts = [NSQPartition(d, sl) for sl in sp.slices(2, 12, 6)]
+    sp.close()
+    assert isinstance(cloudpickle.loads(cloudpickle.dumps(reader)), SpoolReader)
+    blob = tmp_path / "task.pickle"
+    blob.write_bytes(cloudpickle.dumps((NSQDataSource(opts), reader, parts)))
+    code = (
+        "import pickle, sys\n"
+        f"ds, reader, parts = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
+        "rows = [b for p in parts for rb in reader.read(p)\n"
+        "        for b in rb.column('body').to_pylist()]\n"
+        "print(len(rows), rows[0].decode(), rows[-1].decode())\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('nsqpy', 'aiohttp', "
+        "'click')))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    assert out[0] == "10 body-2 body-11"
+    loaded = set(out[1].split())
+    assert "nsqpy.spark.reader" in loaded
+    heavy = {"nsqpy.spark.fetch", "nsqpy.spark.source", "nsqpy.spark.sink", "nsqpy.spark.client",
+             "nsqpy.spark.options", "nsqpy.client", "nsqpy.options", "aiohttp",
+             "click"}  # fmt: skip
+    assert not loaded & heavy, loaded & heavy
