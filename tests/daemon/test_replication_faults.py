@@ -1,7 +1,9 @@
 """Replicated topics under faults, checked against the recorded history (issue 21 "Tests"):
-real nsqpy-d processes joined through a real etcd, two nsqpy-lookupds, producers that wait for
-each acknowledgement, and two channels with two readers each that find the leader through
-nsqlookupd (tests/replication_cluster.py has the harness and the checker).
+real nsqpy-d processes joined through a real etcd, two nsqlookupds (in the leader crash one of
+them Go's nsqlookupd 1.3 where it is found), producers that wait for each acknowledgement, and
+two channels with two readers each that find the leader through nsqlookupd, plus in the leader
+crash a third channel read by Go's nsq_tail (go-nsq, unchanged) where it is found
+(tests/replication_cluster.py has the harness and the checker).
 
 - **Leader crash**: 100,000 messages; the leader is killed -9 a third of the way in. Every
   acknowledged message is delivered on both channels (0 lost), nothing never published is
@@ -25,9 +27,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import gobin
 import netlab
 import pytest
 from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
@@ -57,8 +62,15 @@ CHANNELS = ["billing", "audit"]
 
 
 class Lookupds:
-    def __init__(self, n: int = 2, host: str = "127.0.0.1") -> None:
-        self.all = [Nsqlookupd(host=host) for _ in range(n)]
+    """``n`` nsqlookupds on ``host``; with ``go`` the last one is Go's nsqlookupd 1.3 where it
+    is found (``why_not_go`` says why not otherwise)."""
+
+    def __init__(self, n: int = 2, host: str = "127.0.0.1", go: bool = False) -> None:
+        path, why = gobin.find("nsqlookupd") if go else (None, "not asked for")
+        self.why_not_go = "" if path else why
+        self.all: list[Any] = [Nsqlookupd(host=host) for _ in range(n - 1 if path else n)]
+        if path:
+            self.all.append(gobin.start_go_lookupd())
 
     def flags(self) -> list[str]:
         return [f"--lookupd-tcp-address={x.tcp_address}" for x in self.all]
@@ -92,31 +104,49 @@ def wait_healthy(cluster: Nodes, timeout: float, what: str) -> Nsqd:
     return found
 
 
-async def _channels_on(n: Nsqd) -> None:
-    """Wait until the readers' channels exist on ``n`` (so neither misses a message)."""
+async def _channels_on(n: Nsqd, channels: list[str] = CHANNELS) -> None:
+    """Wait until the readers' channels exist on ``n`` (so none misses a message)."""
 
     def both() -> bool:
         for t in n.stats(topic=TOPIC).get("topics") or []:
             names = {c["channel_name"] for c in t.get("channels") or []}
-            return set(CHANNELS) <= names
+            return set(channels) <= names
         return False
 
     while not both():
         await asyncio.sleep(0.05)
 
 
+def _go_tail(lookupds: Lookupds, out: Path) -> subprocess.Popen[bytes] | None:
+    """Go's nsq_tail (a go-nsq consumer) on channel "tail" through the lookupds, polling them
+    every second, its stdout (one message body a line) into ``out``; None without it."""
+    path, _ = gobin.find("nsq_tail")
+    if path is None:
+        return None
+    argv = [path, f"--topic={TOPIC}", "--channel=tail", "--max-in-flight=500"]
+    argv += [f"--lookupd-http-address={a}" for a in lookupds.http()]
+    argv += ["--consumer-opt=lookupd_poll_interval,1s"]
+    return subprocess.Popen(argv, stdout=out.open("wb"), stderr=subprocess.DEVNULL)
+
+
 @pytest.mark.asyncio
-async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes) -> None:
-    lookupds = Lookupds()
+async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes, tmp_path: Path) -> None:
+    """Where Go's binaries are found, one of the two lookupds is Go's nsqlookupd and a third
+    channel is read by Go's nsq_tail (go-nsq): it too gets every acknowledged message."""
+    lookupds = Lookupds(go=True)
     history = History()
     readers = Readers(history, TOPIC, CHANNELS, lookupds.http(), per_channel=2)
+    tail_out = tmp_path / "nsq_tail.out"
+    tail = None
     try:
         nodes = [cluster.start(i, *lookupds.flags()) for i in (1, 2, 3)]
         create(nodes[0], TOPIC, 3, nodes)
         leader = cluster.leader(TOPIC)
         old_id = cluster.node_id(leader)
         await readers.start()
-        await asyncio.wait_for(_channels_on(leader), 30)
+        tail = _go_tail(lookupds, tail_out)
+        channels = CHANNELS + (["tail"] if tail is not None else [])
+        await asyncio.wait_for(_channels_on(leader, channels), 30)
         total = 100_000
         prod = Producers(
             history, TOPIC, lambda: [n.tcp_address for n in cluster.live()], total, 8, 20, 200
@@ -134,9 +164,15 @@ async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes) -> No
         r = repl_stats(new, TOPIC)
         assert r is not None and r["epoch"] >= 2
         all_in = await readers.wait_all(120)
+        if tail is not None:
+            history.received["tail (go-nsq)"] = await _tail_lines(tail_out, history.acked)
         v = history.verdict()
         print(
-            f"\nleader crash: {v.line()}; producer retries {prod.failures}; "
+            f"\nlookupds: {[type(x).__name__ for x in lookupds.all]} {lookupds.why_not_go}; "
+            f"nsq_tail: {'yes' if tail is not None else gobin.find('nsq_tail')[1]}"
+        )
+        print(
+            f"leader crash: {v.line()}; producer retries {prod.failures}; "
             f"failover {prod.recovered_after:.2f}s (lease TTL {TTL}s); publishing took "
             f"{elapsed:.1f}s; new leader {r['leader']} epoch {r['epoch']} stats {r}"
         )
@@ -146,7 +182,7 @@ async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes) -> No
         # duplicates are bounded and counted: what the new leader redelivered (it may have
         # been delivered before the crash) plus what producers sent again after a failure
         r = repl_stats(new, TOPIC) or r
-        resent = prod.failures * 20 * len(CHANNELS)
+        resent = prod.failures * 20 * len(v.duplicates)
         assert sum(v.duplicates.values()) <= r["redelivered"] + resent, (v.line(), r)
         # the old node, restarted on its data, catches up and is in sync again
         t_restart = time.monotonic()
@@ -155,7 +191,23 @@ async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes) -> No
         print(f"old leader back in the isr {time.monotonic() - t_restart:.1f}s after its restart")
     finally:
         await readers.stop()
+        if tail is not None:
+            tail.terminate()
+            tail.wait(10)
         lookupds.stop()
+
+
+async def _tail_lines(out: Path, acked: set[bytes], timeout: float = 60) -> dict[bytes, int]:
+    """nsq_tail's lines so far, once every acknowledged body is among them (or ``timeout``
+    seconds passed): body -> times printed."""
+    end = time.monotonic() + timeout
+    while True:
+        got: dict[bytes, int] = {}
+        for line in out.read_bytes().splitlines():
+            got[line] = got.get(line, 0) + 1
+        if acked <= got.keys() or time.monotonic() > end:
+            return got
+        await asyncio.sleep(0.2)  # polling a file another process writes
 
 
 KINDS = (
