@@ -403,14 +403,28 @@ class HTTPAPI:
         return create()
 
     def topic_delete(self, request: Request) -> Any:
+        """POST /topic/delete?topic= (nsqd's); a replicated topic (--etcd-endpoints) goes on
+        every node: its record is deleted from etcd (503 REPLICATION_FAILED when etcd cannot
+        be reached) and each node drops its copy and replica log."""
         q = self._query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        repl = self.nsqd.replication
+        if repl is not None and q["topic"] in repl.topics:
+            return self._delete_replicated(repl, q["topic"])
         try:
             self.nsqd.delete_existing_topic(q["topic"])
         except TopicError:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
         return None
+
+    async def _delete_replicated(self, repl: Any, name: str) -> None:
+        from .replication.records import ReplicationError
+
+        try:
+            await repl.delete_topic(name)
+        except (ReplicationError, OSError) as e:
+            raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None
 
     def topic_empty(self, request: Request) -> Any:
         self._existing_topic(request, validate=True).empty()

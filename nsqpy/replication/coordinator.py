@@ -185,6 +185,11 @@ class Coordinator:
                 return _state(kvs[0]), False
         raise Contended(f"create {topic!r}: {MAX_ROUNDS} rounds lost")
 
+    async def delete_topic(self, topic: str) -> bool:
+        """Delete the record of ``topic`` (every node's watch then drops its copy); False
+        when there was none. EtcdError."""
+        return await self.client.delete(self.keys.topic(topic)) > 0
+
     async def elect_leader(self, topic: str) -> TopicState:
         """When the record's leader no longer holds ``leader_lease``, elect the first live ISR
         member (records.choose_leader) at epoch + 1; any node may call this, and of concurrent

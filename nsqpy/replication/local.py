@@ -10,7 +10,9 @@ nsqd's record sizes plus stream.ENTRY's header); '#' cannot appear in a topic na
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -123,6 +125,19 @@ def trim_slices(
             log.error("REPLICATION: topic %s: trimming the replica log: %s", topic, exc)
 
     return asyncio.get_running_loop().create_task(run())
+
+
+def drop_copy(nsqd: Any, rlog: Any, topic: str) -> None:
+    """A replicated topic was deleted: this node's topic (if any) is deleted as /topic/delete
+    deletes it, and its replica log (stream.ReplicaLog or None) closed and removed, with its
+    ``.last`` file."""
+    if topic in nsqd.topics:
+        nsqd.delete_existing_topic(topic)
+    if rlog is not None:
+        rlog.close()
+        rlog.dq.delete()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
 
 
 def dirty(t: Any, tr: Any) -> bool:

@@ -36,7 +36,7 @@ whether its own copy of the topic is dirty (local.dirty: it holds messages while
 does not lead, left from an earlier leadership); a dirty one is reset (:meth:`_reset_topic`
 empties the topic and its channels, then the replica log starts over from the leader's
 history), a clean one gets what follows its last entry; once caught up it is re-admitted to the
-ISR (:meth:`_expand`). So after any failover, or a rolling restart, every placement node
+ISR (:meth:`_change_isr`). So after any failover, or a rolling restart, every placement node
 becomes an in-sync replica again.
 """
 
@@ -284,10 +284,12 @@ class Replication:
     def apply(self, topic: str, state: TopicState | None) -> None:
         """A record as read or watched: take this node's role in it."""
         tr = self.topics.get(topic)
-        if state is None:
+        if state is None:  # the record was deleted (with the topic): drop this node's copy
             if tr is not None:
                 self._step_down(tr)
                 del self.topics[topic]
+            local.drop_copy(self.nsqd, self.logs.pop(topic, None), topic)
+            self.progress.forget(topic)
             return
         if tr is not None and tr.state.revision >= state.revision:
             return
@@ -352,7 +354,7 @@ class Replication:
             lambda: self.allowed(tr),
             lambda node: self._lagging(tr, node),
             self.timeout,
-            lambda node: self._spawn(self._expand(tr, node)),
+            lambda node: self._spawn(self._change_isr(tr, node, grow=True)),
             (lambda plain, deferred: local.put_committed(self.nsqd, tr, plain, deferred))
             if self.ack_all
             else None,
@@ -441,14 +443,7 @@ class Replication:
 
     def _lagging(self, tr: TopicRole, node: str) -> None:
         if node in tr.state.record.isr:
-            self._spawn(self._shrink(tr, node))
-
-    async def _expand(self, tr: TopicRole, node: str) -> None:
-        """A follower caught up (stream.py): back into the ISR in etcd."""
-        await self._change_isr(tr, node, grow=True)
-
-    async def _shrink(self, tr: TopicRole, node: str) -> None:
-        await self._change_isr(tr, node, grow=False)
+            self._spawn(self._change_isr(tr, node, grow=False))
 
     async def _change_isr(self, tr: TopicRole, node: str, grow: bool) -> None:
         """Add ``node`` to the topic's ISR in etcd (``grow``) or drop it; a Fenced answer
@@ -567,6 +562,13 @@ class Replication:
                 progress.note_records(tr.high, records, [])
             nsqd.flush_backends()
         return self.replicate(tr, records, delay_ms)
+
+    async def delete_topic(self, topic: str) -> None:
+        """/topic/delete of a replicated topic: its record goes from etcd, and every node,
+        this one at once, drops its copy (:meth:`apply` with None). EtcdError."""
+        assert self.coordinator is not None
+        await self.coordinator.delete_topic(topic)
+        self.apply(topic, None)
 
     async def publish_http(self, name: str, bodies: list[bytes], delay_ms: int) -> bool:
         """HTTP /pub and /mpub of a replicated topic (or one to be made so): True once

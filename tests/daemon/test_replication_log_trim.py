@@ -6,6 +6,9 @@ etcd (tests/etcd_server.py), nsqpy's client.
 (``replication.trimmed`` 2,000, ``replica_log_depth`` 0); 100 more finished on one channel
 only stay (the other still holds them); after a kill -9 of the leader the new one promotes
 just those 100 and delivers them on that channel alone.
+
+Deleting a replicated topic (/topic/delete on any node) deletes its etcd record, and every node
+drops its copy and its replica log.
 """
 
 from __future__ import annotations
@@ -76,3 +79,27 @@ async def test_replica_logs_trimmed_of_what_every_channel_finished(cluster: Node
     assert depth == {"a": 0, "b": 100}  # a finished all of them before the crash
     got_b = await read_all(new, TOPIC, set(more), 30, channel="b")
     assert got_b == dict.fromkeys(more, 1)
+
+
+@pytest.mark.asyncio
+async def test_deleting_a_replicated_topic_drops_it_everywhere(cluster: Nodes) -> None:
+    """/topic/delete of a replicated topic (on a follower here) deletes its etcd record; every
+    node drops its copy and its replica log files; a topic of that name made afterwards is a
+    new record at epoch 1."""
+    nodes = [cluster.start(i) for i in (114, 115, 116)]
+    create(nodes[0], "gone", 3, nodes)
+    leader = cluster.leader("gone")
+    leader.mpub("gone", [b"x"] * 10)
+    follower = next(n for n in nodes if n is not leader)
+    for n in nodes:
+        if n is not leader:
+            wait_for(lambda n=n: (repl_stats(n, "gone") or {}).get("replica_log_depth") == 10)
+    follower.post("/topic/delete", topic="gone")
+    for n in nodes:
+        wait_for(lambda n=n: not n.stats(topic="gone").get("topics"), 10, what="topic gone")
+        assert not list(n.data_path.glob("gone#replica*")), sorted(n.data_path.iterdir())
+    code, _, _ = leader.http("POST", "/topic/delete?topic=gone")
+    assert code == 404  # nothing left to delete
+    create(nodes[0], "gone", 3, nodes)
+    r = repl_stats(cluster.leader("gone"), "gone")
+    assert r is not None and r["epoch"] == 1 and r["promoted"] == 0
