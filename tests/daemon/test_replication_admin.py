@@ -83,6 +83,8 @@ def test_admin_shows_leader_isr_epoch_and_lag(cluster: Nodes) -> None:
         )
         page = _page(admin, "/topics/ledger")
         assert "2 of 3" in page
+        followers = page[page.index('class="followers"') :].split("</td>")[0]
+        assert f"node {victim_id}: " in followers and "catching up" in followers
         assert f"node {victim_id}" not in page[page.index('class="isr"') :].split("</td>")[0]
 
         plain = admin.get("/api/topics/plain")
