@@ -838,9 +838,10 @@ class ReplicatedPublish:
         self.core = core
         self.repl = repl
         h = core.handlers
-        self.plain_pub, self.plain_mpub, self.plain_dpub = h[b"PUB"], h[b"MPUB"], h[b"DPUB"]
         for name, handler in list(h.items()):
             h[name] = _after_pipeline(handler)
+        # R=1 publishes, also behind the pipeline: nsqd's own handlers, wrapped once
+        self.plain_pub, self.plain_mpub, self.plain_dpub = h[b"PUB"], h[b"MPUB"], h[b"DPUB"]
         h[b"PUB"] = self.PUB
         h[b"MPUB"] = self.MPUB
         h[b"DPUB"] = self.DPUB
@@ -849,50 +850,44 @@ class ReplicatedPublish:
         return self.core._authorize(c, cmd, name, "", retry) if c.auth is not None else 0
 
     def PUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        name = params[1].decode()
-        tr = self.repl.topics.get(name)
-        if tr is None and not self.repl.wants_record(name):
-            return _after_pipeline(self.plain_pub)(c, params, body)
-        act = self._auth(c, "PUB", name, lambda: self.PUB(c, params, body))
-        if act:
-            return act
-        if tr is None:
-            return self._ensure(c, name, "E_PUB_FAILED", lambda: self.PUB(c, params, body))
-        full = _pipeline_full(c, lambda: self.PUB(c, params, body))
-        if full:
-            return full
-        return self._publish(c, tr, name, [body], 0, "PUB")
+        return self._command(c, params, body, "PUB", self.plain_pub, self.PUB)
 
     def MPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        name = params[1].decode()
-        tr = self.repl.topics.get(name)
-        if tr is None and not self.repl.wants_record(name):
-            return _after_pipeline(self.plain_mpub)(c, params, body)
-        act = self._auth(c, "MPUB", name, lambda: self.MPUB(c, params, body))
-        if act:
-            return act
-        if tr is None:
-            return self._ensure(c, name, "E_MPUB_FAILED", lambda: self.MPUB(c, params, body))
-        full = _pipeline_full(c, lambda: self.MPUB(c, params, body))
-        if full:
-            return full
-        return self._publish(c, tr, name, list(body), 0, "MPUB")
+        return self._command(c, params, body, "MPUB", self.plain_mpub, self.MPUB)
 
     def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        return self._command(c, params, body, "DPUB", self.plain_dpub, self.DPUB)
+
+    def _command(
+        self,
+        c: ClientState,
+        params: list[bytes],
+        body: Any,
+        cmd: str,
+        plain: Handler,
+        again: Handler,
+    ) -> int:
+        """One PUB/MPUB/DPUB (``cmd``): a topic with no record (and no reason to make one) to
+        nsqd's ``plain`` handler; else authorized, its record made (Replication.ensure), room
+        in the pipeline, then published. Each step that waits runs ``again`` later."""
         name = params[1].decode()
         tr = self.repl.topics.get(name)
         if tr is None and not self.repl.wants_record(name):
-            return _after_pipeline(self.plain_dpub)(c, params, body)
-        delay_ms = _dpub_timeout_ms(params[2], self.core.opts.max_req_timeout_ms)
-        act = self._auth(c, "DPUB", name, lambda: self.DPUB(c, params, body))
+            return plain(c, params, body)
+        delay_ms = 0
+        if cmd == "DPUB":
+            delay_ms = _dpub_timeout_ms(params[2], self.core.opts.max_req_timeout_ms)
+        retry = lambda: again(c, params, body)  # noqa: E731
+        act = self._auth(c, cmd, name, retry)
         if act:
             return act
         if tr is None:
-            return self._ensure(c, name, "E_DPUB_FAILED", lambda: self.DPUB(c, params, body))
-        full = _pipeline_full(c, lambda: self.DPUB(c, params, body))
+            return self._ensure(c, name, f"E_{cmd}_FAILED", retry)
+        full = _pipeline_full(c, retry)
         if full:
             return full
-        return self._publish(c, tr, name, [body], delay_ms, "DPUB")
+        bodies = list(body) if cmd == "MPUB" else [body]
+        return self._publish(c, tr, name, bodies, delay_ms, cmd)
 
     def _publish(
         self, c: ClientState, tr: Any, name: str, bodies: list[bytes], delay: int, cmd: str
