@@ -285,18 +285,26 @@ class HTTPAPI:
             raise NsqHTTPError(503, failed)
         return "OK"
 
+    def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:
+        """The query, topic and epoch of a /replica/* request: 400 INVALID_TOPIC for a bad
+        topic name, 400 BAD_BODY for an epoch that is not an integer."""
+        q = self._query(request)
+        name = q.get("topic", "")
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        try:
+            return q, name, int(q.get("epoch", ""))
+        except ValueError:
+            raise NsqHTTPError(400, "BAD_BODY") from None
+
     def replica_append(self, request: Request) -> Any:
         """POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1] (nsqpy's own,
         replication/stream.py): a leader's entries, answered {"next": N, "last": "E:S"} once
         fsynced; 409 E_STALE_EPOCH / E_GAP <last>."""
         from .replication.stream import Gap, StaleEpoch, decode_entries, name_text, parse_name
 
-        q = self._query(request)
-        name = q.get("topic", "")
-        if not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
+        q, name, epoch = self._replica_query(request)
         try:
-            epoch = int(q.get("epoch", ""))
             int(q.get("first", ""))
             entries = decode_entries(request.body)
             prev, reset = q.get("prev"), q.get("reset") == "1"
@@ -325,14 +333,7 @@ class HTTPAPI:
         400 BAD_BODY, 409 E_STALE_EPOCH."""
         from .replication.stream import StaleEpoch
 
-        q = self._query(request)
-        name = q.get("topic", "")
-        if not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
-        try:
-            epoch = int(q.get("epoch", ""))
-        except ValueError:
-            raise NsqHTTPError(400, "BAD_BODY") from None
+        _, name, epoch = self._replica_query(request)
         body = request.body
 
         async def keep() -> Any:
