@@ -41,6 +41,7 @@ from .channel import Channel
 from .client_stats import Client
 from .dead_letter import DeadLetters
 from .guid import GUIDFactory
+from .internal.aiotasks import cancel_and_wait
 from .lookup_peer import LookupPeers
 from .message import fresh_header
 from .options import Options
@@ -295,13 +296,7 @@ class NSQD:
         """Clean exit, once the clients are gone: stop the loops and lookupd registration,
         then Storage.close (memory, in-flight and deferred messages to disk, nsqd.dat, the
         backends synced and closed)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         if self.replication is not None:
             await self.replication.close()
         if self.lookup is not None:

@@ -49,6 +49,7 @@ import os
 from collections.abc import Awaitable
 from typing import Any
 
+from ..internal.aiotasks import cancel_and_wait
 from ..topic import TopicError
 from . import local, progress
 from .coordinator import Coordinator, Fenced, TopicState
@@ -188,11 +189,7 @@ class Replication:
                     asyncio.gather(*(self.rounds.round(tr) for tr in leading)),
                     self.timeout,
                 )
-        for task in [*self._tasks, *self._side]:
-            task.cancel()
-        for task in [*self._tasks, *self._side]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait([*self._tasks, *self._side])
         for tr in self.topics.values():
             if tr.stream is not None:
                 tr.stream.close(False)

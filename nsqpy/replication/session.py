@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..internal.aiotasks import cancel_and_wait
 from .etcd_gateway import EtcdClient, EtcdError
 from .records import Keys, NodeInfo, ReplicationError, cmp_absent, op_get, op_put
 
@@ -137,10 +138,7 @@ class NodeSession:
         """Stop renewing the lease without revoking it: the lease then lapses on the server
         after its TTL, exactly as when this node is cut off from etcd or dies."""
         task, self._keepalive = self._keepalive, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])  # not a bare cancel: wait_for can swallow one (3.11)
 
     async def leave(self) -> None:
         """A clean exit: stop keepalives and revoke the lease (the node key goes at once)."""
