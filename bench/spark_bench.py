@@ -43,6 +43,90 @@ from bench.target import Daemon  # noqa: E402
 from nsqpy.spark.client import Producer  # noqa: E402
 
 
+class MachineCPU:
+    """CPU time spent by the whole machine and by kinds of process, sampled every ``period_s``
+    seconds in a thread from /proc (Linux): ``machine`` is /proc/stat's busy time (all processes,
+    others' included: the machine is shared), ``broker`` the broker's pid, ``jvm`` processes
+    named java (Spark's driver JVM: executors run in it with local[N]), ``python`` the other
+    Python processes (Spark's Python workers, the source's driver-side process, the bench).
+    ``between(t0, t1)`` gives each kind's CPU-seconds between two time.time() instants (the
+    samples nearest inside them: within ``period_s``)."""
+
+    KINDS = ("machine", "broker", "jvm", "python")
+
+    def __init__(self, broker_pid: int, period_s: float = 0.1) -> None:
+        import threading
+
+        self.broker_pid = broker_pid
+        self.period_s = period_s
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._seen: dict[int, tuple[str, int]] = {}  # pid -> (kind, last jiffies)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="machine-cpu")
+        self._thread.start()
+
+    def _kind(self, pid: int, comm: str) -> str | None:
+        if pid == self.broker_pid:
+            return "broker"
+        if comm == "java":
+            return "jvm"
+        if comm.startswith("python"):
+            return "python"
+        return None
+
+    def _sample(self) -> dict[str, float]:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+        busy = f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as fh:
+                    head, _, rest = fh.read().rpartition(")")
+            except OSError:
+                continue
+            pid = int(entry.name)
+            kind = self._kind(pid, head.partition("(")[2])
+            if kind is not None:
+                v = rest.split()
+                self._seen[pid] = (kind, int(v[11]) + int(v[12]))
+        out = dict.fromkeys(self.KINDS, 0.0)
+        out["machine"] = busy / self.tick
+        for kind, jiffies in self._seen.values():
+            out[kind] += jiffies / self.tick
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), self._sample()))
+            self._stop.wait(self.period_s)
+
+    def between(self, t0: float, t1: float) -> dict[str, float]:
+        inside = [s for t, s in self.samples if t0 <= t <= t1]
+        if len(inside) < 2:
+            return {}
+        return {k: round(inside[-1][k] - inside[0][k], 2) for k in self.KINDS}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+CPU: MachineCPU | None = None  # set by main()
+
+
+def _cpu_fields(t0: float, t1: float, rows: int) -> dict[str, Any]:
+    """The run's CPU-seconds by kind between t0 and t1 (time.time()), and per 1,000,000 rows."""
+    if CPU is None or rows <= 0:
+        return {}
+    cpu = CPU.between(t0, t1)
+    if not cpu:
+        return {}
+    return {"cpu_s_by_kind": cpu, "machine_cpu_s_per_m": round(cpu["machine"] * 1e6 / rows, 2)}
+
+
 def _progress_time(p: dict[str, Any]) -> float:
     from datetime import datetime
 
@@ -235,7 +319,19 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         "complete": total >= args.count,
         "mean_batch_ms": {k: round(v) for k, v in sorted(phases.items())},
         "source_max_rss_kib": stats.get("max_rss_kib"),
+        **_cpu_fields(start, end, total),
     }
+
+
+def _cpu_cell(rs: list[dict]) -> str:
+    """The median run's (by machine CPU) CPU-seconds per 1M rows, by kind."""
+    runs = sorted((r for r in rs if "cpu_s_by_kind" in r), key=lambda r: r["machine_cpu_s_per_m"])
+    if not runs:
+        return "-"
+    r = runs[len(runs) // 2]
+    per_m = {k: v * 1e6 / r["rows"] for k, v in r["cpu_s_by_kind"].items()}
+    m, b, j, py = (per_m[k] for k in MachineCPU.KINDS)
+    return f"{m:.1f} ({b:.1f} / {j:.1f} / {py:.1f})"
 
 
 def run_sink(spark, daemon: Any, args: argparse.Namespace, topic: str) -> dict:
@@ -247,6 +343,7 @@ def run_sink(spark, daemon: Any, args: argparse.Namespace, topic: str) -> dict:
         F.lpad(F.col("id").cast("string"), args.size, "x").cast("binary").alias("body")
     )
     t = time.monotonic()
+    w0 = time.time()
     df.write.format("nsq").mode("append").option(
         "nsqd_tcp_addresses", f"127.0.0.1:{daemon.tcp_port}"
     ).option("topic", topic).save()
@@ -261,6 +358,7 @@ def run_sink(spark, daemon: Any, args: argparse.Namespace, topic: str) -> dict:
         "seconds": round(dt, 3),
         "msgs_per_s": round(args.count / dt),
         "complete": depth == args.count,
+        **_cpu_fields(w0, w0 + dt, args.count),
     }
 
 
@@ -285,6 +383,7 @@ def run_fetch(address: str, args: argparse.Namespace, topic: str) -> dict:
     spool = Spool(o.spool_dir, segment_bytes=min(o.spool_segment_bytes, o.max_spool_bytes // 4))
     cpu0 = time.process_time()
     t0 = time.monotonic()
+    wall0 = time.time() - t0  # monotonic -> time.time()
     f = Fetcher(o, spool)
     first = None
     deadline = time.monotonic() + args.max_seconds
@@ -315,6 +414,7 @@ def run_fetch(address: str, args: argparse.Namespace, topic: str) -> dict:
         "groups": stats["groups"],
         "writer_seconds": stats["writer_seconds"],
         "complete": rows >= args.count,
+        **_cpu_fields(wall0 + (first or t0), wall0 + t_end, rows),
     }
 
 
@@ -394,6 +494,8 @@ def main() -> int:
     daemon = Daemon([f"--mem-queue-size={args.count + 1000}"], cmd=args.nsqd_cmd)
     address = f"127.0.0.1:{daemon.tcp_port}"
     broker = "Go nsqd" if args.nsqd_cmd and "nsqpy" not in args.nsqd_cmd else "nsqpy-d"
+    global CPU
+    CPU = MachineCPU(daemon.proc.pid) if os.path.exists("/proc/stat") else None
     results: list[dict] = []
     try:
         spark = None
@@ -442,9 +544,14 @@ def main() -> int:
             spark.stop()
     finally:
         daemon.stop()
+        if CPU is not None:
+            CPU.stop()
     print(f"{broker}, {args.count} x {args.size} B, {args.master}, median of {args.repeat}:\n")
-    print("| mode | msgs/s (median) | runs | wall msgs/s | first batch s | batches (mean size) |")
-    print("|---|---:|---|---:|---:|---|")
+    print(
+        "| mode | msgs/s (median) | runs | wall msgs/s | first batch s | batches (mean size) "
+        "| CPU-s per 1M: machine (broker / JVM / Python) |"
+    )
+    print("|---|---:|---|---:|---:|---|---|")
     for mode in dict.fromkeys(r["mode"] for r in results):
         rs = [r for r in results if r["mode"] == mode]
         rates = sorted(r["msgs_per_s"] for r in rs)
@@ -455,8 +562,15 @@ def main() -> int:
         first = f"{firsts[len(firsts) // 2]:.2f}" if firsts else "-"
         print(
             f"| {mode} | {med:,} | {', '.join(f'{x:,}' for x in rates)} | "
-            f"{wall:,} | {first} | {batches or '-'} |"
+            f"{wall:,} | {first} | {batches or '-'} | {_cpu_cell(rs)} |"
         )
+    cores = os.cpu_count() or 1
+    print(
+        f"\nCPU budget: {cores} cores x (1,000,000 / rate) s, i.e. "
+        + ", ".join(
+            f"{cores * 1e6 / r:.1f} CPU-s per 1M at {r:,} msgs/s" for r in (250_000, 300_000)
+        )
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0 if all(r["complete"] for r in results) else 1
