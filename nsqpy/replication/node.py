@@ -138,6 +138,7 @@ class Replication:
         self.coordinator: Coordinator | None = None
         self.http: Any = None
         self.progress = progress.ProgressStore(nsqd.data_path)
+        self.progress.sweep()
         self.rounds = progress.Rounds(self)
         self.joined = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

@@ -47,12 +47,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import struct
 from typing import Any
 
 import msgpack
 
 from ..guid import NODE_ID_BITS, NODE_ID_SHIFT
+from ..internal.fileutil import write_sync_file
 from ..message import HEADER_LENGTH, ID_END, ID_START
 
 log = logging.getLogger("nsqpy.replication")
@@ -69,6 +71,8 @@ MAX_HELD = 100_000
 MAX_ROUND_BYTES = 4 * 1024 * 1024
 #: The side file's name after the topic's ('#' as in the replica log's "<topic>#replica").
 FILE_SUFFIX = "#replica.progress"
+#: a side file's temp file: fileutil.write_sync_file's "<path>.<digits>.tmp", or ".tmp<N>"
+_TEMP_NAME = re.compile(r".+" + re.escape(FILE_SUFFIX) + r"(\.[0-9]+\.tmp|\.tmp[0-9]+)")
 
 _NODE_MASK = (1 << NODE_ID_BITS) - 1
 
@@ -290,7 +294,6 @@ class ProgressStore:
         self.records: dict[str, dict[str, ChannelProgress | None]] = {}
         self.epochs: dict[str, int] = {}
         self.rounds: dict[str, int] = {}
-        self._tmp = 0
 
     def path(self, topic: str) -> str:
         return os.path.join(self.data_path, topic + FILE_SUFFIX)
@@ -328,16 +331,32 @@ class ProgressStore:
         return self.rounds[topic]
 
     def write(self, topic: str, content: bytes) -> None:
-        """Atomically replace the side file (tmp, fsync, rename). Blocking: run it in an
-        executor. OSError."""
-        path = self.path(topic)
-        self._tmp += 1
-        tmp = f"{path}.tmp{self._tmp}"
-        with open(tmp, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        """Atomically replace the side file (fileutil.write_sync_file: temp file, fsync,
+        rename; the temp file is removed when that fails). Blocking: run it in an executor.
+        OSError."""
+        write_sync_file(self.path(topic), content)
+
+    def sweep(self) -> list[str]:
+        """Remove side-file temp files that a crash in the middle of :meth:`write` left in
+        ``data_path`` ("<topic>#replica.progress.<digits>.tmp", and the ".tmp<N>" names of
+        earlier builds); call before any write. Returns the names removed (errors logged)."""
+        removed: list[str] = []
+        try:
+            names = os.listdir(self.data_path)
+        except OSError as exc:
+            log.error("REPLICATION: cannot list %s: %s", self.data_path, exc)
+            return removed
+        for name in names:
+            if _TEMP_NAME.fullmatch(name) is None:
+                continue
+            try:
+                os.unlink(os.path.join(self.data_path, name))
+                removed.append(name)
+            except OSError as exc:
+                log.error("REPLICATION: cannot remove %s: %s", name, exc)
+        if removed:
+            log.info("REPLICATION: removed %d leftover progress temp files", len(removed))
+        return removed
 
     def load(self, topic: str) -> dict[str, ChannelProgress | None] | None:
         """The record of ``topic``: in memory, else from its side file; None when none (or it

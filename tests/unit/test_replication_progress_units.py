@@ -229,3 +229,23 @@ async def test_leader_stream_commits_at_once_when_only_catching_up_links_are_lef
     assert got == [[rec(0)]] and w.result() is True
     assert s.entries  # kept for the catching-up follower
     s.close()
+
+
+def test_progress_store_sweep_removes_only_leftover_temp_files(tmp_path: Path) -> None:
+    """A crash in the middle of a side-file write leaves its temp file; the next start sweeps
+    such files (both temp-name styles) and nothing else of the data path."""
+    keep = [
+        "t#replica.progress",
+        "t#replica.log",
+        "t.diskqueue.meta.dat",
+        "t.diskqueue.meta.dat.123.tmp",  # another file's temp: not the progress store's
+        "t#replica.progress.tmp",
+        "nsqd.dat",
+    ]
+    leftovers = ["t#replica.progress.4611686018427387904.tmp", "u#replica.progress.tmp3"]
+    for name in keep + leftovers:
+        (tmp_path / name).write_bytes(b"x")
+    store = progress.ProgressStore(str(tmp_path))
+    assert sorted(store.sweep()) == sorted(leftovers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
+    assert store.sweep() == []
