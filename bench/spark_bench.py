@@ -18,7 +18,9 @@ start is printed too. Medians over --repeat rounds. Every run is bounded by --co
 nsq sink is measured the other way round: --count rows made by Spark written to a topic.
 `first batch s` is the start of the first batch with rows less the query's start. `--warmup N`
 runs an untimed N-message query first (the session's first query starts Spark's code paths and
-the executors' Python workers: its figures are printed as "spark noop (cold)"). `--sink fetch`
+the executors' Python workers: its figures are printed as "spark noop (cold)"), and with the
+nsq sink among the sinks an N-row sink write too ("spark nsq sink (cold)": the write path
+starts Python workers of its own). `--sink fetch`
 runs the source's driver side alone (no Spark). `--trace FILE` collects the connector's timeline
 (nsqpy.spark.trace: the source opening, each batch planned and committed, each partition read,
 the spool's progress each second, each sink task's split of its time) as JSON lines."""
@@ -473,7 +475,8 @@ def main() -> int:
         default=0,
         help="first run an untimed query of this many messages into noop (the SparkSession's "
         "first query starts the JVM's code paths and the executors' Python workers); it is "
-        "reported as 'spark noop (cold)'",
+        "reported as 'spark noop (cold)'; with --sink nsq, an N-row sink write as well "
+        "('spark nsq sink (cold)')",
     )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--nsqd-cmd", help="the broker's command (default nsqpy-d), e.g. Go nsqd")
@@ -523,6 +526,12 @@ def main() -> int:
             r["mode"] = "spark noop (cold)"
             results.append(r)
             print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr, flush=True)
+            if "nsq" in sinks:  # the sink's write path starts its own Python workers
+                r = run_sink(spark, daemon, wargs, "spark_bench_warmup_sink")
+                r["mode"] = "spark nsq sink (cold)"
+                results.append(r)
+                print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr,
+                      flush=True)  # fmt: skip
         for rnd in range(args.repeat):
             runs = [] if args.no_reader else ["reader"]
             runs += sinks
