@@ -101,5 +101,7 @@ def test_never_reading_publishers_are_pushed_back_and_a_polite_client_is_served(
     )
     print(summary)
     assert _pushed_back(progress), f"never pushed back: {progress[-8:]}"
-    assert statistics.median(rtts) < 0.050 and rtts[-1] < 1.0, summary
+    # Wide bounds (the suite runs beside other tests, on a loaded machine): a daemon that let the
+    # flood hold its loop would answer in seconds, not in a fraction of one.
+    assert statistics.median(rtts) < 0.25 and rtts[-1] < 2.5, summary
     assert rss_after - rss_before < 200 * 1024, summary  # bounded, not the flood's size
