@@ -22,6 +22,14 @@ import subprocess
 from collections.abc import Sequence
 
 
+#: Tags (bridge numbers) in use are 0 .. TAGS-1: each maps to its own 10.<200+tag//250>.<tag%250>.
+TAGS = 50 * 250
+
+
+def _link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True, timeout=20).returncode == 0
+
+
 def unavailable() -> str | None:
     """Why network namespaces cannot be made here (None when they can)."""
     if shutil.which("ip") is None:
@@ -48,17 +56,24 @@ class NetLab:
     def __init__(self, hosts: int, tag: int | None = None) -> None:
         if not 1 <= hosts <= 200:
             raise ValueError("hosts must be in [1, 200]")
-        n = os.getpid() if tag is None else tag
-        self.tag = n % 100000
-        self.bridge = f"nsqb{self.tag}"
-        self.prefix = f"10.{200 + self.tag % 50}.{self.tag % 250}"
-        self.gateway = f"{self.prefix}.1"
-        self.names = [f"nsqh{self.tag}-{k}" for k in range(hosts)]
         self._made_bridge = False
         self._made: list[int] = []
-        try:
-            _ip("link", "add", self.bridge, "type", "bridge")
+        # The bridge name is the lock: the kernel refuses a second link of that name, so two
+        # processes (pytest-xdist workers) never get the same tag, hence never the same /24.
+        first = (os.getpid() if tag is None else tag) % TAGS
+        for i in range(TAGS if tag is None else 1):
+            self._set_tag((first + i) % TAGS, hosts)
+            try:
+                _ip("link", "add", self.bridge, "type", "bridge")
+            except RuntimeError:
+                if tag is None and _link_exists(self.bridge):
+                    continue  # taken by another run: try the next tag
+                raise
             self._made_bridge = True
+            break
+        else:
+            raise RuntimeError("no free bridge name nsqb<N> left")
+        try:
             _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             for k in range(hosts):
@@ -66,6 +81,13 @@ class NetLab:
         except BaseException:
             self.close()
             raise
+
+    def _set_tag(self, tag: int, hosts: int) -> None:
+        self.tag = tag
+        self.bridge = f"nsqb{tag}"
+        self.prefix = f"10.{200 + tag // 250}.{tag % 250}"  # one /24 per tag
+        self.gateway = f"{self.prefix}.1"
+        self.names = [f"nsqh{tag}-{k}" for k in range(hosts)]
 
     def _veth(self, k: int) -> str:
         return f"nv{self.tag}-{k}"
