@@ -177,3 +177,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if kind in KINDS:
             item.add_marker(getattr(pytest.mark, kind))
     scale_examples(items)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): NSQPY_TEST_WORKERS if set, else two workers per core
+    up to four. Most tests wait on daemons (processes of their own) far more than they compute,
+    so a worker per core would leave the cores idle."""
+    env = os.environ.get("NSQPY_TEST_WORKERS", "")
+    if env.strip():
+        return int(env)
+    return min(4, 2 * (os.cpu_count() or 1))
