@@ -22,7 +22,12 @@ from conftest import DAEMON_CWD, ROOT
 
 from nsqpy.build_info import COMPILED_MODULES, build_name, compiled_modules, toolchain_missing
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+# One worker builds once for the module's tests (pytest-xdist).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1200),
+    pytest.mark.xdist_group("mypyc_build"),
+]
 
 COMPILED = list(COMPILED_MODULES)
 #: The build the whole run is on, when .ci/run says (its compiled run sets NSQPY_TEST_BUILD=mypyc
@@ -45,6 +50,9 @@ def _missing() -> str | None:
 def compiled(tmp_path_factory) -> Path:
     if RUN_BUILD == "mypyc":
         pytest.skip("this whole run is on the installed compiled build (NSQPY_TEST_BUILD=mypyc)")
+    if os.environ.get("NSQPY_COMPILED_RUN_FOLLOWS"):
+        # .ci/run installs the compiled build and runs these tests and more on it next
+        pytest.skip("the compiled build's own run follows (NSQPY_COMPILED_RUN_FOLLOWS)")
     why = _missing()
     if why:
         pytest.skip(f"compiled build not possible here: {why}")
