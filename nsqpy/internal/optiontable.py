@@ -3,14 +3,15 @@
 Strategy: a daemon's options dataclass (nsqpy.options.Options, lookupd.options.LookupdOptions,
 admin.options.AdminOptions) *is* its table. Each field that is an option is declared with one
 of the row builders below (option, size, duration, boolean, repeated, computed, log_level,
-log_prefix, log_format); the builder stores the row (flag name, kind, default, help, cfg name, how the
-flag's value becomes the field's) in the field's metadata, so an option is written exactly
-once and keeps its static type for mypy and IDEs. A plain field without a row is an internal
-setting: no flag, no cfg name. ``Table(cls, ...)`` reads the rows back in declaration order
-and generates the rest:
+log_prefix, log_format); the builder stores the row (flag name, kind, default, help, cfg
+name, how the flag's value becomes the field's) in the field's metadata, so an option is
+written exactly once and keeps its static type for mypy and IDEs. A plain field without a
+row is an internal setting: no flag, no cfg name. ``Table(cls, ...)`` reads the rows back in
+declaration order and generates the rest:
 
 - the click options, in row order (the common --config, --version, --log-level, --log-prefix
-  and --verbose of every NSQ daemon included, and nsqpy's --log-format), with their --help text and shown defaults;
+  and --verbose of every NSQ daemon included, and nsqpy's --log-format), with their --help
+  text and shown defaults;
 - the flags that goflag rewrites as Go booleans, and the refused not-yet-built flags;
 - ``from_flags``: click's parsed flags -> the dataclass;
 - the cfg names (go-options' names: the field name, without ``_ms`` for a duration, unless
