@@ -42,9 +42,7 @@ def _commented_options(path: Path) -> list[tuple[str, str, str]]:
 
 def _host_dependent(table: Table) -> set[str]:
     """cfg names whose default the host decides (node id, broadcast address)."""
-    return {
-        str(r.cfg) for r in table.fields if r.factory is not None and r.kind is not Kind.LIST
-    }
+    return {str(r.cfg) for r in table.fields if r.factory is not None and r.kind is not Kind.LIST}
 
 
 def _options(table: Table, cfg_file: Path | None) -> Any:
