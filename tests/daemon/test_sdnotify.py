@@ -77,6 +77,13 @@ class Started:
         self._fd = self.proc.stderr.fileno()
         os.set_blocking(self._fd, False)
         self.stderr = b""
+        self.signalled = False
+
+    def terminate(self) -> None:
+        """SIGTERM, once (a second one may reach it after its loop has closed)."""
+        if not self.signalled:
+            self.signalled = True
+            self.proc.send_signal(signal.SIGTERM)
 
     def stderr_so_far(self) -> str:
         """What the daemon has written to stderr up to now, read without waiting."""
@@ -91,9 +98,9 @@ class Started:
         return self.stderr.decode(errors="replace")
 
     def finish(self) -> int:
-        """SIGTERM if still running; the exit status."""
+        """SIGTERM unless sent already; the exit status."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
         try:
             return self.proc.wait(WAIT_S)
         finally:
@@ -145,7 +152,7 @@ def test_ready_after_the_listeners_accept_and_stopping_on_sigterm(
         for kind, address in logged.items():
             _connect(address)  # accepting now
             assert f"{kind} {address}" in ready["STATUS"]
-        d.proc.send_signal(signal.SIGTERM)
+        d.terminate()
         stopping = _until(sock, "STOPPING", seen)
         assert stopping["STOPPING"] == "1"
     finally:
@@ -182,7 +189,7 @@ def test_no_watchdog_for_another_process(
     seen: list[dict[str, str]] = []
     try:
         _until(sock, "READY", seen)
-        d.proc.send_signal(signal.SIGTERM)
+        d.terminate()
         _until(sock, "STOPPING", seen)
     finally:
         rc = d.finish()
