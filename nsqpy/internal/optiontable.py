@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .godur import format_go_duration_ms
-from .lg import LOG_FORMATS, LOG_LEVEL_NUMBERS, LOG_LEVELS, setup_logging
+from .lg import LOG_FORMATS, LOG_LEVEL_NUMBERS, LOG_LEVELS, fields, setup_logging
 
 
 class Kind(enum.Enum):
@@ -431,7 +431,10 @@ class Table:
                 daemon=self.go_name,
             )
             logging.getLogger("nsqpy").critical(
-                "failed to load config file %s - %s", kw["config"], e
+                "failed to load config file %s - %s",
+                kw["config"],
+                e,
+                extra=fields(config=kw["config"], error=str(e)),
             )
             sys.exit(1)
         return True
