@@ -49,7 +49,7 @@ def test_json_lines(program: str, tmp_path: Path) -> None:
     started = datetime.now(UTC)
     lines = _run(program, tmp_path, "--log-format=json")
     objs = [json.loads(line) for line in lines]  # every line, start to exit
-    assert len(objs) >= 3
+    assert len(objs) >= 2  # the version line and a listening line at least
     for obj in objs:
         assert list(obj)[:4] == ["level", "time", "daemon", "msg"], obj
         assert obj["daemon"] == GO_NAMES[program]
