@@ -13,7 +13,8 @@ JSON lines (nsqpy's own; the default stays lg's text): ``{"level": "info", "time
 case; ``daemon`` the Go daemon's name (nsqd, nsqlookupd, nsqadmin); ``msg`` the text lg's
 line would carry after "LEVEL: " (the --log-prefix is left out). A record logged with
 ``extra=fields(key=value, ...)`` adds those keys after ``msg`` (the listening lines carry
-``listener`` and ``address``); a logged exception adds ``exception``, its traceback.
+``listener`` and ``address``); a logged exception adds ``exception``, its traceback. In
+JSON, the warnings of the libraries underneath (asyncio, aiohttp) come as JSON lines too.
 
 Cost: the daemons write a line per connection, topic, channel and registration, as Go's do, and
 a burst of those (10,000 clients connecting, a cluster re-registering) must not hold the event
@@ -205,3 +206,9 @@ def setup_logging(
     log.handlers[:] = [handler]
     log.setLevel(LOG_LEVELS[level.lower()])
     log.propagate = False
+    if log_format == "json" and logger == "nsqpy":
+        # the libraries' warnings (asyncio's, aiohttp's) would otherwise reach stderr as bare
+        # text through logging's last resort: in JSON too, so every line parses
+        root = logging.getLogger()
+        root.handlers[:] = [handler]
+        root.setLevel(logging.WARNING)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from nsqpy.internal import lg
 from nsqpy.internal.sdnotify import Notifier, socket_address, watchdog_period
@@ -117,3 +118,28 @@ def test_json_line_of_an_exception_and_levels() -> None:
     assert obj["level"] == "fatal" and "RuntimeError: boom" in obj["exception"]
     with pytest.raises(ValueError, match="--log-format"):
         lg.setup_logging("[nsqd] ", "info", "nsqpy.test-unused", log_format="xml")
+
+
+def test_json_takes_in_the_libraries_warnings() -> None:
+    """With JSON lines, asyncio's and aiohttp's own warnings come as JSON too (a process of its
+    own: setup_logging changes the root logger)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; from nsqpy.internal.lg import setup_logging; "
+        "setup_logging('[nsqd] ', 'info', log_format='json', daemon='nsqd'); "
+        "logging.getLogger('asyncio').warning('w %d', 1); "
+        "logging.getLogger('asyncio').info('not shown'); "
+        "logging.getLogger('nsqpy').info('i')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=ROOT,
+    )
+    lines = [json.loads(line) for line in r.stderr.splitlines()]
+    assert [(o["level"], o["msg"]) for o in lines] == [("warning", "w 1"), ("info", "i")]
