@@ -27,7 +27,6 @@ per second, and logging's caller, thread and process lookups are off (no format 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import time
@@ -96,8 +95,11 @@ class JsonLogFormatter(logging.Formatter):
     _RESERVED = frozenset(("level", "time", "daemon", "msg"))
 
     def __init__(self, daemon: str) -> None:
+        import json  # only with --log-format=json
+
         super().__init__()
         self.daemon = daemon
+        self._dumps = json.dumps
         self._second = -1
         self._stamp = ""
 
@@ -120,7 +122,7 @@ class JsonLogFormatter(logging.Formatter):
                 line[f"field_{key}" if key in self._RESERVED else key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return self._dumps(line, ensure_ascii=False, default=str)
 
 
 class PassBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
