@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 
-from .internal.lg import setup_logging
 from .internal.netaddr import join_host_port, split_host_port
 from .options import TABLE, Options, version_string
 
@@ -35,7 +34,7 @@ def nsqpy_d(**kw: Any) -> None:
     if not TABLE.start(kw, version_string):
         return
     opts = options_from_flags(kw)
-    setup_logging(opts.log_prefix, opts.log_level)
+    TABLE.setup_logging(opts)
     try:
         opts.validate()
     except ValueError as e:

@@ -25,6 +25,7 @@ from .internal.optiontable import (
     computed,
     duration,
     flag,
+    log_format,
     log_level,
     log_prefix,
     option,
@@ -113,6 +114,7 @@ class Options:
 
     log_level: str = log_level()
     log_prefix: str = log_prefix("[nsqd] ")
+    log_format: str = log_format()
     node_id: int = computed(
         "node-id",
         int,

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..internal.netaddr import split_host_port
-from ..internal.optiontable import Table, boolean, duration, log_level, log_prefix, option, repeated
+from ..internal.optiontable import (
+    Table,
+    boolean,
+    duration,
+    log_format,
+    log_level,
+    log_prefix,
+    option,
+    repeated,
+)
 
 
 @dataclass
@@ -26,6 +35,7 @@ class AdminOptions:
 
     log_level: str = log_level()
     log_prefix: str = log_prefix("[nsqadmin] ")
+    log_format: str = log_format()
     http_address: str = option(
         "http-address", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"
     )

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from ..internal.http.aio import go_router, start_site
+from ..internal.lg import fields
 from ..internal.netaddr import format_listen_addr, split_host_port
 from . import clusterinfo as ci
 from . import http_api, pages
@@ -131,10 +132,15 @@ class AdminServer:
             self._runner, self.http_address = await start_site(app, host or None, port)
         except OSError as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from None
-        log.info("HTTP: listening on %s", format_listen_addr(self.http_address))
+        name = format_listen_addr(self.http_address)
+        log.info("HTTP: listening on %s", name, extra=fields(listener="HTTP", address=name))
         assert self.notifier is not None
         self.notifier.start()
         self._sampler = asyncio.get_running_loop().create_task(self._sample_loop())
+
+    def status(self) -> str:
+        """What a supervisor shows (internal/daemon.py): "HTTP <addr>"."""
+        return f"HTTP {format_listen_addr(self.http_address)}" if self.http_address else ""
 
     async def sample_once(self) -> None:
         """One history round: every node's /stats (no clients) into the History."""

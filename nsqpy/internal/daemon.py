@@ -4,7 +4,9 @@ serve until SIGTERM or SIGINT, stop cleanly, and exit as NSQ's Go daemons do.
 Strategy: a daemon is something with ``async start()`` and ``async stop()`` (its server.py);
 this module owns the process around it: the descriptor limit raised to the hard limit (as the Go
 runtime does), signal handlers on the loop, exit status 0 after a clean stop and 1 when start()
-fails ("failed to instantiate <name> - <error>", as the Go daemons log it), and the collector
+fails ("failed to instantiate <name> - <error>", as the Go daemons log it), the supervisor's
+notifications (internal/sdnotify.py: READY=1 once start() has bound the listeners and their
+log lines are written, WATCHDOG=1 from the loop, STOPPING=1 on a signal), and the collector
 tuned once the long-lived start-up objects exist, and glibc's malloc told to give big buffers
 back to the OS (bound_malloc_retention).
 Start-up time matters (a test suite may start a daemon per test): the daemons import this
@@ -23,6 +25,8 @@ import sys
 from collections.abc import Callable
 from typing import Protocol
 
+from .lg import fields
+
 gc.disable()  # until serve() has started the daemon (see the module comment)
 
 SETTLE_S = 0.5  # after start: freeze_startup_objects (or whatever after_start does) runs then
@@ -32,6 +36,10 @@ class Startable(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+    def status(self) -> str:
+        """One line naming what the started daemon listens on (the supervisor's STATUS=)."""
+        ...
 
 
 def raise_nofile_limit() -> None:
@@ -96,6 +104,8 @@ def serve(
     SETTLE_S seconds after start; the collector is on from then (at once without one)."""
     import uvloop
 
+    from .sdnotify import Notifier
+
     log = logging.getLogger("nsqpy")
 
     async def main() -> int:
@@ -104,13 +114,21 @@ def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        notifier = Notifier()
+        notifier.start_watchdog(loop)
         try:
             await daemon.start()
         except (OSError, ValueError) as e:
-            log.critical("failed to instantiate %s - %s", name, e)
+            log.critical("failed to instantiate %s - %s", name, e, extra=fields(error=str(e)))
+            notifier.status(f"failed to instantiate {name} - {e}")
+            notifier.close()
             gc.enable()
             await daemon.stop()
             return 1
+        if notifier.enabled:
+            for handler in log.handlers:
+                handler.flush()  # the "listening on" lines are out before READY=1 is
+            notifier.ready(daemon.status())
 
         def settle() -> None:
             try:
@@ -126,9 +144,11 @@ def serve(
         else:
             loop.call_later(SETTLE_S, settle)
         await stop.wait()
+        notifier.stopping()
         if on_signal:
             log.info("%s", on_signal)
         await daemon.stop()
+        notifier.close()
         return 0
 
     sys.exit(uvloop.run(main()))

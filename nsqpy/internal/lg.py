@@ -1,10 +1,20 @@
 """Logging as NSQ's Go daemons do it (NSQ's internal/lg): the level names, lg.LogLevel's
-numbers, and the line ``<prefix>2006/01/02 15:04:05.000000 LEVEL: message`` on stderr.
+numbers, and the line ``<prefix>2006/01/02 15:04:05.000000 LEVEL: message`` on stderr; or,
+with ``--log-format=json``, one JSON object per line for log collectors.
 
 Strategy: the daemons log through Python's logging under the "nsqpy" logger; this module
 maps NSQ's level names onto logging's levels and formats each record as lg's line (local
 time, microseconds), so nsqpy-d, nsqpy-lookupd and nsqpy-admin write what nsqd,
 nsqlookupd and nsqadmin write. Source: nsq internal/lg/lg.go.
+
+JSON lines (nsqpy's own; the default stays lg's text): ``{"level": "info", "time":
+"2006-01-02T15:04:05.000Z", "daemon": "nsqd", "msg": "TCP: listening on 127.0.0.1:4150",
+...}`` with ``time`` in RFC 3339, UTC, milliseconds; ``level`` is lg's level name in lower
+case; ``daemon`` the Go daemon's name (nsqd, nsqlookupd, nsqadmin); ``msg`` the text lg's
+line would carry after "LEVEL: " (the --log-prefix is left out). A record logged with
+``extra=fields(key=value, ...)`` adds those keys after ``msg`` (the listening lines carry
+``listener`` and ``address``); a logged exception adds ``exception``, its traceback. In
+JSON, the warnings of the libraries underneath (asyncio, aiohttp) come as JSON lines too.
 
 Cost: the daemons write a line per connection, topic, channel and registration, as Go's do, and
 a burst of those (10,000 clients connecting, a cluster re-registering) must not hold the event
@@ -20,7 +30,7 @@ import asyncio
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 #: The --log-level names (any case on the command line) and their logging levels; "warning"
 #: is nsqpy's alias of "warn".
@@ -35,6 +45,12 @@ LOG_LEVELS = {
 #: lg.LogLevel's numbers, which GET /config/log_level answers (Go encodes the level as this
 #: integer).
 LOG_LEVEL_NUMBERS = {"debug": 1, "info": 2, "warn": 3, "warning": 3, "error": 4, "fatal": 5}
+
+#: The --log-format names: lg's line, or one JSON object per line.
+LOG_FORMATS = ("text", "json")
+
+#: The LogRecord attribute that ``fields`` fills (logging's ``extra``).
+_FIELDS = "nsq_fields"
 
 _LEVEL_NAMES = {
     logging.DEBUG: "DEBUG",
@@ -63,6 +79,50 @@ class NsqLogFormatter(logging.Formatter):
         stamp = f"{self._stamp}.{int(created % 1 * 1e6):06d}"
         level = _LEVEL_NAMES.get(record.levelno, record.levelname)
         return f"{self.prefix}{stamp} {level}: {record.getMessage()}"
+
+
+def fields(**values: Any) -> dict[str, Any]:
+    """``extra=`` for a logging call: structured values that a JSON line carries as keys of
+    its own (lg's text line shows only the message), e.g.
+    ``log.info("TCP: listening on %s", a, extra=fields(listener="TCP", address=a))``."""
+    return {_FIELDS: values}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record (see the module docstring): level, time, daemon, msg, then
+    the record's fields and its exception, if any."""
+
+    _RESERVED = frozenset(("level", "time", "daemon", "msg"))
+
+    def __init__(self, daemon: str) -> None:
+        import json  # only with --log-format=json
+
+        super().__init__()
+        self.daemon = daemon
+        self._dumps = json.dumps
+        self._second = -1
+        self._stamp = ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = record.created
+        second = int(created)
+        if second != self._second:
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        level = _LEVEL_NAMES.get(record.levelno, record.levelname).lower()
+        line: dict[str, Any] = {
+            "level": level,
+            "time": f"{self._stamp}.{int(created % 1 * 1000):03d}Z",
+            "daemon": self.daemon,
+            "msg": record.getMessage(),
+        }
+        extra = getattr(record, _FIELDS, None)
+        if extra:
+            for key, value in extra.items():
+                line[f"field_{key}" if key in self._RESERVED else key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return self._dumps(line, ensure_ascii=False, default=str)
 
 
 class PassBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -118,11 +178,27 @@ class PassBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.release()
 
 
-def setup_logging(prefix: str, level: str, logger: str = "nsqpy") -> None:
-    """Send ``logger``'s records to stderr in NSQ's format at ``level`` (debug, info, warn,
-    error or fatal, any case; KeyError for anything else)."""
+def setup_logging(
+    prefix: str,
+    level: str,
+    logger: str = "nsqpy",
+    *,
+    log_format: str = "text",
+    daemon: str = "nsqd",
+) -> None:
+    """Send ``logger``'s records to stderr at ``level`` (debug, info, warn, error or fatal,
+    any case; KeyError for anything else): as lg's lines with ``prefix`` when ``log_format``
+    is "text", as JSON lines naming ``daemon`` when it is "json" (ValueError for anything
+    else)."""
+    formatter: logging.Formatter
+    if log_format == "text":
+        formatter = NsqLogFormatter(prefix)
+    elif log_format == "json":
+        formatter = JsonLogFormatter(daemon)
+    else:
+        raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
     handler = PassBufferedHandler(sys.stderr)
-    handler.setFormatter(NsqLogFormatter(prefix))
+    handler.setFormatter(formatter)
     # lg's line uses none of these: skip looking them up for every record
     logging.logThreads = False
     logging.logProcesses = False
@@ -132,3 +208,9 @@ def setup_logging(prefix: str, level: str, logger: str = "nsqpy") -> None:
     log.handlers[:] = [handler]
     log.setLevel(LOG_LEVELS[level.lower()])
     log.propagate = False
+    if log_format == "json" and logger == "nsqpy":
+        # the libraries' warnings (asyncio's, aiohttp's) would otherwise reach stderr as bare
+        # text through logging's last resort: in JSON too, so every line parses
+        root = logging.getLogger()
+        root.handlers[:] = [handler]
+        root.setLevel(logging.WARNING)

@@ -3,14 +3,15 @@
 Strategy: a daemon's options dataclass (nsqpy.options.Options, lookupd.options.LookupdOptions,
 admin.options.AdminOptions) *is* its table. Each field that is an option is declared with one
 of the row builders below (option, size, duration, boolean, repeated, computed, log_level,
-log_prefix); the builder stores the row (flag name, kind, default, help, cfg name, how the
-flag's value becomes the field's) in the field's metadata, so an option is written exactly
-once and keeps its static type for mypy and IDEs. A plain field without a row is an internal
-setting: no flag, no cfg name. ``Table(cls, ...)`` reads the rows back in declaration order
-and generates the rest:
+log_prefix, log_format); the builder stores the row (flag name, kind, default, help, cfg
+name, how the flag's value becomes the field's) in the field's metadata, so an option is
+written exactly once and keeps its static type for mypy and IDEs. A plain field without a
+row is an internal setting: no flag, no cfg name. ``Table(cls, ...)`` reads the rows back in
+declaration order and generates the rest:
 
 - the click options, in row order (the common --config, --version, --log-level, --log-prefix
-  and --verbose of every NSQ daemon included), with their --help text and shown defaults;
+  and --verbose of every NSQ daemon included, and nsqpy's --log-format), with their --help
+  text and shown defaults;
 - the flags that goflag rewrites as Go booleans, and the refused not-yet-built flags;
 - ``from_flags``: click's parsed flags -> the dataclass;
 - the cfg names (go-options' names: the field name, without ``_ms`` for a duration, unless
@@ -35,7 +36,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .godur import format_go_duration_ms
-from .lg import LOG_LEVEL_NUMBERS, LOG_LEVELS, setup_logging
+from .lg import LOG_FORMATS, LOG_LEVEL_NUMBERS, LOG_LEVELS, fields, setup_logging
 
 
 class Kind(enum.Enum):
@@ -49,6 +50,7 @@ class Kind(enum.Enum):
     DURATION = "duration"  #: a Go duration on the command line; integer ms in the field
     LIST = "list"  #: a repeatable flag; a list in the field
     LOG_LEVEL = "log level"  #: lg's level names, any case; lower case in the field
+    LOG_FORMAT = "log format"  #: lg.LOG_FORMATS, any case; lower case in the field
 
 
 _META = "nsqpy.optiontable"
@@ -126,6 +128,7 @@ class Row:
             Kind.SIZE: int,
             Kind.DURATION: DURATION,
             Kind.LOG_LEVEL: click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
+            Kind.LOG_FORMAT: click.Choice(LOG_FORMATS, case_sensitive=False),
         }[self.kind]
         default = self.click_default()
         return click.option(
@@ -245,6 +248,22 @@ def log_level() -> Any:
 def log_prefix(prefix: str) -> Any:
     """Every NSQ daemon's --log-prefix, with that daemon's default (``"[nsqd] "``)."""
     return _field(Row("log-prefix", Kind.STR, "log message prefix", prefix))
+
+
+def log_format() -> Any:
+    """nsqpy's --log-format of every daemon: "text" (lg's lines, the default) or "json" (one
+    JSON object per line, internal/lg.py); unknown to /config, as Go's daemons have no such
+    option."""
+    return _field(
+        Row(
+            "log-format",
+            Kind.LOG_FORMAT,
+            "[nsqpy] log line format: text (NSQ's) or json (one object per line)",
+            "text",
+            parse=str.lower,
+            config_api=False,
+        )
+    )
 
 
 def flag(name: str, kind: Kind, help: str, *, default: Any = None, hidden: bool = False) -> Row:
@@ -382,6 +401,16 @@ class Table:
             values[str(row.field)] = value
         return self.cls(**values)
 
+    def setup_logging(self, opts: Any) -> None:
+        """Log as ``opts`` asks (--log-prefix, --log-level, --log-format; lg.setup_logging),
+        naming the Go daemon in JSON lines."""
+        setup_logging(
+            opts.log_prefix,
+            opts.log_level,
+            log_format=getattr(opts, "log_format", "text"),
+            daemon=self.go_name,
+        )
+
     def start(self, kw: dict[str, Any], version: Callable[[], str]) -> bool:
         """The start every NSQ daemon's command shares: with --version print ``version()`` and
         return False (nothing more to do); else fill ``kw`` from --config (``apply_file``) and
@@ -395,9 +424,17 @@ class Table:
         try:
             self.apply_file(click.get_current_context(), kw)
         except ConfigError as e:
-            setup_logging(kw["log_prefix"], kw["log_level"])
+            setup_logging(
+                kw["log_prefix"],
+                kw["log_level"],
+                log_format=str(kw.get("log_format") or "text").lower(),
+                daemon=self.go_name,
+            )
             logging.getLogger("nsqpy").critical(
-                "failed to load config file %s - %s", kw["config"], e
+                "failed to load config file %s - %s",
+                kw["config"],
+                e,
+                extra=fields(config=kw["config"], error=str(e)),
             )
             sys.exit(1)
         return True

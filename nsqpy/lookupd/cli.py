@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 
-from ..internal.lg import setup_logging
 from ..options import version_string as nsq_version_string
 from .options import TABLE, LookupdOptions
 
@@ -31,7 +30,7 @@ def nsqpy_lookupd(**kw: Any) -> None:
     if not TABLE.start(kw, version_string):
         return
     opts: LookupdOptions = TABLE.from_flags(kw)
-    setup_logging(opts.log_prefix, opts.log_level)
+    TABLE.setup_logging(opts)
     run(opts)
 
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from ..internal.optiontable import Table, computed, duration, log_level, log_prefix, option
+from ..internal.optiontable import (
+    Table,
+    computed,
+    duration,
+    log_format,
+    log_level,
+    log_prefix,
+    option,
+)
 
 
 @dataclass
@@ -19,6 +27,7 @@ class LookupdOptions:
 
     log_level: str = log_level()
     log_prefix: str = log_prefix("[nsqlookupd] ")
+    log_format: str = log_format()
     tcp_address: str = option(
         "tcp-address", "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"
     )

@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from ..internal.http.server import HTTPServer, listen, serve
+from ..internal.lg import fields
 from ..internal.netaddr import format_listen_addr, split_host_port
 from .http_api import build_router
 from .nsqlookupd import NSQLookupd
@@ -45,8 +46,18 @@ class Server:
         except OSError as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from None
         lookupd.http_address = self._http.address
-        log.info("TCP: listening on %s", format_listen_addr(lookupd.tcp_address))
-        log.info("HTTP: listening on %s", format_listen_addr(lookupd.http_address))
+        for kind, address in (("TCP", lookupd.tcp_address), ("HTTP", lookupd.http_address)):
+            name = format_listen_addr(address)
+            log.info("%s: listening on %s", kind, name, extra=fields(listener=kind, address=name))
+
+    def status(self) -> str:
+        """What a supervisor shows (internal/daemon.py): "TCP <addr>, HTTP <addr>"."""
+        lookupd = self.lookupd
+        return ", ".join(
+            f"{kind} {format_listen_addr(address)}"
+            for kind, address in (("TCP", lookupd.tcp_address), ("HTTP", lookupd.http_address))
+            if address
+        )
 
     async def stop(self) -> None:
         """Close the listeners and every client connection (their producers leave)."""

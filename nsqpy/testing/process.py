@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from ..internal.netaddr import join_host_port, split_host_port
 
-_LISTEN_RE = re.compile(r"\b(TCP|HTTPS|HTTP): listening on (\S+)")
+_LISTEN_RE = re.compile(r'\b(TCP|HTTPS|HTTP): listening on ([^\s"]+)')
 _PR_SET_PDEATHSIG = 1
 
 
@@ -55,7 +55,8 @@ def parse_listening(line: str) -> Listening | None:
     nsqd, nsqlookupd and nsqadmin (Go's and nsqpy's) log ``TCP: listening on ADDR``,
     ``HTTP: listening on ADDR``, ``HTTPS: listening on ADDR`` once each listener is bound
     (Go: nsqd/nsqd.go, nsqlookupd/nsqlookupd.go, nsqadmin/nsqadmin.go; nsqpy: server.py,
-    lookupd/server.py, admin/server.py)."""
+    lookupd/server.py, admin/server.py); nsqpy's JSON lines (--log-format=json) carry the same
+    text in their "msg", the address ending at its closing quote."""
     m = _LISTEN_RE.search(line)
     return Listening(m.group(1), m.group(2)) if m else None
 
