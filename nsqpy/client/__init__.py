@@ -19,24 +19,38 @@ Example (an nsqd on 127.0.0.1:4150)::
 Strategy: one module per concept, as go-nsq: config (go-nsq's options, durations in seconds),
 conn (one nsqd connection: IDENTIFY, TLS, snappy/deflate, AUTH, heartbeats, frames), message,
 producer (Producer, ProducerPool), consumer (RDY spread, backoff, lookupd discovery), lookup
-(GET /lookup), blocking (BlockingProducer, BlockingConsumer: a loop in a daemon thread)."""
+(GET /lookup), blocking (BlockingProducer, BlockingConsumer: a loop in a daemon thread), http
+(NsqdHTTPClient, LookupdClient: the daemons' HTTP admin APIs, with blocking wrappers) and
+stats (nsqd's /stats as typed records)."""
 
 from .blocking import BlockingConsumer, BlockingProducer
 from .config import Config
 from .conn import Conn, NSQError
 from .consumer import Consumer, ConsumerStats
+from .http import (
+    BlockingLookupdClient,
+    BlockingNsqdHTTPClient,
+    LookupdClient,
+    NsqdHTTPClient,
+    NSQHTTPError,
+)
 from .message import Message
 from .producer import Producer, ProducerPool
 
 __all__ = [
     "BlockingConsumer",
+    "BlockingLookupdClient",
+    "BlockingNsqdHTTPClient",
     "BlockingProducer",
     "Config",
     "Conn",
+    "LookupdClient",
     "Consumer",
     "ConsumerStats",
     "Message",
     "NSQError",
+    "NSQHTTPError",
+    "NsqdHTTPClient",
     "Producer",
     "ProducerPool",
 ]
