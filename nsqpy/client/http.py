@@ -31,6 +31,8 @@ from ..wire import is_valid_name
 from .stats import NsqdStats
 
 if TYPE_CHECKING:
+    import ssl
+
     import aiohttp
 
 T = TypeVar("T")
@@ -93,10 +95,13 @@ def _error_text(body: bytes) -> str:
 class _HTTPClient:
     """What both clients share: the address, the session, one request."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.address = address
         self.url = base_url(address)
         self.timeout = timeout
+        self.ssl_context = ssl_context
         self._session: aiohttp.ClientSession | None = None
 
     async def _request(
@@ -115,12 +120,14 @@ class _HTTPClient:
         url = self.url + path
         if params:  # quoted here so that "#ephemeral" reaches the daemon as part of the name
             url += "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+        extra: dict[str, Any] = {} if self.ssl_context is None else {"ssl": self.ssl_context}
         async with self._session.request(
             method,
             url,
             data=body,
             headers={"Accept": ACCEPT_V1},
             timeout=aiohttp.ClientTimeout(total=self.timeout),
+            **extra,
         ) as resp:
             data = await resp.read()
             if resp.status != 200:
@@ -175,9 +182,10 @@ def _topic(topic: str) -> dict[str, str]:
 
 class NsqdHTTPClient(_HTTPClient):
     """nsqd's HTTP API at ``address`` ("127.0.0.1:4151" or a URL), each request bounded by
-    ``timeout`` seconds. Every method raises NSQHTTPError for an error answer, ValueError for
-    an invalid topic or channel name (before any request), aiohttp.ClientError or
-    TimeoutError when nsqd cannot be reached."""
+    ``timeout`` seconds; ``ssl_context`` for an ``https://`` address whose certificate the
+    system's trust store does not verify (nsqd's --https-address). Every method raises
+    NSQHTTPError for an error answer, ValueError for an invalid topic or channel name
+    (before any request), aiohttp.ClientError or TimeoutError when nsqd cannot be reached."""
 
     async def stats(
         self,
@@ -360,7 +368,8 @@ def _unwrap(data: Any) -> Any:
 
 class LookupdClient(_HTTPClient):
     """nsqlookupd's HTTP API at ``address`` ("127.0.0.1:4161" or a URL), each request bounded
-    by ``timeout`` seconds. Raises as NsqdHTTPClient does."""
+    by ``timeout`` seconds (``ssl_context`` as for NsqdHTTPClient). Raises as NsqdHTTPClient
+    does."""
 
     async def lookup(self, topic: str) -> LookupResult:
         """GET /lookup?topic=: the producers of ``topic`` and its channels. 404
@@ -454,13 +463,17 @@ class BlockingNsqdHTTPClient(_Blocking):
     """NsqdHTTPClient for threads: the same methods (``ping()``, ``stats()``, ``pub()``, ...),
     blocking, raising what the async ones raise. A context manager (``close()`` at exit)."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
-        super().__init__(NsqdHTTPClient(address, timeout), "nsqpy-nsqd-http")
+    def __init__(
+        self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(NsqdHTTPClient(address, timeout, ssl_context), "nsqpy-nsqd-http")
 
 
 class BlockingLookupdClient(_Blocking):
     """LookupdClient for threads: the same methods (``lookup()``, ``topics()``, ...),
     blocking, raising what the async ones raise. A context manager (``close()`` at exit)."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
-        super().__init__(LookupdClient(address, timeout), "nsqpy-lookupd-http")
+    def __init__(
+        self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(LookupdClient(address, timeout, ssl_context), "nsqpy-lookupd-http")

@@ -36,3 +36,34 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 @pytest.mark.parametrize("check", list(CHECKS))
 def test_client_http(pair: Pair, check: str) -> None:
     run_check(check, pair)
+
+
+def test_https_with_an_ssl_context(daemon_factory, tmp_path: Path) -> None:
+    """An ``https://`` address and a context trusting the daemon's CA (nsqd's HTTPS listener)."""
+    import asyncio
+    import ssl
+
+    import trustme
+
+    from nsqpy.client import NsqdHTTPClient
+    from nsqpy.testing import wait_for
+
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    server.cert_chain_pems[0].write_to_path(str(cert))
+    server.private_key_pem.write_to_path(str(key))
+    d = daemon_factory(f"--tls-cert={cert}", f"--tls-key={key}")
+    port = wait_for(lambda: d.https_port, what="HTTPS line")
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+
+    async def check() -> None:
+        async with NsqdHTTPClient(f"https://127.0.0.1:{port}", ssl_context=ctx) as c:
+            assert await c.ping() == "OK"
+            await c.create_topic("over_https")
+            await c.pub("over_https", b"x")
+            t = (await c.stats(topic="over_https")).topic("over_https")
+            assert t is not None and t.message_count == 1
+
+    asyncio.run(check())
