@@ -27,9 +27,10 @@ COMMANDS = {
 _FLAG = re.compile(r"  -([a-z0-9-]+)(?: (\S+))?(?:\t|\n    \t)(.*)\n")
 
 
-def usage(name: str, spelling: str) -> subprocess.CompletedProcess[str]:
+def usage(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the command ``name`` with ``args`` (a help spelling, maybe after other flags)."""
     return subprocess.run(
-        [sys.executable, "-m", *COMMANDS[name], spelling],
+        [sys.executable, "-m", *COMMANDS[name], *args],
         cwd=DAEMON_CWD,
         capture_output=True,
         text=True,

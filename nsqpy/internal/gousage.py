@@ -12,8 +12,10 @@ flag.PrintDefaults does::
         \tmax number of messages to allow in flight (default 200)
       -n\tone-letter flag without a type: on the same line
 
-``GoUsageCommand`` is the click command class that answers ``-h``, ``-help`` and ``--help``
-with that text (on stdout, exit 0). Source: Go's src/flag/flag.go (PrintDefaults,
+``GoUsageCommand`` is the click command class that answers ``-h``, ``--h``, ``-help`` and
+``--help`` (Go's flag package takes one or two dashes) with that text on stdout, exit 0 (Go
+writes it to stderr; stdout serves ``| less`` and ``| grep`` as Python tools do, and
+``2>&1`` reads both). Source: Go's src/flag/flag.go (PrintDefaults,
 UnquoteUsage, isZeroValue, defaultUsage)."""
 
 from __future__ import annotations
@@ -99,8 +101,9 @@ def format_usage(program: str, flags: Sequence[UsageFlag]) -> str:
 
 
 class GoUsageCommand(click.Command):
-    """A click command whose help is Go's usage text: ``-h`` and ``--help`` (``-help`` is
-    ``--help`` once goflag has rewritten Go's single dash) print it on stdout and exit 0.
+    """A click command whose help is Go's usage text: ``-h``, ``--h`` and ``--help``
+    (``-help`` is ``--help`` once goflag has rewritten Go's single dash) print it on stdout
+    and exit 0.
 
     ``go_flags`` gives the flags when help is asked for (so the rows are read only then);
     ``go_program`` names the program in the first line.
@@ -113,7 +116,7 @@ class GoUsageCommand(click.Command):
         self, name: str | None, context_settings: dict[str, Any] | None = None, **kw: Any
     ) -> None:
         settings = dict(context_settings or {})
-        settings["help_option_names"] = ["-h", "--help"]
+        settings["help_option_names"] = ["-h", "--h", "--help"]
         super().__init__(name, context_settings=settings, **kw)
 
     def get_help(self, ctx: click.Context) -> str:

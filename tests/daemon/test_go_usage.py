@@ -1,4 +1,4 @@
-"""``-h``, ``-help`` and ``--help`` of the nine Go-flag commands (the six tools under `nsqpy`,
+"""``-h``, ``-help``, ``--help`` (and Go's ``--h``) of the nine Go-flag commands (the six tools under `nsqpy`,
 nsqpy-d, nsqpy-lookupd, nsqpy-admin), run as processes: exit 0 and Go's flag.PrintDefaults
 layout on stdout, defaults included."""
 
@@ -8,7 +8,7 @@ import pytest
 from go_usage_text import COMMANDS, parse_usage, usage
 
 
-@pytest.mark.parametrize("spelling", ["-h", "-help", "--help"])
+@pytest.mark.parametrize("spelling", ["-h", "-help", "--help", "--h"])
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_help_prints_go_usage(name: str, spelling: str) -> None:
     r = usage(name, spelling)
@@ -37,6 +37,14 @@ def test_tool_usage_shows_types_and_defaults() -> None:
     assert "(default" not in flags["rotate-interval"][1]  # 0s is the zero value: not shown
     to_http = parse_usage(usage("nsq_to_http", "--help").stdout)
     assert to_http["sample"] == ("float", "% of messages to publish (float b/w 0 -> 1) (default 1)")
+
+
+def test_help_after_other_flags_and_as_a_flag_value() -> None:
+    r = usage("nsqpy-d", "--mem-queue-size=5", "-help")
+    assert r.returncode == 0 and r.stdout.startswith("Usage of nsqpy-d:\n"), r.stderr
+    # a value is a value, as in Go: "-h" here is the topic's name, not a help request
+    r = usage("nsq_tail", "--topic", "-h", "--nsqd-tcp-address=127.0.0.1:1", "--n=1", "--x")
+    assert r.returncode == 2 and "Usage of" not in r.stdout
 
 
 def test_daemon_usage_shows_types_and_defaults() -> None:
