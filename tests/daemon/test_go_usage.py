@@ -1,6 +1,6 @@
-"""``-h``, ``-help``, ``--help`` (and Go's ``--h``) of the nine Go-flag commands (the six tools under `nsqpy`,
-nsqpy-d, nsqpy-lookupd, nsqpy-admin), run as processes: exit 0 and Go's flag.PrintDefaults
-layout on stdout, defaults included."""
+"""``-h``, ``-help``, ``--help`` (and Go's ``--h``) of the nine Go-flag commands (the six
+tools under `nsqpy`, nsqpy-d, nsqpy-lookupd, nsqpy-admin), run as processes: exit 0 and Go's
+flag.PrintDefaults layout on stdout, defaults included."""
 
 from __future__ import annotations
 
