@@ -142,6 +142,16 @@ def test_producer_addresses() -> None:
     assert (p.tcp_address, p.http_address, p.topics) == ("[::1]:1", "[::1]:2", [])
 
 
+def test_http_names_come_from_nsqpy_client_on_first_use() -> None:
+    import nsqpy.client
+    from nsqpy.client import http
+
+    assert nsqpy.client.NsqdHTTPClient is http.NsqdHTTPClient
+    assert {"LookupdClient", "NSQHTTPError"} <= set(dir(nsqpy.client))
+    with pytest.raises(AttributeError):
+        nsqpy.client.NoSuchName  # noqa: B018
+
+
 def test_import_nsqpy_client_stays_light() -> None:
     code = "import sys, nsqpy.client; print('\\n'.join(sorted(sys.modules)))"
     out = subprocess.run(
@@ -150,5 +160,6 @@ def test_import_nsqpy_client_stays_light() -> None:
     assert out.returncode == 0, out.stderr
     mods = set(out.stdout.split())
     heavy = {"aiohttp", "nsqpy.nsqd", "nsqpy.topic", "nsqpy.channel", "nsqpy.http_api"}
+    heavy.add("nsqpy.client.http")  # imported on first use of its names
     assert not heavy & mods
     assert not {m for m in mods if m.startswith(("nsqpy.lookupd", "nsqpy.admin"))}
