@@ -147,6 +147,18 @@ async def check_clients_in_stats(p: Pair) -> None:
         await producer.stop()
 
 
+async def check_ephemeral_names(p: Pair) -> None:
+    """ "#" reaches the daemon as part of the name (quoted in the query)."""
+    topic, channel = "ephem#ephemeral", "ch#ephemeral"
+    async with NsqdHTTPClient(p.nsqd_http) as c:
+        await c.create_topic(topic)
+        await c.create_channel(topic, channel)
+        t = await topic_stats(c, topic)
+        assert [x.channel_name for x in t.channels] == [channel]
+        await c.delete_topic(topic)
+        assert (await c.stats(topic=topic)).topics == []
+
+
 async def check_pause_empty_delete(p: Pair) -> None:
     topic, channel = "pause_empty", "ch"
     async with NsqdHTTPClient(p.nsqd_http) as c:
@@ -302,6 +314,7 @@ CHECKS: dict[str, Callable[[Pair], Any]] = {
     "ping_and_info": check_ping_and_info,
     "publish_and_stats": check_publish_and_stats,
     "clients_in_stats": check_clients_in_stats,
+    "ephemeral_names": check_ephemeral_names,
     "pause_empty_delete": check_pause_empty_delete,
     "nsqd_errors": check_nsqd_errors,
     "config": check_config,
