@@ -27,7 +27,7 @@ def normalize_go_flags(argv: list[str]) -> list[str]:
     return TABLE.normalize(argv)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=TABLE.command_class)
 @TABLE.click_options
 def nsqpy_d(**kw: Any) -> None:
     """nsqpy-d: a drop-in nsqd (NSQ 1.3) in Python."""

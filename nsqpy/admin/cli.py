@@ -26,7 +26,7 @@ def version_string() -> str:
     return nsq_version_string("nsqadmin")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=TABLE.command_class)
 @TABLE.click_options
 def nsqpy_admin(**kw: Any) -> None:
     """nsqpy-admin: a drop-in nsqadmin (NSQ 1.3) in Python."""

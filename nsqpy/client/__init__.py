@@ -19,7 +19,11 @@ Example (an nsqd on 127.0.0.1:4150)::
 Strategy: one module per concept, as go-nsq: config (go-nsq's options, durations in seconds),
 conn (one nsqd connection: IDENTIFY, TLS, snappy/deflate, AUTH, heartbeats, frames), message,
 producer (Producer, ProducerPool), consumer (RDY spread, backoff, lookupd discovery), lookup
-(GET /lookup), blocking (BlockingProducer, BlockingConsumer: a loop in a daemon thread)."""
+(GET /lookup), blocking (BlockingProducer, BlockingConsumer: a loop in a daemon thread), http
+(NsqdHTTPClient, LookupdClient: the daemons' HTTP admin APIs, with blocking wrappers;
+imported on first use) and stats (nsqd's /stats as typed records)."""
+
+from typing import TYPE_CHECKING, Any
 
 from .blocking import BlockingConsumer, BlockingProducer
 from .config import Config
@@ -28,15 +32,54 @@ from .consumer import Consumer, ConsumerStats
 from .message import Message
 from .producer import Producer, ProducerPool
 
+if TYPE_CHECKING:
+    from .http import (
+        BlockingLookupdClient,
+        BlockingNsqdHTTPClient,
+        LookupdClient,
+        NsqdHTTPClient,
+        NSQHTTPError,
+    )
+
+#: names imported from .http on first use (PEP 562): a process that only publishes or consumes
+#: over TCP never builds the HTTP clients and their /stats records
+_HTTP_NAMES = frozenset(
+    {
+        "BlockingLookupdClient",
+        "BlockingNsqdHTTPClient",
+        "LookupdClient",
+        "NSQHTTPError",
+        "NsqdHTTPClient",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HTTP_NAMES:
+        from . import http
+
+        return getattr(http, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _HTTP_NAMES)
+
+
 __all__ = [
     "BlockingConsumer",
+    "BlockingLookupdClient",
+    "BlockingNsqdHTTPClient",
     "BlockingProducer",
     "Config",
     "Conn",
+    "LookupdClient",
     "Consumer",
     "ConsumerStats",
     "Message",
     "NSQError",
+    "NSQHTTPError",
+    "NsqdHTTPClient",
     "Producer",
     "ProducerPool",
 ]

@@ -10,8 +10,8 @@ row is an internal setting: no flag, no cfg name. ``Table(cls, ...)`` reads the 
 declaration order and generates the rest:
 
 - the click options, in row order (the common --config, --version, --log-level, --log-prefix
-  and --verbose of every NSQ daemon included, and nsqpy's --log-format), with their --help
-  text and shown defaults;
+  and --verbose of every NSQ daemon included, and nsqpy's --log-format), and the -h/--help
+  usage in Go's layout (internal/gousage.py, via ``command_class``);
 - the flags that goflag rewrites as Go booleans, and the refused not-yet-built flags;
 - ``from_flags``: click's parsed flags -> the dataclass;
 - the cfg names (go-options' names: the field name, without ``_ms`` for a duration, unless
@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .godur import format_go_duration_ms
+from .gousage import UsageFlag, usage_command
 from .lg import LOG_FORMATS, LOG_LEVEL_NUMBERS, LOG_LEVELS, fields, setup_logging
 
 
@@ -107,6 +108,27 @@ class Row:
             return format_go_duration_ms(self.default)
         return self.default
 
+    def usage(self) -> UsageFlag:
+        """This row as Go's ``-h`` shows it (internal/gousage.py): Go's type name, and the
+        default unless it is the type's zero value; a host-dependent default is made now."""
+        default = self.click_default()
+        if default is None and self.factory is not None and self.kind is not Kind.LIST:
+            default = self.factory()
+        shown: str | None
+        if self.kind in (Kind.BOOL, Kind.SWITCH):
+            shown = "true" if default else None
+        elif self.kind is Kind.LOG_LEVEL:
+            shown = str(default).upper()  # lg.LogLevel's String()
+        elif self.kind is Kind.LIST:
+            shown = None
+        elif self.kind is Kind.DURATION:
+            shown = None if default in (None, "0s") else str(default)
+        else:
+            shown = None if default in (None, "", 0) else str(default)
+        return UsageFlag(
+            self.flag, _GO_TYPE_NAMES[self.kind], shown, self.help, self.kind is Kind.STR
+        )
+
     def click_option(self) -> Callable[[Any], Any]:
         """The click.option decorator of this row."""
         import click
@@ -139,6 +161,20 @@ class Row:
             help=self.help,
             hidden=self.hidden,
         )
+
+
+#: Go's names of the flags' value types in the usage text (lg.LogLevel and the repeatable
+#: flags are flag.Value types: "value").
+_GO_TYPE_NAMES = {
+    Kind.STR: "string",
+    Kind.INT: "int",
+    Kind.SIZE: "int",
+    Kind.BOOL: "",
+    Kind.SWITCH: "",
+    Kind.DURATION: "duration",
+    Kind.LIST: "value",
+    Kind.LOG_LEVEL: "value",
+}
 
 
 def _field(row: Row) -> Any:
@@ -360,6 +396,16 @@ class Table:
         for row in reversed(self.rows):
             f = row.click_option()(f)
         return f
+
+    def usage_flags(self) -> list[UsageFlag]:
+        """Every visible flag as Go's ``-h`` lists it."""
+        return [r.usage() for r in self.rows if not r.hidden]
+
+    @property
+    def command_class(self) -> type:
+        """The click command class for ``click.command(cls=...)`` whose ``-h``, ``-help`` and
+        ``--help`` print Go's usage of this daemon's flags (internal/gousage.py)."""
+        return usage_command(self.program, self.usage_flags)
 
     def normalize(self, argv: list[str]) -> list[str]:
         """``argv`` in Go flag syntax rewritten for click (goflag.normalize_go_flags);

@@ -23,7 +23,7 @@ def version_string() -> str:
     return nsq_version_string("nsqlookupd")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=TABLE.command_class)
 @TABLE.click_options
 def nsqpy_lookupd(**kw: Any) -> None:
     """nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python."""

@@ -19,9 +19,10 @@ from typing import Any, NoReturn
 
 import click
 
-from ..internal.godur import parse_go_duration_ns
+from ..internal.godur import format_go_duration_ns, parse_go_duration_ns
 from ..internal.goflag import normalize_go_flags
 from ..internal.gostrconv import parse_int
+from ..internal.gousage import UsageFlag, go_float, usage_command
 
 #: The NSQ release whose tools' flags and output these are.
 NSQ_TOOLS_VERSION = "1.3.0"
@@ -44,6 +45,34 @@ class Flag:
     def key(self) -> str:
         """The name as a Python identifier (``nsqd_tcp_address``)."""
         return self.name.replace("-", "_")
+
+    def usage(self) -> UsageFlag:
+        """This flag as Go's ``-h`` shows it: Go's type name, and the default unless it is the
+        type's zero value."""
+        d = self.default
+        shown: str | None = None
+        if self.kind == STR:
+            shown = d or None
+        elif self.kind == INT:
+            shown = str(d) if d else None
+        elif self.kind == FLOAT:
+            shown = go_float(d) if d else None
+        elif self.kind == BOOL:
+            shown = "true" if d else None
+        elif self.kind == DURATION:
+            shown = format_go_duration_ns(round(d * 1e9)) if d else None
+        return UsageFlag(self.name, _GO_TYPE_NAMES[self.kind], shown, self.help, self.kind == STR)
+
+
+#: Go's names of the flags' value types, as the usage text shows them (a StringArray: "value").
+_GO_TYPE_NAMES = {
+    STR: "string",
+    INT: "int",
+    FLOAT: "float",
+    BOOL: "",
+    DURATION: "duration",
+    LIST: "value",
+}
 
 
 class _GoDurationSeconds(click.ParamType):
@@ -95,14 +124,16 @@ def _command(program: str, table: Sequence[Flag]) -> click.Command:
                 [*spellings, f.key], type=_TYPES[f.kind], default=f.default, help=f.help
             )
         params.append(opt)
-    return click.Command(program, params=params, callback=lambda **kw: kw, add_help_option=True)
+    cls = usage_command(program, lambda: [f.usage() for f in table])
+    return cls(program, params=params, callback=lambda **kw: kw)
 
 
 def parse(program: str, table: Sequence[Flag], argv: Sequence[str]) -> dict[str, Any] | None:
     """``argv`` (Go flag syntax) read against ``table``: {key: value}, LIST values as lists.
 
-    None when ``--help`` was shown. Exits 2 with click's usage error for an unknown flag or a
-    value of the wrong type, as Go's flag package exits 2 (its text differs).
+    None when the usage was shown (``-h``, ``-help``, ``--help``: Go's flag.PrintDefaults
+    layout, internal/gousage.py, on stdout). Exits 2 with click's usage error for an unknown
+    flag or a value of the wrong type, as Go's flag package exits 2 (its text differs).
     """
     bools = [f.name for f in table if f.kind == BOOL]
     cmd = _command(program, table)
