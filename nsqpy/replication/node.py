@@ -77,12 +77,17 @@ class TopicRole:
     leading, ``promoted`` (entries put into the topic at promotions), ``redelivered`` (of
     those, puts into channels the progress record named and did not show finished), ``high``
     (minting node id -> highest message ID put into the topic, progress.py),
-    ``progress_sent`` (rounds a follower took) and the progress sender task while leader."""
+    ``progress_sent`` (rounds a follower took) and the progress sender task while leader,
+    ``failovers`` (records seen naming a new leader in a later epoch than one this node knew
+    led) and ``min_isr_refused`` (publishes this node refused as leader while the ISR was
+    below --min-isr)."""
 
     __slots__ = (
+        "failovers",
         "forwarder",
         "held",
         "high",
+        "min_isr_refused",
         "progress_sent",
         "progress_task",
         "promoted",
@@ -111,6 +116,8 @@ class TopicRole:
         self.high: dict[int, int] = {}
         self.progress_sent = 0
         self.progress_task: asyncio.Task[None] | None = None
+        self.failovers = 0
+        self.min_isr_refused = 0
 
 
 class Replication:
@@ -298,6 +305,9 @@ class Replication:
         fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
+        elif tr.state.record.leader and rec.leader != tr.state.record.leader:
+            if rec.epoch > old_epoch:
+                tr.failovers += 1
         tr.state = state
         rlog = self.logs.get(topic)
         if rlog is not None:
@@ -530,6 +540,8 @@ class Replication:
         stream = tr.stream
         if stream is None:
             return False
+        if len(tr.state.record.isr) < self.opts.min_isr:
+            tr.min_isr_refused += 1
         end = stream.append(records, delay_ms)
         if not self.ack_all:
             return self.allowed(tr)
