@@ -540,8 +540,6 @@ class Replication:
         stream = tr.stream
         if stream is None:
             return False
-        if len(tr.state.record.isr) < self.opts.min_isr:
-            tr.min_isr_refused += 1
         end = stream.append(records, delay_ms)
         if not self.ack_all:
             return self.allowed(tr)
@@ -588,9 +586,17 @@ class Replication:
         if tr is None:
             tr = await self.ensure(name, self.opts.replicas)
         answer = self.publish(tr, name, bodies, delay_ms)
-        if isinstance(answer, bool):
-            return answer
-        return bool(await answer)
+        ok = answer if isinstance(answer, bool) else bool(await answer)
+        if not ok:
+            self.note_refused(name)
+        return ok
+
+    def note_refused(self, topic: str) -> None:
+        """A publish to ``topic`` was answered "not acknowledged": counted in the topic's
+        ``min_isr_refused`` when this node leads it with the ISR below --min-isr."""
+        tr = self.topics.get(topic)
+        if tr is not None and tr.role == LEADER and len(tr.state.record.isr) < self.opts.min_isr:
+            tr.min_isr_refused += 1
 
     def forward(self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0) -> Any:
         """Not the leader: a future answered True once the leader acknowledged ``bodies``."""
