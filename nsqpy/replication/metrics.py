@@ -35,7 +35,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["COUNTERS", "collect"]
+__all__ = ["COUNTERS", "NAMES", "collect"]
 
 _TOPIC = ["topic"]
 _FOLLOWER = ["topic", "follower"]
@@ -58,6 +58,26 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("resets", "resets", "Times a newer leader emptied this node's copy of the topic"),
     ("progress_sent", "progress_sent", "Channel-progress rounds sent to followers"),
     ("progress_received", "progress_received", "Channel-progress rounds taken from a leader"),
+)
+
+#: Every sample name :func:`collect` writes (alert rules are checked against it).
+NAMES: frozenset[str] = frozenset(
+    [
+        f"nsq_replication_{n}"
+        for n in (
+            "replicas",
+            "isr",
+            "min_isr",
+            "is_leader",
+            "in_isr",
+            "epoch",
+            "replica_log_depth",
+            "follower_lag_entries",
+            "follower_lag_seconds",
+            "follower_in_isr",
+        )
+    ]
+    + [f"nsq_replication_{name}_total" for name, _, _ in COUNTERS]
 )
 
 

@@ -27,6 +27,7 @@ from replication_cluster import (
 
 from nsqpy.client import Producer
 from nsqpy.client.conn import NSQError
+from nsqpy.replication.metrics import NAMES
 from nsqpy.testing.process import Nsqd, wait_for
 
 pytestmark = [needs_etcd, pytest.mark.timeout(120)]
@@ -77,6 +78,7 @@ async def test_replication_metrics_on_leader_and_followers(cluster: Nodes) -> No
         return m if set(follower_values(m, "rm", "lag_entries").values()) == {0} else None
 
     m = wait_for(caught_up, 15, what="followers caught up")
+    assert set(m) == NAMES  # every family the alert rules may read, and no other
     t = topic_values(m, "rm")
     assert t["replicas"] == 3 and t["isr"] == 3 and t["min_isr"] == 3
     assert t["is_leader"] == 1 and t["in_isr"] == 1 and t["epoch"] == 1
