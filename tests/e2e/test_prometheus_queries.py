@@ -4,8 +4,9 @@ daemons.
 One Prometheus per module (tests/prometheus_server.py: Debian's binary, 1 s scrapes and rule
 evaluations, docker/prometheus/nsq-alerts.yml loaded) scrapes what the module starts: one
 nsqpy-lookupd, two nsqpy-d registered with it (end-to-end latency percentiles on), nsqpy-admin
-over the lookupd, one nsqpy-d with ``--metrics-compat=nsq_exporter`` (where nsqpy-d has the
-flag) and, where etcd is installed, a three-node cluster with a topic replicated on all three.
+over the lookupd, two nsqpy-d with ``--metrics-compat`` (``nsq_exporter_v1`` and
+``nsq_exporter``, where nsqpy-d has the flag) and, where etcd is installed, a three-node cluster
+with a topic replicated on all three.
 Traffic is real: publishes, a consumer that FINs and REQs and keeps messages in flight, a
 channel with a backlog and no consumer, a topic with no channel.
 
@@ -16,13 +17,16 @@ a PromQL error fails at once):
 - every panel query of docker/grafana/nsqpy.json, its Grafana variables substituted as Grafana
   would ("All" -> the variable's allValue, the rest their current value, ``$__rate_interval``
   a concrete range); the dashboard model itself is checked without Prometheus;
-- panel queries written against lovoo/nsq_exporter's families, from nsqpy-d's compat mode;
+- panel queries written against lovoo/nsq_exporter's families (both of its layouts), from
+  nsqpy-d's compat modes;
 - every alert rule: the expression as written must evaluate (status success); and since most
   conditions are false in a healthy cluster, each rule also has an *observable* form here (the
   condition without its threshold, or the series it compares) that must return series. A rule
   the test can make true (NsqChannelNoConsumers: the channel with a backlog and no consumer)
   must return series as written. Prometheus's own /api/v1/rules must list every alert with
-  health "ok" once evaluated.
+  health "ok" once evaluated;
+- last, a follower of the replicated topic is killed (-9): the ISR-below-placement query and
+  alert expression return the topic through Prometheus.
 
 Skips, saying why, where prometheus (or, for the replicated part, etcd) is not installed, or
 where a daemon does not export the families a part needs yet.
@@ -86,7 +90,8 @@ class Stack:
     nodes: list[Nsqd]
     lookupd: Nsqlookupd
     admin: NsqAdmin
-    compat: Nsqd | None = None
+    compat: dict[str, Nsqd] = field(default_factory=dict)
+    cluster: Nodes | None = None
     replicated: list[Nsqd] = field(default_factory=list)
     consumers: list[RawClient] = field(default_factory=list)
     #: family names in a scrape, by job
@@ -151,10 +156,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             nodes.append(n)
         admin = NsqAdmin([f"--lookupd-http-address={lookupd.http_address}"])
         started.append(admin)
-        compat = None
-        if COMPAT:
-            compat = Nsqd(["--metrics-compat=nsq_exporter", E2E], base / "compat", https=False)
-            started.append(compat)
+        compat: dict[str, Nsqd] = {}
+        for layout in ("nsq_exporter_v1", "nsq_exporter") if COMPAT else ():
+            n = Nsqd([f"--metrics-compat={layout}", E2E], base / layout, https=False)
+            started.append(n)
+            compat[layout] = n
         replicated: list[Nsqd] = []
         if etcd_binary() is not None:
             etcd = EtcdServer(base / "etcd")
@@ -163,7 +169,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             create(replicated[0], "ledger", 3, replicated)
             cluster.leader("ledger").mpub("ledger", [b"entry-%d" % i for i in range(10)])
 
-        for n in [*nodes, *([compat] if compat else [])]:
+        for n in [*nodes, *compat.values()]:
             _traffic(n, consumers)
 
         jobs = [
@@ -171,8 +177,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             static_job("nsqlookupd", [lookupd.http_address]),
             static_job("nsqadmin", [admin.http_address]),
         ]
-        if compat is not None:
-            jobs.append(static_job("nsq_exporter", [compat.http_address]))
+        for layout, n in compat.items():
+            jobs.append(static_job(layout, [n.http_address]))
         prom = PrometheusServer(base / "prometheus", jobs, [RULES])
         repl_families = _scrape(replicated[0].http_address) if replicated else None
         families = {
@@ -180,9 +186,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "nsqd_replicated": repl_families or set(),
             "nsqlookupd": _scrape(lookupd.http_address) or set(),
             "nsqadmin": _scrape(admin.http_address) or set(),
-            "nsq_exporter": (_scrape(compat.http_address) or set()) if compat else set(),
         }
-        yield Stack(prom, nodes, lookupd, admin, compat, replicated, consumers, families)
+        for layout, n in compat.items():
+            families[layout] = _scrape(n.http_address) or set()
+        yield Stack(prom, nodes, lookupd, admin, compat, cluster, replicated, consumers, families)
     finally:
         if prom is not None:
             prom.stop()
@@ -254,6 +261,16 @@ def alert_exprs() -> dict[str, str]:
     return {r["alert"]: r["expr"] for g in groups for r in g["rules"]}
 
 
+def _has_replication(stack: Stack) -> bool:
+    return any(n.startswith("nsq_replication_") for n in stack.families["nsqd_replicated"])
+
+
+def _no_replication_reason(stack: Stack) -> str:
+    if not stack.replicated:
+        return "etcd is not installed (.ci/install-etcd)"
+    return "nsqpy-d exports no nsq_replication_* families"
+
+
 def _needs(expr: str, prefix: str) -> bool:
     return re.search(rf"\b{prefix}", expr) is not None
 
@@ -300,9 +317,10 @@ def test_dashboard_is_a_grafana_10_model_with_a_datasource_variable() -> None:
         "nsq_channel_timed_out_total",
         "nsq_channel_e2e_processing_latency_seconds",
         "nsq_clients",
-        "nsq_replication_isr_size",
-        "nsq_replication_lag",
-        "nsq_replication_leader",
+        "nsq_replication_isr",
+        "nsq_replication_replicas",
+        "nsq_replication_follower_lag_entries",
+        "nsq_replication_is_leader",
         "nsq_replication_epoch",
     ):
         assert family in text, family
@@ -313,7 +331,7 @@ def test_dashboard_is_a_grafana_10_model_with_a_datasource_variable() -> None:
 
 def test_targets_up_and_alert_rules_loaded(stack: Stack) -> None:
     prom = stack.prom
-    jobs = ["nsqd"] + (["nsq_exporter"] if stack.compat else [])
+    jobs = ["nsqd", *stack.compat]
     jobs += [j for j in ("nsqlookupd", "nsqadmin") if stack.families[j]]
     prom.wait_targets_up(timeout=90, jobs=jobs)
     alerts = set(alert_exprs())
@@ -334,48 +352,66 @@ def test_every_native_family_returns_series(stack: Stack) -> None:
 
 def test_dashboard_panels_return_series(stack: Stack) -> None:
     queries = dashboard_queries()
-    have_repl = any(n.startswith("nsq_replication_") for n in stack.families["nsqd_replicated"])
+    have_repl = _has_replication(stack)
     run = [q for _, q in queries if have_repl or not _needs(q, "nsq_replication_")]
     found = stack.prom.wait_series(run, timeout=120)
     assert len(found) == len(set(run))
     if not have_repl:
-        pytest.skip(
-            "replication panels not run: "
-            + (
-                "etcd is not installed"
-                if not stack.replicated
-                else "nsqpy-d exports no nsq_replication_* families"
-            )
-        )
+        pytest.skip(f"replication panels not run: {_no_replication_reason(stack)}")
 
 
-# lovoo/nsq_exporter's families (collector/stats_topic.go, stats_channel.go, stats_client.go)
-# as a dashboard built on the exporter queries them. No public Grafana dashboard built on these
-# names was found in the searchable sources (GitHub code, pages); these are the panel queries
-# such a dashboard has: per topic and channel, with the exporter's type/topic/channel/paused
-# labels.
-NSQ_EXPORTER_QUERIES = [
-    'sum by (topic) (nsq_depth{type="topic"})',
-    'sum by (topic, channel) (nsq_depth{type="channel"})',
-    'sum by (topic, channel) (nsq_backend_depth{type="channel"})',
-    'sum by (topic) (rate(nsq_message_count{type="topic"}[1m]))',
-    'sum by (topic, channel) (rate(nsq_message_count{type="channel"}[1m]))',
-    'sum by (topic, channel) (nsq_in_flight_count{type="channel"})',
-    'sum by (topic, channel) (nsq_deferred_count{type="channel"})',
-    'sum by (topic, channel) (rate(nsq_requeue_count{type="channel"}[1m]))',
-    'sum by (topic, channel) (rate(nsq_timeout_count{type="channel"}[1m]))',
-    'sum by (topic, channel) (nsq_client_count{type="channel"})',
-    'sum by (topic) (nsq_channel_count{type="topic"})',
-    'max by (topic, channel) (nsq_e2e_latency_99p{type="channel"})',
-    'count by (topic, paused) (nsq_depth{type="topic"})',
-]
+# Panel queries over lovoo/nsq_exporter's families (collector/stats_topic.go and
+# stats_channel.go: per topic and per channel gauges labelled topic, channel, paused and, in its
+# 1.0.x releases, type). No public Grafana dashboard built on these names was found in the
+# searchable sources (GitHub code and web pages), so these are the queries such a dashboard's
+# panels make, one per family and label shape, for each of the exporter's two layouts.
+NSQ_EXPORTER_QUERIES = {
+    "nsq_exporter_v1": [
+        'sum by (topic) (nsq_depth{type="topic"})',
+        'sum by (topic, channel) (nsq_depth{type="channel"})',
+        'sum by (topic, channel) (nsq_backend_depth{type="channel"})',
+        'sum by (topic) (deriv(nsq_message_count{type="topic"}[1m]))',
+        'sum by (topic, channel) (deriv(nsq_message_count{type="channel"}[1m]))',
+        'sum by (topic, channel) (nsq_in_flight_count{type="channel"})',
+        'sum by (topic, channel) (nsq_deferred_count{type="channel"})',
+        'sum by (topic, channel) (deriv(nsq_requeue_count{type="channel"}[1m]))',
+        'sum by (topic, channel) (deriv(nsq_timeout_count{type="channel"}[1m]))',
+        'sum by (topic, channel) (nsq_client_count{type="channel"})',
+        'sum by (topic) (nsq_channel_count{type="topic"})',
+        'max by (topic, channel) (nsq_e2e_latency_99p{type="channel"}) / 1e9',
+        'max by (topic, channel) (nsq_e2e_latency_95p{type="channel"}) / 1e9',
+        'max by (topic) (nsq_e2e_latency_99_percentile{type="topic"}) / 1e9',
+        'count by (topic, paused) (nsq_depth{type="topic"})',
+    ],
+    "nsq_exporter": [
+        'sum by (topic) (nsq_topic_depth{paused="false"})',
+        'sum by (topic, channel) (nsq_channel_depth{paused="false"})',
+        'sum by (topic, channel) (nsq_channel_backend_depth{paused=~"true|false"})',
+        "sum by (topic) (deriv(nsq_topic_message_count[1m]))",
+        "sum by (topic, channel) (deriv(nsq_channel_message_count[1m]))",
+        "sum by (topic, channel) (nsq_channel_in_flight_count)",
+        "sum by (topic, channel) (nsq_channel_deferred_count)",
+        "sum by (topic, channel) (deriv(nsq_channel_requeue_count[1m]))",
+        "sum by (topic, channel) (deriv(nsq_channel_timeout_count[1m]))",
+        "sum by (topic, channel) (nsq_channel_client_count)",
+        "sum by (topic) (nsq_topic_channel_count)",
+        "max by (topic, channel) (nsq_channel_e2e_latency_99p) / 1e9",
+        "max by (topic) (nsq_topic_e2e_latency_95_percentile) / 1e9",
+    ],
+}
 
 
-def test_nsq_exporter_dashboard_queries_return_series(stack: Stack) -> None:
-    if stack.compat is None:
-        pytest.skip("nsqpy-d has no --metrics-compat flag yet")
-    found = stack.prom.wait_series(NSQ_EXPORTER_QUERIES, timeout=90)
-    assert len(found) == len(NSQ_EXPORTER_QUERIES)
+@pytest.mark.parametrize("layout", sorted(NSQ_EXPORTER_QUERIES))
+def test_nsq_exporter_dashboard_queries_return_series(stack: Stack, layout: str) -> None:
+    if layout not in stack.compat:
+        pytest.skip("nsqpy-d has no --metrics-compat flag")
+    queries = NSQ_EXPORTER_QUERIES[layout]
+    found = stack.prom.wait_series(queries, timeout=90)
+    assert len(found) == len(queries)
+    # and they read the compat node (job = its layout), not nsqpy's own families elsewhere
+    for q in queries:
+        name = re.search(r"\b(nsq_[a-z0-9_]+)", q).group(1)  # type: ignore[union-attr]
+        assert name in stack.families[layout], (layout, name)
 
 
 #: Each alert's expression in a form that returns series in a healthy cluster under the module's
@@ -398,6 +434,18 @@ OBSERVABLE = {
     "NsqChannelRequeues": "rate(nsq_channel_requeued_total[5m])",
     "NsqChannelDeadLetters": "increase(nsq_channel_dead_lettered_total[15m])",
     "NsqChannelLatencyHigh": 'nsq_channel_e2e_processing_latency_seconds{quantile="0.99"}',
+    "NsqReplicationIsrBelowPlacement": (
+        "max by (topic) (nsq_replication_replicas - nsq_replication_isr)"
+    ),
+    "NsqReplicationIsrBelowMinIsr": (
+        "max by (topic) (nsq_replication_min_isr - nsq_replication_isr)"
+    ),
+    "NsqReplicationNoLeader": "sum by (topic) (nsq_replication_is_leader)",
+    "NsqReplicationFollowerLagGrowing": (
+        "deriv(nsq_replication_follower_lag_entries[10m]) and nsq_replication_follower_lag_entries"
+    ),
+    "NsqReplicationFollowerStalled": "nsq_replication_follower_lag_seconds",
+    "NsqReplicationPublishesRefused": "increase(nsq_replication_min_isr_refused_total[5m])",
 }
 #: Alerts whose condition the module's traffic makes true: their expression as written returns
 #: series (the "archive" channel has a backlog and no consumer).
@@ -409,7 +457,35 @@ def test_alert_rule_expressions(stack: Stack) -> None:
     assert set(OBSERVABLE) == set(rules), "every alert has an observable form here"
     for expr in rules.values():
         stack.prom.query(expr)  # evaluates (PromQLError otherwise)
-    stack.prom.wait_series([OBSERVABLE[a] for a in rules], timeout=90)
+    replication = {a for a, expr in rules.items() if _needs(expr, "nsq_replication_")}
+    have_repl = _has_replication(stack)
+    run = [a for a in rules if have_repl or a not in replication]
+    stack.prom.wait_series([OBSERVABLE[a] for a in run], timeout=90)
     stack.prom.wait_series([rules[a] for a in TRUE_HERE], timeout=90)
     # and NsqdTargetsMissing, the absent() rule, is quiet while nsqd targets exist
     assert stack.prom.query(rules["NsqdTargetsMissing"]) == []
+    if not have_repl:
+        pytest.skip(f"replication alerts not run: {_no_replication_reason(stack)}")
+
+
+def test_follower_killed_shows_in_isr_queries(stack: Stack) -> None:
+    """kill -9 of a follower of the replicated topic: through Prometheus, the ISR drops below
+    the placement for that topic, so the alert's expression returns it."""
+    if not _has_replication(stack):
+        pytest.skip(_no_replication_reason(stack))
+    assert stack.cluster is not None
+    leader = stack.cluster.leader("ledger")
+    victim = next(n for n in stack.replicated if n is not leader)
+    victim.kill()
+    leader.mpub("ledger", [b"after-%d" % i for i in range(5)])
+    gap = stack.prom.wait_series(
+        [
+            'max by (topic) (nsq_replication_replicas{topic="ledger"}'
+            ' - nsq_replication_isr{topic="ledger"}) == 1'
+        ],
+        timeout=90,
+    )
+    assert gap
+    # the alert's condition is now true for the topic (it fires after its "for")
+    firing = stack.prom.wait_series([alert_exprs()["NsqReplicationIsrBelowPlacement"]], 30)
+    assert firing
