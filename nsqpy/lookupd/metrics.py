@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..internal.reqmetrics import Counts, Timings, render
-
-if TYPE_CHECKING:
-    from .nsqlookupd import NSQLookupd
 
 __all__ = ["LookupdMetrics", "scrape"]
 
@@ -71,8 +68,9 @@ class LookupdMetrics:
         self.codes.inc((path, str(getattr(answer, "status", 200))))
 
 
-def scrape(lookupd: NSQLookupd) -> bytes:
-    """The text exposition of nsqpy-lookupd's families (see the module docstring)."""
+def scrape(lookupd: Any) -> bytes:
+    """The text exposition of nsqpy-lookupd's families (see the module docstring) for
+    ``lookupd``, an nsqlookupd.NSQLookupd (not imported: it imports this module)."""
     from prometheus_client.core import GaugeMetricFamily
 
     db = lookupd.db
