@@ -1014,9 +1014,11 @@ def _after_pipeline(handler: Handler) -> Handler:
 
 def _replicated(c: ClientState, name: str, n: int, ok: Any, code: str, cmd: str, repl: Any) -> int:
     """Finish a replicated publish answered ``ok`` (True: acknowledged); a refusal is noted
-    (Replication.note_refused, for the /metrics count of min-ISR refusals)."""
+    (TopicRole.note_refused, for the /metrics count of min-ISR refusals)."""
     if ok is not True:
-        repl.note_refused(name)
+        tr = repl.topics.get(name)
+        if tr is not None:
+            tr.note_refused(repl.opts.min_isr)
         raise FatalClientError(code, f"{cmd} failed not acknowledged by the in-sync replicas")
     pub_counts = c.pub_counts
     pub_counts[name] = pub_counts.get(name, 0) + n

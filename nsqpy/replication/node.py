@@ -119,6 +119,12 @@ class TopicRole:
         self.failovers = 0
         self.min_isr_refused = 0
 
+    def note_refused(self, min_isr: int) -> None:
+        """A publish was answered "not acknowledged": counted in ``min_isr_refused`` when this
+        node leads the topic with its ISR below ``min_isr`` (--min-isr)."""
+        if self.role == LEADER and len(self.state.record.isr) < min_isr:
+            self.min_isr_refused += 1
+
 
 class Replication:
     """See the module docstring. ``topics``: topic name -> TopicRole for every record known."""
@@ -588,15 +594,8 @@ class Replication:
         answer = self.publish(tr, name, bodies, delay_ms)
         ok = answer if isinstance(answer, bool) else bool(await answer)
         if not ok:
-            self.note_refused(name)
+            tr.note_refused(self.opts.min_isr)
         return ok
-
-    def note_refused(self, topic: str) -> None:
-        """A publish to ``topic`` was answered "not acknowledged": counted in the topic's
-        ``min_isr_refused`` when this node leads it with the ISR below --min-isr."""
-        tr = self.topics.get(topic)
-        if tr is not None and tr.role == LEADER and len(tr.state.record.isr) < self.opts.min_isr:
-            tr.min_isr_refused += 1
 
     def forward(self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0) -> Any:
         """Not the leader: a future answered True once the leader acknowledged ``bodies``."""
