@@ -171,6 +171,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
         for n in [*nodes, *compat.values()]:
             _traffic(n, consumers)
+        # lookupd answers a /lookup; nsqpy-admin asks lookupd and the nodes
+        wait_for(lambda: lookupd.producers("orders"), 20, what="orders registered")
+        admin.get("/api/topics/orders")
 
         jobs = [
             static_job("nsqd", [n.http_address for n in [*nodes, *replicated]]),
@@ -322,6 +325,9 @@ def test_dashboard_is_a_grafana_10_model_with_a_datasource_variable() -> None:
         "nsq_replication_follower_lag_entries",
         "nsq_replication_is_leader",
         "nsq_replication_epoch",
+        "nsqlookupd_producers",
+        "nsqlookupd_lookups_total",
+        "nsqadmin_upstream_requests_total",
     ):
         assert family in text, family
 
@@ -343,11 +349,21 @@ def test_targets_up_and_alert_rules_loaded(stack: Stack) -> None:
     wait_for(all_evaluated, 60, interval=0.5, what="every alert rule loaded and evaluated ok")
 
 
-def test_every_native_family_returns_series(stack: Stack) -> None:
-    names = sorted(n for n in stack.families["nsqd"] if n.startswith("nsq_"))
-    assert "nsq_channel_depth" in names and "nsq_topic_messages_total" in names
-    found = stack.prom.wait_series(names, timeout=90)
-    assert set(found) == set(names)
+@pytest.mark.parametrize(
+    ("job", "prefix"),
+    [("nsqd", "nsq_"), ("nsqlookupd", "nsqlookupd_"), ("nsqadmin", "nsqadmin_")],
+)
+def test_every_native_family_returns_series(stack: Stack, job: str, prefix: str) -> None:
+    """Every sample name of the daemon's own families in a live scrape is a series in
+    Prometheus (under the job that scrapes it)."""
+    names = sorted(n for n in stack.families[job] if n.startswith(prefix))
+    if not names:
+        pytest.skip(f"{job} has no /metrics")
+    if job == "nsqd":
+        assert "nsq_channel_depth" in names and "nsq_topic_messages_total" in names
+    exprs = [f'{n}{{job="{job}"}}' for n in names]
+    found = stack.prom.wait_series(exprs, timeout=90)
+    assert set(found) == set(exprs)
 
 
 def test_dashboard_panels_return_series(stack: Stack) -> None:
