@@ -10,7 +10,8 @@ once ``/-/ready`` answers 200. Every wait is bounded and polls the HTTP API; the
 with the test process (PR_SET_PDEATHSIG).
 
 The HTTP API (``/api/v1/...``) is read with urllib: :meth:`query` (an instant vector, or a
-:class:`PromQLError` carrying Prometheus's error), :meth:`targets`, :meth:`rules`, and
+:class:`PromQLError` carrying Prometheus's error), :meth:`targets`, :meth:`rules`,
+:meth:`alerts`, and
 :meth:`wait_targets_up` / :meth:`wait_series`, which poll until a condition holds or a
 deadline passes (AssertionError naming what was still missing).
 """
@@ -215,6 +216,12 @@ class PrometheusServer:
         return [
             {**rule, "group": g["name"]} for g in self.api("rules")["groups"] for rule in g["rules"]
         ]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts now pending or firing (/api/v1/alerts): labels (alertname among them),
+        state "pending"/"firing", activeAt, value."""
+        result: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return result
 
     def wait_targets_up(self, timeout: float = 60, jobs: Iterable[str] | None = None) -> None:
         """Wait until every active target (of ``jobs``, default all) is up; AssertionError

@@ -23,10 +23,10 @@ a PromQL error fails at once):
   conditions are false in a healthy cluster, each rule also has an *observable* form here (the
   condition without its threshold, or the series it compares) that must return series. A rule
   the test can make true (NsqChannelNoConsumers: the channel with a backlog and no consumer)
-  must return series as written. Prometheus's own /api/v1/rules must list every alert with
-  health "ok" once evaluated;
+  must return series as written and be pending in Prometheus's /api/v1/alerts for that
+  channel on each node. /api/v1/rules must list every alert with health "ok" once evaluated;
 - last, a follower of the replicated topic is killed (-9): the ISR-below-placement query and
-  alert expression return the topic through Prometheus.
+  alert expression return the topic through Prometheus, and its alert turns pending.
 
 The tests that need Prometheus skip, saying why, where it is not installed (the dashboard
 model is still checked); the replicated part runs where etcd is installed.
@@ -482,6 +482,19 @@ def test_alert_rule_expressions(stack: Stack) -> None:
     stack.prom.wait_series([rules[a] for a in TRUE_HERE], timeout=90)
     # and NsqdTargetsMissing, the absent() rule, is quiet while nsqd targets exist
     assert stack.prom.query(rules["NsqdTargetsMissing"]) == []
+    # Prometheus's rule evaluation itself holds the true one as an alert (pending: its "for"
+    # has not passed), for the channel with a backlog and no consumer, on each node
+    wanted = {(n.http_address, "orders", "archive") for n in stack.nodes}
+
+    def pending() -> bool:
+        got = {
+            (a["labels"]["instance"], a["labels"]["topic"], a["labels"]["channel"])
+            for a in stack.prom.alerts()
+            if a["labels"]["alertname"] == "NsqChannelNoConsumers"
+        }
+        return wanted <= got
+
+    wait_for(pending, 60, interval=0.5, what="NsqChannelNoConsumers pending for orders/archive")
     if not have_repl:
         pytest.skip(f"replication alerts not run: {_no_replication_reason(stack)}")
 
@@ -504,6 +517,17 @@ def test_follower_killed_shows_in_isr_queries(stack: Stack) -> None:
         timeout=90,
     )
     assert gap
-    # the alert's condition is now true for the topic (it fires after its "for")
+    # the alert's condition is now true for the topic, and Prometheus holds the alert
+    # (pending until its "for" has passed)
     firing = stack.prom.wait_series([alert_exprs()["NsqReplicationIsrBelowPlacement"]], 30)
     assert firing
+    wait_for(
+        lambda: any(
+            a["labels"]["alertname"] == "NsqReplicationIsrBelowPlacement"
+            and a["labels"].get("topic") == "ledger"
+            for a in stack.prom.alerts()
+        ),
+        60,
+        interval=0.5,
+        what="NsqReplicationIsrBelowPlacement pending for ledger",
+    )
