@@ -305,6 +305,14 @@ def test_dashboard_is_a_grafana_10_model_with_a_datasource_variable() -> None:
 
     walk(d["panels"])
     assert len(ids) == len(set(ids)), "panel ids are unique"
+    # no two panels share a grid cell
+    cells: dict[tuple[int, int], str] = {}
+    for p in d["panels"]:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, (p["title"], cells.get((x, y)))
+                cells[(x, y)] = p["title"]
     # every variable a query uses is defined (substitute raises KeyError otherwise)
     queries = dashboard_queries()
     assert len(queries) >= 30
