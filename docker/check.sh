@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# docker/check.sh: build both images and check docker/compose.yaml end to end with podman.
+# docker/check.sh: build the images and check docker/compose.yaml end to end with podman.
 #
 #   PYTHON_IMAGE=localhost/nsqpy-python:3.11-bookworm docker/check.sh
 #
-# Builds the daemon image (nsqpy:dev) and the Spark image (nsqpy-spark:dev) from this checkout
+# Builds the daemon image (nsqpy:dev), the Spark image (nsqpy-spark:dev) and compose's
+# Prometheus (nsqpy-prometheus:dev: Debian's package and docker/prometheus/) from this checkout
 # (layers cached by podman: an edit to nsqpy/ rebuilds only the last layers), then runs
 # docker/check_cluster.py: the cluster with podman-compose, every health check healthy, the Spark
 # job (on the standalone master and two workers) counting every published event through both
@@ -26,7 +27,7 @@ start=$(date +%s)
 revision=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml" | head -n 1)
 built=0
-for spec in nsqpy:nsqpy:dev spark:nsqpy-spark:dev; do
+for spec in nsqpy:nsqpy:dev spark:nsqpy-spark:dev prometheus:nsqpy-prometheus:dev; do
     target=${spec%%:*}
     tag=${spec#*:}
     t=$(date +%s)

@@ -6,7 +6,8 @@ what it reads inside the cluster it reads with `podman exec` (the containers' ow
 spark image's pyarrow), so no host port matters. Steps, each bounded in time:
 
 1. `down -v` of an earlier run of the project, then `up -d` of everything but the publishers:
-   two lookupds, three nodes, nsqpy-admin, a Spark master, two workers, the Spark job's driver.
+   two lookupds, three nodes, nsqpy-admin, Prometheus, a Spark master, two workers, the Spark
+   job's driver.
 2. Health: every container with a health check turns healthy. podman runs health checks from
    systemd timers; with no systemd (a container or CI machine) nothing would run them, so this
    script runs `podman healthcheck run` on each of them every few seconds for the whole run.
@@ -26,7 +27,8 @@ spark image's pyarrow), so no host port matters. Steps, each bounded in time:
    writes them all.
 5. The count: the sum of `events` over the Parquet files that the sink's `_spark_metadata` log
    lists, waited for until it stops changing; lost = published - counted when positive.
-   nsqpy-admin lists the three nodes; the Spark master lists two ALIVE workers and the job.
+   nsqpy-admin lists the three nodes; Prometheus has its six targets up and the alert rules
+   loaded; the Spark master lists two ALIVE workers and the job.
 
 Prints one `figure` line per measurement and ends with PASS or FAIL (exit 0 / 1).
 """
@@ -315,6 +317,7 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
             "lookupd2",
             *NODES,
             "nsqadmin",
+            "prometheus",
             "spark-master",
             "spark-worker1",
             "spark-worker2",
@@ -465,6 +468,21 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
     try:
         nodes = wait_for("nsqadmin to list 3 nodes", admin_nodes, 60, 2)
         figure("nsqadmin nodes", sorted(n["broadcast_address"] for n in nodes))
+    except RuntimeError as e:
+        failures.append(str(e))
+
+    # Prometheus scrapes every daemon again (after the restarts), the alert rules loaded.
+    def prometheus_up() -> list | None:
+        targets = c.get_json("prometheus", "http://127.0.0.1:9090/api/v1/targets")["data"]
+        active = targets["activeTargets"]
+        up = [f"{t['labels']['job']}/{t['labels']['instance']}" for t in active]
+        return sorted(up) if len(active) == 6 and all(t["health"] == "up" for t in active) else None
+
+    try:
+        up = wait_for("Prometheus to scrape 6 targets up", prometheus_up, 120, 3)
+        figure("prometheus targets up", up)
+        groups = c.get_json("prometheus", "http://127.0.0.1:9090/api/v1/rules")["data"]["groups"]
+        figure("prometheus alert rules loaded", sum(len(g["rules"]) for g in groups))
     except RuntimeError as e:
         failures.append(str(e))
     for lk in ["lookupd1", "lookupd2"]:

@@ -7,6 +7,7 @@ and podman's HEALTHCHECK read it. Each HTTP request has a 2 s timeout.
 
     nsqpy-healthcheck                         # GET $NSQPY_HEALTHCHECK_URL or nsqd's /ping
     nsqpy-healthcheck ping http://127.0.0.1:4161/ping
+    nsqpy-healthcheck ready http://127.0.0.1:9090/-/ready   # any 200 answer (Prometheus)
     nsqpy-healthcheck spark-master            # this master answers /json/ with status ALIVE
     nsqpy-healthcheck spark-worker            # the master lists this worker (its hostname) ALIVE
     nsqpy-healthcheck spark-app NAME [PATH]   # the master runs an application NAME (and
@@ -44,6 +45,9 @@ def check(argv: list[str]) -> str | None:
         url = argv[1] if len(argv) > 1 else os.environ.get("NSQPY_HEALTHCHECK_URL", DEFAULT_URL)
         body = get(url)
         return None if body.strip() == b"OK" else f"{url} answered {body[:80]!r}"
+    if what == "ready":
+        get(argv[1])  # urlopen raises HTTPError for any answer but 2xx
+        return None
     if what == "spark-master":
         state = master_state("http://127.0.0.1:8080")
         return None if state.get("status") == "ALIVE" else f"master status {state.get('status')}"

@@ -29,6 +29,11 @@ Names (labels topic, channel):
 ``#ephemeral`` topics (with all their channels) and ``#ephemeral`` channels out of the per-topic
 and per-channel families; the daemon-wide gauges (``nsq_topics``, ``nsq_channels``,
 ``nsq_clients``) and a kept topic's merged latency still count them, as /stats does.
+
+--metrics-compat=nsq_exporter (or nsq_exporter_v1) adds lovoo/nsq_exporter's families
+(metrics_compat.py); where one of its names is also a name above, its shape replaces nsqpy's.
+With --etcd-endpoints, the ``nsq_replication_*`` families of replicated topics follow
+(replication/metrics.py).
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from . import quantile
+from . import metrics_compat, quantile
 from .options import NSQ_VERSION, NSQPY_VERSION
 
 if TYPE_CHECKING:
@@ -96,6 +101,20 @@ class NsqCollector(Collector):
         self._build_info.add_metric(list(info.values()), 1)
 
     def collect(self) -> Iterator[Metric]:
+        nsqd = self.nsqd
+        compat = nsqd.opts.metrics_compat
+        taken = metrics_compat.family_names(compat)
+        for fam in self._native():
+            if fam.name not in taken:
+                yield fam
+        yield from metrics_compat.collect(nsqd, compat)
+        repl = nsqd.replication
+        if repl is not None:
+            from .replication import metrics as replication_metrics
+
+            yield from replication_metrics.collect(repl)
+
+    def _native(self) -> Iterator[Metric]:
         nsqd = self.nsqd
         skip_ephemeral = nsqd.opts.metrics_exclude_ephemeral
         g = GaugeMetricFamily

@@ -271,6 +271,13 @@ class Options:
         False,
         "[nsqpy] leave ephemeral topics and channels out of GET /metrics",
     )
+    # GET /metrics (metrics_compat.py): also serve an exporter's families ("" = off).
+    metrics_compat: str = option(
+        "metrics-compat",
+        "",
+        "[nsqpy] also serve another exporter's metric families on GET /metrics: nsq_exporter "
+        "(lovoo/nsq_exporter 2.x names) or nsq_exporter_v1 (its 1.0.x names)",
+    )
 
     # end-to-end processing latency (quantile.py); no percentiles = not tracked.
     e2e_processing_latency_percentiles: list[float] = repeated(
@@ -414,6 +421,8 @@ class Options:
                 raise ValueError("--replica-ack must be all-isr or leader")
             if self.etcd_lease_ttl < 1:
                 raise ValueError("--etcd-lease-ttl must be >= 1")
+        if self.metrics_compat not in ("", "nsq_exporter", "nsq_exporter_v1"):
+            raise ValueError("--metrics-compat must be nsq_exporter or nsq_exporter_v1")
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValueError(f"invalid E2E processing latency percentile: {p:g}")

@@ -898,11 +898,12 @@ class ReplicatedPublish:
         except (TopicError, OSError) as e:
             raise FatalClientError(code, f"{cmd} failed {e}") from None
         n = len(bodies)
-        then = lambda a: _replicated(c, name, n, a, code, cmd)  # noqa: E731
+        repl = self.repl
+        then = lambda a: _replicated(c, name, n, a, code, cmd, repl)  # noqa: E731
         pipeline = c.pipeline
         if isinstance(answer, bool):
             if pipeline is None or not pipeline.entries:
-                return _replicated(c, name, n, answer, code, cmd)
+                return _replicated(c, name, n, answer, code, cmd, repl)
             done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             done.set_result(answer)  # answered in its turn, after those before it
             answer = done
@@ -1011,9 +1012,13 @@ def _after_pipeline(handler: Handler) -> Handler:
     return run
 
 
-def _replicated(c: ClientState, name: str, n: int, ok: Any, code: str, cmd: str) -> int:
-    """Finish a replicated publish answered ``ok`` (True: acknowledged)."""
+def _replicated(c: ClientState, name: str, n: int, ok: Any, code: str, cmd: str, repl: Any) -> int:
+    """Finish a replicated publish answered ``ok`` (True: acknowledged); a refusal is noted
+    (TopicRole.note_refused, for the /metrics count of min-ISR refusals)."""
     if ok is not True:
+        tr = repl.topics.get(name)
+        if tr is not None:
+            tr.note_refused(repl.opts.min_isr)
         raise FatalClientError(code, f"{cmd} failed not acknowledged by the in-sync replicas")
     pub_counts = c.pub_counts
     pub_counts[name] = pub_counts.get(name, 0) + n

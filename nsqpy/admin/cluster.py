@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote_plus, urlsplit, urlunsplit
@@ -27,6 +28,7 @@ from ..internal.netaddr import join_host_port
 from ..wire import go_quote
 from . import clusterinfo as ci
 from .clusterinfo import Producer, Stats
+from .metrics import UpstreamMetrics
 
 log = logging.getLogger("nsqpy")
 
@@ -54,6 +56,8 @@ class HTTPClient:
         )
         self.ssl_context = ssl_context
         self._session: aiohttp.ClientSession | None = None
+        #: Request times and failures by upstream kind, for GET /metrics (admin/metrics.py).
+        self.metrics = UpstreamMetrics()
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -78,7 +82,18 @@ class HTTPClient:
         As http_api.Client's GETV1/POSTV1: a 403 to a plain-http URL is asked once more at
         https, on the port its JSON body names as "https_port" (nsqd with --tls-required
         answers {"message": "TLS_REQUIRED", "https_port": N} on its HTTP listener); a body
-        that is not JSON is an error, a missing port is port 0, as in Go."""
+        that is not JSON is an error, a missing port is port 0, as in Go. Each call is
+        timed and counted in :attr:`metrics`."""
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            data = await self._request(method, url, body)
+            ok = True
+            return data
+        finally:
+            self.metrics.observe(url, time.perf_counter() - t0, ok)
+
+    async def _request(self, method: str, url: str, body: bytes | None) -> bytes:
         status, data = await self._once(method, url, body)
         if status == 403 and not url.startswith("https"):
             url = https_endpoint(url, data)
@@ -152,6 +167,7 @@ class Cluster:
         self.client = client
         self.lookupd = list(lookupd)
         self.nsqd = list(nsqd)
+        client.metrics.lookupd.update(self.lookupd)
 
     # ------------------------------------------------------------ fan-out
 

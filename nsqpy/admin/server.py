@@ -22,6 +22,7 @@ from aiohttp import web
 from ..internal.http.aio import go_router, start_site
 from ..internal.lg import fields
 from ..internal.netaddr import format_listen_addr, split_host_port
+from ..internal.reqmetrics import CONTENT_TYPE
 from . import clusterinfo as ci
 from . import http_api, pages
 from .cluster import Cluster, HTTPClient
@@ -119,7 +120,16 @@ class AdminServer:
 
         pages.add_routes(app, page, bp)
         http_api.add_routes(app, api, bp)
+        app.router.add_get(bp("/metrics"), self.metrics, allow_head=False)
         return app
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """GET /metrics (beyond nsqadmin): upstream request times and errors by kind
+        (admin/metrics.py), in Prometheus' text format."""
+        assert self.client is not None
+        return web.Response(
+            body=self.client.metrics.scrape(), headers={"Content-Type": CONTENT_TYPE}
+        )
 
     async def start(self) -> None:
         """Check the options, bind --http-address, start the sampler and the notifier. Raises

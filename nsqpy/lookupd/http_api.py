@@ -18,6 +18,7 @@ from ..internal.gojson import encode as go_json
 from ..internal.http.request import JSON_TYPE, Request, Response, parse_go_query
 from ..internal.http.router import Router
 from ..internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, json_answer, plain_text
+from ..internal.reqmetrics import CONTENT_TYPE
 from ..options import NSQ_VERSION
 from ..wire import is_valid_name
 from .registration_db import PeerInfo, Registration
@@ -85,7 +86,9 @@ class LookupdHTTP:
             topic, lk.inactive_producer_timeout_ns, lk.tombstone_lifetime_ns, lookup_answer
         )
         if answer is None:
+            lk.metrics.lookups.inc(("not_found",))
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND")
+        lk.metrics.lookups.inc(("found",))
         return answer
 
     def nodes(self, request: Request) -> Any:
@@ -169,6 +172,13 @@ class LookupdHTTP:
             self.db.remove_registration(r)
         return None
 
+    def metrics(self, request: Request) -> Response:
+        """GET /metrics (beyond nsqlookupd): Prometheus text exposition (lookupd/metrics.py)."""
+        from . import metrics
+
+        body = metrics.scrape(self.lookupd)
+        return Response(200, body, {"Content-Type": CONTENT_TYPE})
+
     async def message(self, request: Request) -> Any:
         """GET /message?id=<ID> (beyond nsqlookupd): asks the nsqpy-d whose node id the ID
         carries; the answer is lookupd.message_lookup's (imported on first use)."""
@@ -192,20 +202,30 @@ def lookup_answer(channels: list[str], producers: list[PeerInfo]) -> Response:
 
 
 def build_router(lookupd: NSQLookupd) -> Router:
-    """nsqlookupd's routes (http.go newHTTPServer), less /debug/pprof, plus GET /message."""
+    """nsqlookupd's routes (http.go newHTTPServer), less /debug/pprof, plus GET /message and
+    GET /metrics; each route's requests are timed and counted for /metrics."""
     h = LookupdHTTP(lookupd)
     r = Router()
-    r.get("/ping", h.ping)
-    r.get("/info", api(h.info))
-    r.get("/debug", api(h.debug))
-    r.get("/lookup", api(h.lookup))
-    r.get("/topics", api(h.topics))
-    r.get("/channels", api(h.channels))
-    r.get("/nodes", api(h.nodes))
-    r.get("/message", api(h.message))
-    r.post("/topic/create", api(h.topic_create))
-    r.post("/topic/delete", api(h.topic_delete))
-    r.post("/channel/create", api(h.channel_create))
-    r.post("/channel/delete", api(h.channel_delete))
-    r.post("/topic/tombstone", api(h.topic_tombstone))
+    timed = lookupd.metrics.timed
+
+    def get(path: str, handler: Any) -> None:
+        r.get(path, timed(path, handler))
+
+    def post(path: str, handler: Any) -> None:
+        r.post(path, timed(path, handler))
+
+    get("/ping", h.ping)
+    get("/info", api(h.info))
+    get("/debug", api(h.debug))
+    get("/lookup", api(h.lookup))
+    get("/topics", api(h.topics))
+    get("/channels", api(h.channels))
+    get("/nodes", api(h.nodes))
+    get("/message", api(h.message))
+    get("/metrics", h.metrics)
+    post("/topic/create", api(h.topic_create))
+    post("/topic/delete", api(h.topic_delete))
+    post("/channel/create", api(h.channel_create))
+    post("/channel/delete", api(h.channel_delete))
+    post("/topic/tombstone", api(h.topic_tombstone))
     return r

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from ..internal.gojson import encode as go_json
 from ..options import NSQ_VERSION
+from .metrics import LookupdMetrics
 from .options import LookupdOptions
 from .registration_db import RegistrationDB
 
@@ -28,8 +29,8 @@ log = logging.getLogger("nsqpy")
 
 
 class NSQLookupd:
-    """nsqlookupd's state: ``db``, the connected ``clients``, and the listeners' addresses
-    (set by server.py)."""
+    """nsqlookupd's state: ``db``, the connected ``clients``, the listeners' addresses
+    (set by server.py) and what /metrics counts (``metrics``, metrics.py)."""
 
     def __init__(self, opts: LookupdOptions, db: RegistrationDB | None = None) -> None:
         self.opts = opts
@@ -37,6 +38,7 @@ class NSQLookupd:
         self.clients: set[Client] = set()
         self.tcp_address: tuple | None = None
         self.http_address: tuple | None = None
+        self.metrics = LookupdMetrics()
         self._identify_reply: bytes | None = None
 
     @property

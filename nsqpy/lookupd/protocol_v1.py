@@ -43,6 +43,9 @@ info_line = InfoLines(log)
 
 MAGIC_V1 = b"  V1"
 OK = b"OK"
+#: The commands /metrics counts (lookupd/metrics.py), by name.
+_COUNTED = frozenset((b"PING", b"IDENTIFY", b"REGISTER", b"UNREGISTER"))
+
 #: Largest IDENTIFY body accepted (nsqd sends about 200 bytes; Go has no limit).
 MAX_IDENTIFY_BODY = 1024 * 1024
 
@@ -313,7 +316,7 @@ class LookupProtocolV1(asyncio.Protocol):
         logged = info_line.enabled()
         addr = self.addr
         find = buf.find
-        done = 0
+        done = unregistered = 0
         while done < budget:
             nl = find(b"\n", pos)
             if nl < 0 or nl - pos > MAX_LINE_LENGTH:
@@ -334,13 +337,21 @@ class LookupProtocolV1(asyncio.Protocol):
                         )
             else:
                 self._do_unregister(topic, channel)
+                unregistered += 1
         if done:
             self.out += _OK_FRAME * done
+            count = self.lookupd.metrics.commands.inc
+            if done > unregistered:
+                count(("REGISTER",), done - unregistered)
+            if unregistered:
+                count(("UNREGISTER",), unregistered)
         return done, pos
 
     def _exec(self, params: list[bytes], line: bytes = b"") -> None:
         """Run one command; ``line`` is its raw line (remembered once it parsed)."""
         cmd = params[0]
+        if cmd in _COUNTED:
+            self.lookupd.metrics.commands.inc((cmd.decode(),))
         if cmd == b"PING":
             self._reply(self._ping())
         elif cmd == b"IDENTIFY":

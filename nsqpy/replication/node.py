@@ -77,12 +77,17 @@ class TopicRole:
     leading, ``promoted`` (entries put into the topic at promotions), ``redelivered`` (of
     those, puts into channels the progress record named and did not show finished), ``high``
     (minting node id -> highest message ID put into the topic, progress.py),
-    ``progress_sent`` (rounds a follower took) and the progress sender task while leader."""
+    ``progress_sent`` (rounds a follower took) and the progress sender task while leader,
+    ``failovers`` (records seen naming a new leader in a later epoch than one this node knew
+    led) and ``min_isr_refused`` (publishes this node refused as leader while the ISR was
+    below --min-isr)."""
 
     __slots__ = (
+        "failovers",
         "forwarder",
         "held",
         "high",
+        "min_isr_refused",
         "progress_sent",
         "progress_task",
         "promoted",
@@ -111,6 +116,14 @@ class TopicRole:
         self.high: dict[int, int] = {}
         self.progress_sent = 0
         self.progress_task: asyncio.Task[None] | None = None
+        self.failovers = 0
+        self.min_isr_refused = 0
+
+    def note_refused(self, min_isr: int) -> None:
+        """A publish was answered "not acknowledged": counted in ``min_isr_refused`` when this
+        node leads the topic with its ISR below ``min_isr`` (--min-isr)."""
+        if self.role == LEADER and len(self.state.record.isr) < min_isr:
+            self.min_isr_refused += 1
 
 
 class Replication:
@@ -298,6 +311,9 @@ class Replication:
         fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
+        elif tr.state.record.leader and rec.leader != tr.state.record.leader:
+            if rec.epoch > old_epoch:
+                tr.failovers += 1
         tr.state = state
         rlog = self.logs.get(topic)
         if rlog is not None:
@@ -576,9 +592,10 @@ class Replication:
         if tr is None:
             tr = await self.ensure(name, self.opts.replicas)
         answer = self.publish(tr, name, bodies, delay_ms)
-        if isinstance(answer, bool):
-            return answer
-        return bool(await answer)
+        ok = answer if isinstance(answer, bool) else bool(await answer)
+        if not ok:
+            tr.note_refused(self.opts.min_isr)
+        return ok
 
     def forward(self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0) -> Any:
         """Not the leader: a future answered True once the leader acknowledged ``bodies``."""

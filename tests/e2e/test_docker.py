@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,9 @@ def test_compose_parses_and_wires_the_cluster() -> None:
             if test[2] == "ping":
                 port = int(re.fullmatch(r"http://127\.0\.0\.1:(\d+)/ping", test[3]).group(1))
                 assert port == listen_port(s["command"], "http-address"), name
+            elif test[2] == "ready":  # Prometheus: /-/ready on its --web.listen-address
+                port = int(re.fullmatch(r"http://127\.0\.0\.1:(\d+)/-/ready", test[3]).group(1))
+                assert port == listen_port(s["command"], "web.listen-address"), name
             else:
                 assert test[2] in ("spark-master", "spark-worker", "spark-app"), name
     assert all(svc[n]["build"]["target"] == "nsqpy" for n in [*lookupds, *nsqds, *publishers])
@@ -269,6 +273,101 @@ def test_compose_runs_the_job_on_a_spark_standalone_cluster() -> None:
         f"nsq-event-counts-{flag_values(cmd, 'topic')[0]}",
         f"{ckpt}/metadata",
     ]
+
+
+def test_compose_prometheus_scrapes_every_daemon_with_the_alert_rules() -> None:
+    """The prometheus service (Debian's package, the Dockerfile's `prometheus` stage) reads
+    docker/prometheus/prometheus.yml as the image holds it: a job per kind of daemon whose
+    targets are exactly the compose services' HTTP addresses, and nsq-alerts.yml beside it."""
+    doc = compose()
+    svc = doc["services"]
+    prom = svc["prometheus"]
+    assert prom["build"]["target"] == "prometheus"
+    cmd = prom["command"]
+    assert cmd[0] == "prometheus"
+    (config_path,) = flag_values(cmd, "config.file")
+    (tsdb,) = flag_values(cmd, "storage.tsdb.path")
+    mounts = [v.split(":") for v in prom["volumes"]]
+    assert any(tsdb.startswith(path + "/") and vol in doc["volumes"] for vol, path in mounts)
+    # the stage copies the configuration and the rules to where the command reads them
+    stage = dockerfile_stages()["prometheus"]
+    copies = [rest.split() for i, rest in stage if i == "COPY" and "docker/prometheus/" in rest]
+    (copy,) = copies
+    dest = copy[-1].rstrip("/")
+    assert config_path == f"{dest}/prometheus.yml"
+    sources = {Path(c).name for c in copy[:-1]}
+    config = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())
+    assert set(config["rule_files"]) <= sources and "prometheus.yml" in sources
+    runs = " ".join(rest for i, rest in stage if i == "RUN")
+    assert "install -y --no-install-recommends prometheus" in runs
+    assert f"promtool check config {config_path}" in runs
+    # a job per daemon kind, targets = the services' service:port, exactly
+    by_job = {
+        j["job_name"]: sorted(t for sc in j["static_configs"] for t in sc["targets"])
+        for j in config["scrape_configs"]
+    }
+    expected = {
+        job: sorted(f"{n}:{listen_port(c, 'http-address')}" for n, c in by_program(prog).items())
+        for job, prog in (
+            ("nsqd", "nsqpy-d"),
+            ("nsqlookupd", "nsqpy-lookupd"),
+            ("nsqadmin", "nsqpy-admin"),
+        )
+    }
+    assert by_job == expected
+    # it starts once every daemon it scrapes is healthy
+    assert set(prom["depends_on"]) == {
+        n for p in ("nsqpy-d", "nsqpy-lookupd", "nsqpy-admin") for n in by_program(p)
+    }
+    # the image's own default command is the compose one
+    (image_cmd,) = [rest for i, rest in stage if i == "CMD"]
+    assert exec_form(image_cmd) == cmd
+
+
+def test_compose_prometheus_command_runs_here(tmp_path: Path) -> None:
+    """compose's Prometheus command with Debian's binary here: the configuration and rules
+    from docker/prometheus/, the TSDB in a temporary directory, the listen address on a free
+    loopback port; it turns ready (the compose health check passes) and has loaded every alert;
+    before that, `ready` is unhealthy while nothing answers."""
+    import signal
+    import socket
+
+    exe = shutil.which("prometheus")
+    if exe is None:
+        pytest.skip("prometheus is not installed (Debian package 'prometheus')")
+    cmd = services()["prometheus"]["command"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/-/ready"
+    assert healthcheck("ready", url).returncode == 1  # nothing listens yet
+    args = []
+    for a in cmd[1:]:
+        name = a.split("=", 1)[0]
+        if name == "--config.file":
+            a = f"{name}={DOCKER / 'prometheus' / 'prometheus.yml'}"
+        elif name == "--storage.tsdb.path":
+            a = f"{name}={tmp_path / 'tsdb'}"
+        elif name == "--web.listen-address":
+            a = f"{name}=127.0.0.1:{port}"
+        args.append(a)
+    proc = subprocess.Popen(
+        [exe, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        wait_for(lambda: healthcheck("ready", url).returncode == 0, 60, 0.5, "prometheus ready")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=10) as r:
+            groups = json.loads(r.read())["data"]["groups"]
+        loaded = {rule["name"] for g in groups for rule in g["rules"]}
+        rules = yaml.safe_load((DOCKER / "prometheus" / "nsq-alerts.yml").read_text())
+        assert loaded == {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def test_docker_compose_config_when_the_cli_has_compose(tmp_path: Path) -> None:
@@ -618,7 +717,8 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
     for name, s in services().items():
         prog = s["command"][0]
         spark_class = prog == "spark-class" and s["build"]["target"] == "spark"
-        assert prog in SCRIPTS or prog == "python" or spark_class, (name, prog)
+        prometheus = prog == "prometheus" and s["build"]["target"] == "prometheus"
+        assert prog in SCRIPTS or prog == "python" or spark_class or prometheus, (name, prog)
 
 
 def test_nsqd_stops_cleanly_after_publish_and_restarts_on_its_volume(tmp_path: Path) -> None:

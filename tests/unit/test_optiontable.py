@@ -38,7 +38,7 @@ NSQD_CFG_NAMES = {
     "e2e_processing_latency_window_time", "e2e_processing_latency_percentiles", "tls_cert",
     "tls_key", "tls_client_auth_policy", "tls_root_ca_file", "tls_required",
     "tls_min_version", "deflate", "max_deflate_level", "snappy",
-    "max_attempts", "dead_letter_suffix", "metrics_exclude_ephemeral",
+    "max_attempts", "dead_letter_suffix", "metrics_exclude_ephemeral", "metrics_compat",
 }  # fmt: skip
 
 
