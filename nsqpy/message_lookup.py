@@ -1,4 +1,4 @@
-"""GET /message?id=: where one message is now, on this nsqd (beyond nsqd; issue 12).
+"""GET /message?id=: where one message is now, on this nsqd (beyond nsqd).
 
 Strategy: the HTTP route hands the decoded query here; this module decodes the ID (guid.py)
 and asks each topic and channel where they hold it (Topic.locate, Channel.locate: in-flight

@@ -331,7 +331,7 @@ class Options:
         "lookupd-tcp-address", "lookupd TCP address (may be given multiple times)"
     )
 
-    # Replicated topics through etcd (nsqpy's own, issue 21; nsqpy/replication/). Without
+    # Replicated topics through etcd (nsqpy's own; nsqpy/replication/). Without
     # --etcd-endpoints none of these is read and no replication code runs.
     etcd_endpoints: str = option(
         "etcd-endpoints",
