@@ -48,7 +48,7 @@ __all__ = [
 #: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
 NSQ_VERSION = "1.3.0"
 #: nsqpy's own version.
-NSQPY_VERSION = "0.1.0"
+NSQPY_VERSION = "0.2.0"
 
 
 def version_string(app: str = "nsqd") -> str:
