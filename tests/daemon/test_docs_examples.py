@@ -219,7 +219,7 @@ def test_page_examples(page: Path, workdir: Path) -> None:
         finally:
             cluster.stop()
     TOTALS.update(counts)
-    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no code blocks"
     print(f"\n{page.relative_to(ROOT)}: {summary}")
     assert not failures, "\n\n".join(failures)
 
