@@ -6,7 +6,7 @@ node, 4250/4251 for the second, 4160/4161 for the lookupd) are rewritten to thos
 block runs, so the check never needs the fixed ports free. Blocks run in page order, so a page
 can publish in one block and consume in the next.
 
-- ``python`` blocks run as a script (this checkout on PYTHONPATH), ``sh`` blocks under bash
+- ``python`` blocks run as a script (the nsqpy under test on PYTHONPATH), ``sh`` blocks under bash
   with ``set -e -o pipefail`` (the virtualenv's scripts on PATH, and ``.venv`` in the working
   directory pointing at it, so ``.venv/bin/nsqpy`` works as the pages write it). Either must
   exit 0 within BLOCK_TIMEOUT seconds.
@@ -36,9 +36,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+import nsqpy
 from nsqpy.testing import Nsqd, Nsqlookupd
 
 BLOCK_TIMEOUT = 90
+#: Where the nsqpy this test imports lives (the checkout, or the installed compiled build), so
+#: the examples and the console scripts they call run the same code.
+NSQPY_HOME = Path(nsqpy.__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNABLE = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
 
@@ -158,7 +162,7 @@ def run_block(block: Block, cluster: Cluster, workdir: Path) -> str | None:
     """Run one block; None when it passed, else what went wrong."""
     code = cluster.rewrite(block.code)
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(NSQPY_HOME) + os.pathsep + env.get("PYTHONPATH", "")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     if block.kind == "python":
