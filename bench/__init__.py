@@ -5,5 +5,5 @@ The workloads are NSQ's own bench tools (nsqio/nsq ``bench/bench_writer`` and
 raw blocking sockets spread over several processes so the Python client is not the bottleneck.
 Every mode can target any nsqd (``--nsqd-tcp-address``/``--nsqd-http-address``), Go's included;
 by default it starts ``nsqpy-d`` on loopback with ephemeral ports and a temporary data dir.
-See BENCHMARKS.md at the repository root.
+See docs/performance.md.
 """

@@ -1,4 +1,4 @@
-"""bombs: what hostile or broken clients cost everyone else (issue 18, parts 3 and 4).
+"""bombs: what hostile or broken clients cost everyone else.
 
 Strategy: one daemon (nsqpy-d, or Go nsqd with --nsqd-cmd) on loopback; an attacker process
 (its own asyncio loop, so the bench's own threads stay free) keeps --conns connections busy for

@@ -1,4 +1,4 @@
-"""GET /message?id= under a deep queue: lookup latency and what the index costs (issue 12).
+"""GET /message?id= under a deep queue: lookup latency and what the index costs.
 
 Strategy: start an nsqpy-d (bench.target.Daemon, like every mode), give topic "lk" two
 channels, "held" (nobody consumes it: every message stays queued there, in memory with

@@ -1,4 +1,4 @@
-"""nsqlookupd at cluster scale: nsqpy-lookupd beside Go nsqlookupd 1.3.0 (issue 20, target 4).
+"""nsqlookupd at cluster scale: nsqpy-lookupd beside Go nsqlookupd 1.3.0.
 
 Strategy: one bench process, one asyncio loop (uvloop when installed), every connection real
 TCP on loopback. For each run a lookupd is started with nsqpy.testing's launcher (ports 0),

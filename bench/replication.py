@@ -1,5 +1,5 @@
 """Publish throughput of a replicated topic (R=3, --replica-ack=all-isr) beside an R=1 topic on
-the same three nsqpy-d nodes, on loopback (issue 21 "R = 3 throughput next to R = 1").
+the same three nsqpy-d nodes, on loopback.
 
 One etcd (tests/etcd_server.py: Debian's etcd-server, temp data dir) and three nsqpy-d nodes
 joined to it (ephemeral ports, temp data dirs). Topic ``r3`` is created with

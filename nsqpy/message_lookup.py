@@ -1,10 +1,10 @@
-"""GET /message?id=: where one message is now, on this nsqd (beyond nsqd; issue 12).
+"""GET /message?id=: where one message is now, on this nsqd (beyond nsqd).
 
 Strategy: the HTTP route hands the decoded query here; this module decodes the ID (guid.py)
 and asks each topic and channel where they hold it (Topic.locate, Channel.locate: in-flight
 and deferred tables by ID, memory and disk through msg_index), so an answer costs a few
 dictionary lookups and bisections per channel, plus at most one disk block read per channel
-whose backend holds records. No queue is scanned. Shapes: README, "Where is message X?"."""
+whose backend holds records. No queue is scanned. Shapes: docs/operations/index.md."""
 
 from __future__ import annotations
 

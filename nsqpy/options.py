@@ -49,7 +49,7 @@ __all__ = [
 #: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
 NSQ_VERSION = "1.3.0"
 #: nsqpy's own version.
-NSQPY_VERSION = "0.1.0"
+NSQPY_VERSION = "0.2.0"
 
 
 def version_string(app: str = "nsqd") -> str:
@@ -340,7 +340,7 @@ class Options:
         "lookupd-tcp-address", "lookupd TCP address (may be given multiple times)"
     )
 
-    # Replicated topics through etcd (nsqpy's own, issue 21; nsqpy/replication/). Without
+    # Replicated topics through etcd (nsqpy's own; nsqpy/replication/). Without
     # --etcd-endpoints none of these is read and no replication code runs.
     etcd_endpoints: str = option(
         "etcd-endpoints",

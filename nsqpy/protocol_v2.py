@@ -807,7 +807,7 @@ class ProtocolV2:
 
 
 class ReplicatedPublish:
-    """PUB, MPUB and DPUB with --etcd-endpoints (nsqpy's replicated topics, issue 21): made
+    """PUB, MPUB and DPUB with --etcd-endpoints (nsqpy's replicated topics): made
     only then, it swaps ProtocolV2's three handlers for its own, which hand a topic without a
     replication record (and no reason to make one: Replication.wants_record) to the original
     handler untouched; a daemon without the flag never runs a line of this.

@@ -1,4 +1,4 @@
-"""Separate network hosts on one machine, for cluster and failure tests (issue 21): each host a
+"""Separate network hosts on one machine, for cluster and failure tests: each host a
 Linux network namespace with its own address on a private bridge, and links that can be cut.
 
 Layout: one bridge ``nsqb<N>`` on the machine holding ``10.<a>.<b>.1/24``; host k is namespace

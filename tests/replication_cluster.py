@@ -1,4 +1,4 @@
-"""A replicated nsqpy-d cluster under test, and the history a fault test checks (issue 21).
+"""A replicated nsqpy-d cluster under test, and the history a fault test checks.
 
 Shared by the replication tests (tests/daemon/test_replication_*.py): :class:`Nodes` starts
 nsqpy-d nodes joined through one etcd (tests/etcd_server.py), each with its own data dir so it

@@ -450,9 +450,9 @@ class Cluster:
 
     async def find_message(self, msg_id: str, topic: str = "", body: bool = False) -> MessageHunt:
         """Where message ``msg_id`` is (nsqpy's GET /message?id= on nsqpy-lookupd and nsqpy-d,
-        README "Where is message X?"): with lookupds, each lookupd in turn until one answers
-        200 (it routes by the ID's node id to the nsqpy-d that made it; a 404 NODE_NOT_FOUND
-        sends the question to the next lookupd); with nsqds only, every nsqd at once. A 400
+        docs/operations/index.md): with lookupds, each lookupd in turn until one answers 200
+        (it routes by the ID's node id to the nsqpy-d that made it; a 404 NODE_NOT_FOUND sends
+        the question to the next lookupd); with nsqds only, every nsqd at once. A 400
         (INVALID_ID, INVALID_TOPIC) ends the hunt. Never raises: errors are in the result."""
         q = (
             f"id={_q(msg_id)}"

@@ -349,7 +349,7 @@ def node_topic_stats(
             "e2e_processing_latency": e2e_from_nsqd(t.get("e2e_processing_latency")),
         }
         repl = t.get("replication")
-        if isinstance(repl, dict):  # nsqpy-d's replicated topics only (README "Replicated topics")
+        if isinstance(repl, dict):  # nsqpy-d's replicated topics only (docs/replication.md)
             row["replication"] = repl
         out.append(row)
     return out

@@ -1,4 +1,4 @@
-"""GET /message?id= on nsqpy-lookupd: ask the node whose node id the message ID carries (issue 12).
+"""GET /message?id= on nsqpy-lookupd: ask the node whose node id the message ID carries.
 
 Strategy: an nsqd message ID holds its node's 10-bit node id (guid.py); nsqpy-d sends its
 node id in its lookupd IDENTIFY (lookup_peer.py), so the registration DB knows which node

@@ -1,4 +1,4 @@
-"""This node's own copy of a replicated topic (issue 21): the replica log's DiskQueue, whether
+"""This node's own copy of a replicated topic: the replica log's DiskQueue, whether
 the local topic holds messages of an earlier leadership, emptying it at a reset, and the
 ``replication`` object of the topic's /stats. Free functions over the daemon's objects, so
 that node.py's Replication keeps the roles and the coordination only.
@@ -74,7 +74,7 @@ def put_committed(
 
 
 def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
-    """A new leader's history (stream.py "Rejoining"): ``held`` (what it led last, when no
+    """A new leader's history (docs/replication.md): ``held`` (what it led last, when no
     other node led since; entries named before the first drained one) then ``drained`` (what
     it drained from its replica log at this promotion); the last MAX_RETAINED entries."""
     if drained and held:

@@ -1,44 +1,20 @@
-"""nsqpy-d's replication: this node's membership, the topic records it follows, and the data
-path of the replicated topics (issue 21 §2–§4, first working slice).
+"""nsqpy-d's replication: this node's membership, the topic records it follows, its role per
+topic (leader, follower, none) and the data path of replicated topics. docs/replication.md
+explains failover, channel progress and rejoining.
 
-Made by NSQD only with ``--etcd-endpoints`` (otherwise nothing here is imported). ``run()``
-joins etcd (NodeSession: node id = str(--node-id), the key under ``/nsqpy/<--etcd-cluster>/``,
-its TCP/HTTP addresses in the value), then runs three loops: the topic watch
-(Coordinator.watch_topics, applied by :meth:`Replication.apply`), the failover loop
-(Coordinator.run_failover: any node elects a new leader from the ISR once a leader's lease
-lapsed) and the membership watch (node id -> HTTP address, for links and forwarding).
-``close()`` stops them and leaves (revokes the lease).
+Made by NSQD only with ``--etcd-endpoints``. ``run()`` joins etcd (NodeSession: node id =
+str(--node-id)) and runs three loops: the topic watch (Coordinator.watch_topics, applied by
+:meth:`Replication.apply`), the failover loop (Coordinator.run_failover) and the membership
+watch (node id -> HTTP address). ``close()`` stops them and revokes the lease.
 
-Roles. For each topic record, this node is ``leader`` (the record names it under its current
-lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream (stream.py)
-per epoch with a link to every other placement node; a follower keeps a ReplicaLog; both open the
-local topic. Publishes on a leader go into the stream; with --replica-ack=all-isr they go into
-the topic once committed (the high watermark of stream.py, local.put_committed) and the
-answer waits for the commit; with ``leader`` they go into the topic at once, as for R=1.
-Publishes elsewhere are forwarded (forward.py). Only the leader registers the topic and its
-channels with nsqlookupd (:meth:`registers`, read by lookup_peer.LookupPeers).
-
-Channel progress (progress.py). A leader sends each follower, per topic, every
-``progress.INTERVAL`` seconds and once more at a clean exit, what its channels still hold
-(POST ``/replica/progress``); the follower keeps the latest in a side file.
-
-Failover. A follower elected leader goes through every entry of its replica log past the log's
-read position (:meth:`_promote`): everything the old leader replicated to it. It creates the
-channels the last progress record names, and puts each entry into each channel unless the
-record says that channel finished it (``promoted``: entries gone through; ``redelivered``:
-(entry, named channel) puts, messages that may have been delivered before). Without a record
-every entry goes into the topic (at-least-once). What it drained becomes its stream's history
-(:meth:`_history`), and it links every other placement node, in the ISR or not.
-
-Rejoining (stream.py "Rejoining"): a node that follows a newer epoch (restarted, paused,
-deposed, or lagging when the leader changed) is probed for the name of its last entry and
-whether its own copy of the topic is dirty (local.dirty: it holds messages while this node
-does not lead, left from an earlier leadership); a dirty one is reset (:meth:`_reset_topic`
-empties the topic and its channels, then the replica log starts over from the leader's
-history), a clean one gets what follows its last entry; once caught up it is re-admitted to the
-ISR (:meth:`_change_isr`). So after any failover, or a rolling restart, every placement node
-becomes an in-sync replica again.
-"""
+A leader keeps a LeaderStream (stream.py) per epoch; a follower keeps a ReplicaLog; both open
+the local topic. Publishes elsewhere are forwarded (forward.py). Only the leader registers the
+topic and its channels with nsqlookupd (:meth:`registers`). A follower elected leader promotes
+its replica log into the topic's channels, filtered by the last progress record
+(:meth:`_promote`, progress.py), keeps what it drained as its stream's history
+(:meth:`_history`), and links every other placement node; a rejoining node that is dirty is
+reset (:meth:`_reset_topic`), a clean one is caught up, and both are re-admitted to the ISR
+(:meth:`_change_isr`)."""
 
 from __future__ import annotations
 

@@ -1,91 +1,26 @@
-"""The replication stream of one topic: what the leader sends, what a follower keeps, and how
-a node rejoins after a leader change (issue 21 §3, §5).
+"""The replication stream of one topic: what the leader sends (:class:`LeaderStream`, one
+:class:`Link` per other placement node), what a follower keeps (:class:`ReplicaLog`), and how a
+node rejoins after a leader change. docs/replication.md explains the design; this docstring
+gives the layouts a reader of the code needs.
 
-Entries. Every message a leader accepts (a PUB, each message of an MPUB, a DPUB) becomes one
-*entry*: ``ENTRY`` = epoch (u32), seq (u64), delay in ms (u32, DPUB's; 0 otherwise), all
-big-endian, then the nsqd message record exactly as message.py lays it out (26-byte header:
-timestamp, attempts, 16-byte ID; then the body). ``seq`` counts entries within one epoch from 0;
-(epoch, seq) names an entry cluster-wide.
+``ENTRY`` = epoch (u32), seq (u64), delay in ms (u32, DPUB's; 0 otherwise), big-endian, then
+the message record as message.py lays it out. (epoch, seq) names an entry cluster-wide; names
+only grow along a log.
 
-Transport: nsqpy-d's own HTTP port, ``POST /replica/append?topic=T&epoch=E&first=S&prev=P``
-(``&reset=1`` for a reset) with the entries as ``[u32 size][entry]*``; every entry names itself,
-so one request may carry entries of older epochs (a new leader's history). ``prev`` is the name
-the follower's log must end with (``E:S``), ``-`` (the batch starts the leader's history: it
-goes after whatever the log has) or ``?`` (a probe: nothing appended). The follower answers 200
-``{"next":N,"last":"E:S"}`` (the seq of epoch E it expects next, and the name of its last
-entry; ``"dirty":true|false`` too for a probe) once the entries are in its replica log *and
-fsynced*, or 409 ``{"message":"E_STALE_EPOCH"}`` (it has seen a newer epoch: the sender was
-deposed) or 409 ``{"message":"E_GAP E:S"}`` (its log ends elsewhere: at E:S, ``-`` when empty).
-Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
-acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
-handler's awaitable later without blocking anything else; a follower's answer comes after an
-fsync (hundreds of microseconds at least), which dwarfs the per-request cost, and the sender
-batches everything pending into one request (group commit), so the request rate is bounded by
-the fsync rate, not by the publish rate.
+``POST /replica/append?topic=T&epoch=E&first=S&prev=P[&reset=1]`` carries ``[u32 size][entry]*``.
+``prev`` is the name the follower's log must end with (``E:S``), ``-`` (the start of the
+leader's history) or ``?`` (a probe). Answers: 200 ``{"next":N,"last":"E:S"}`` (plus
+``"dirty"`` for a probe) once the entries are in the replica log and fsynced; 409
+``{"message":"E_STALE_EPOCH"}`` (the sender was deposed) or ``{"message":"E_GAP E:S"}`` (the
+log ends elsewhere).
 
-Follower side (:class:`ReplicaLog`): a DiskQueue ``<topic>#replica`` in the data path (the
-library as it is, go-diskqueue's format). Its *read* position is what this node has put into its
-own topic: a follower only appends (and fsyncs before it answers: the data file alone, the meta
-file too on --sync-every/--sync-timeout and on a new file); a follower promoted to leader reads
-everything past the read position into its topic (:meth:`ReplicaLog.drain`), so what it
-delivers next is everything it holds that its channels never had. Names only grow along the
-log: an entry whose name is not after the log's last one is skipped (it has it). The name of the
-last entry survives a restart in ``<topic>#replica.last`` (written after the fsync of what it
-names, so it never names an entry that is not durable; a stale one only costs entries sent
-twice, which drain() skips). The newest epoch seen lives in memory: a restarted follower accepts
-the next batch of any epoch not older than its record's.
-
-Leader side (:class:`LeaderStream`): this epoch's entries, kept while a link needs them, one
-:class:`Link` task per other placement node sending whatever is pending in one request, and the
-waiters (one future per publish command, resolved in seq order when every in-sync follower's
-acknowledged seq passes it).
-
-Rejoining (issue 21 §5). A new leader keeps, as its *history*, every entry it drained from its
-replica log at promotion (under their old names, at most MAX_RETAINED; plus what it led last
-when it is elected again with no other leader between). Every other placement node gets a link
-for the whole epoch, whether in the ISR or not; a node that is down or restarting is retried
-with a backoff. A link starts with a probe: the follower answers the name of its last entry and
-whether its own topic is *dirty* (holds messages while it does not lead: only an earlier
-leadership of its own put them there; a follower's topic receives nothing until it is
-promoted). Then:
-
-1. a clean follower is sent what follows its last name: the history entries after it (all of
-   them when its log is empty or older than the history), then this epoch's. An unacknowledged
-   tail it holds beyond the leader's (the old leader sent it more than the new leader got) is
-   left in place: it was published, never acknowledged, and a producer's retry would add the
-   same; with names only growing, what follows is the leader's;
-2. a dirty follower (a deposed leader: its topic holds its own epoch's data, the
-   unacknowledged tail included) is *reset*: out of the ISR first if it is in it, then its
-   node empties that topic and its channels (every acknowledged message of it is on this
-   leader, which was in the ISR that acknowledged it) and its replica log, and it is sent the
-   whole history and this epoch. The node accepts a reset only from the leader named by the
-   record it holds for that very epoch, so a deposed leader that reaches it first cannot
-   wipe it;
-3. once it has everything appended so far, an out-of-ISR follower is waited for again and
-   re-admitted to the ISR (``on_caught_up`` -> Coordinator.expand_isr).
-
-Why a full resync for a dirty follower rather than Kafka's truncation to the divergence point:
-what a deposed leader must drop is in its *topic* (it never wrote its own epoch to its replica
-log), and an emptied topic loses the part of its log already promoted into it too, so the log
-is rebuilt from the leader's history; it is bounded (MAX_RETAINED entries) and only a node
-that led and still holds undelivered messages pays it. A clean follower, the common case
-(a restarted or paused follower, a deposed leader whose consumers had finished everything),
-only gets what follows its last entry. A node that is further behind than this epoch's
-retained entries is given up for the epoch (logged) and stays out of the ISR.
-
-High watermark (--replica-ack=all-isr). The leader does not put a publish into its topic when
-it accepts it: the stream keeps the records of the entries not yet committed (one
-``(first seq, end seq, records, delay)`` tuple per publish command, not per message), and each
-time the commit point advances (:meth:`LeaderStream._advance`, once per acknowledgement round)
-the records it passed go to ``on_commit(plain, deferred)`` in seq order: one put_many for the
-plain ones, a put_deferred per DPUB, then one flush. So a channel never holds a message the ISR
-does not have, and a failover cannot take back a delivered message. Records committed while
-acknowledging is not allowed (lease uncertain, ISR below --min-isr: their publishers get
-E_PUB_FAILED) are dropped, as are the uncommitted ones when the stream closes: a refused
-publish is never delivered by this leader (a later leader may deliver it from its replica log,
-as a producer's retry would). With --replica-ack=leader (no ``on_commit``) the watermark is the
-local append: the caller puts the records into the topic at once.
-"""
+Follower: a DiskQueue ``<topic>#replica`` whose read position is what this node has put into
+its own topic; the last entry's name survives restarts in ``<topic>#replica.last`` (written
+after the fsync of what it names). Leader: this epoch's entries while a link needs them, a
+history of at most MAX_RETAINED older entries, and one future per publish command resolved in
+seq order as the commit point passes it. With --replica-ack=all-isr committed records go to
+``on_commit(plain, deferred)`` in seq order (the high watermark); with ``leader`` the caller
+puts them into the topic at once."""
 
 from __future__ import annotations
 
@@ -451,7 +386,7 @@ class LeaderStream:
     ``on_lagging(node_id)`` is called (once per lag) for a link that acknowledged nothing for
     ``timeout`` seconds while entries were pending.
 
-    Catch-up (see the module docstring, "Rejoining"): every other placement node gets a link
+    Catch-up (docs/replication.md, "Rejoining"): every other placement node gets a link
     for the whole epoch, waited for only while it is in the ISR. A link first probes the
     follower for the name of its last entry and whether its topic is dirty, then sends what
     follows that name in this leader's history: :attr:`history` (the entries it drained from

@@ -20,7 +20,7 @@ spool's end plus that; batches run until the spool reaches the target, or nothin
 for fetch_wait (an nsqd whose /stats cannot be read, or messages taken by another consumer of
 the channel), and then the query ends.
 
-Options (all strings, as Spark passes them; see SourceOptions and the README's Spark section):
+Options (all strings, as Spark passes them; see SourceOptions and docs/spark.md):
 nsqd_tcp_addresses / lookupd_http_addresses, topic, channel, spool_dir, spool_read_uri,
 max_in_flight, max_spool_bytes, spool_segment_bytes, max_messages_per_trigger,
 max_bytes_per_trigger, nsqd_http_addresses, msg_timeout, fetch_wait, lookupd_poll_interval,
@@ -220,7 +220,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise RuntimeError(
                 f"the query is at spool position {pos}, but {o.spool_dir} holds "
                 f"[{f.spool.start}, {f.durable_end()}): was spool_dir changed, emptied, or "
-                "shared by two queries? (A lost spool loses what it held: see the README.)"
+                "shared by two queries? (A lost spool loses what it held: see docs/spark.md.)"
             )
         if f.failed:
             raise RuntimeError(f"nsq source: {f.failed}")

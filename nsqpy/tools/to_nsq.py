@@ -6,7 +6,7 @@ and cut at ``--delimiter``; each non-empty piece, delimiter removed, is publishe
 ``--nsqd-tcp-address`` in turn, each publish awaited, so the order is stdin's. ``--rate N``
 throttles to N messages a second with Go's bucket: one message of credit at the start, one
 more every 1/N s, at most N saved up. At the end of input, a last piece without a delimiter is
-published whole (Go drops its last byte: README, "NSQ's tools in nsqpy"). A failed publish is
+published whole (Go drops its last byte: docs/compatibility.md). A failed publish is
 fatal (exit 1)."""
 
 from __future__ import annotations

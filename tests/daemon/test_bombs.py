@@ -1,4 +1,4 @@
-"""Compression bombs cannot exhaust the daemon (issue 18 part 3).
+"""Compression bombs cannot exhaust the daemon.
 
 Connections negotiate deflate or snappy in IDENTIFY and send streams that inflate up to 1000x:
 64 MiB of zeros (no command line ends), 64 MiB of NOP lines, a PUB declaring 64 MiB, an MPUB

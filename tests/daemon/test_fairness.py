@@ -7,8 +7,8 @@ publisher whose replies pile up unread (as Go nsqd's blocked write stops its rea
 publishers' progress stops (pushed back), the daemon's resident memory stays bounded, and the
 polite client is served: its median OK under 50 ms and none waiting a second (before the fix its
 slowest took 4.3 s and 3 of 6 timed out). The slowest-OK figure itself (target 50 ms) depends on
-the machine's load and is measured by `python -m bench --polite` (BENCHMARKS.md), not here: at a
-load average of 6-7 it reached 60-310 ms.
+the machine's load and is measured by `python -m bench --polite` (docs/performance.md), not here:
+at a load average of 6-7 it reached 60-310 ms.
 """
 
 from __future__ import annotations

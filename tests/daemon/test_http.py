@@ -862,7 +862,7 @@ def test_stats_text(nsqd):
     assert "Health: OK" in text
 
 
-# ----------------------------------------------------------------------------- issue 10 §3:
+# ------------------------------------------------------------------------------------------
 # byte-level differences found against nsqd 1.3 (text /stats, router, query parsing)
 
 
@@ -1084,8 +1084,9 @@ def test_router_redirect_body_escapes_as_go(nsqd):
     assert body == b'<a href="/ping?a=&#39;&amp;b=&lt;&#34;x&#34;&gt;">Moved Permanently</a>.\n\n'
 
 
-# ----------------------------------------------------------------------------- issue 12: the
-# daemons' own HTTP/1.1 server (internal.http.server on h11): connections as net/http handles them
+# ------------------------------------------------------------------------------------------
+# the daemons' own HTTP/1.1 server (internal.http.server on h11): connections as net/http
+# handles them
 
 
 def _exchange(d, raw: bytes, answers: int, timeout: float = 10) -> tuple[list[bytes], bool]:

@@ -468,7 +468,7 @@ def test_many_bad_clients_do_not_disturb_a_good_one(nsqd):
     assert got == [b"s%d" % i for i in range(20)]
 
 
-# ----------------------------------------------------------------------------- issue 10 §3:
+# ------------------------------------------------------------------------------------------
 # byte-level differences found against nsqd 1.3 (EOF inside a command, IDENTIFY's JSON, topic
 # creation by MPUB, 64-bit wrap of RDY/DPUB/REQ numbers). Checked against the Go binary.
 

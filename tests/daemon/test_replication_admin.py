@@ -1,5 +1,5 @@
-"""nsqpy-admin's view of a replicated topic (issue 21 §4: "/stats and nsqpy-admin show the
-replicas, the ISR, the leader and the lag"): three nsqpy-d nodes joined through a real etcd
+"""nsqpy-admin's view of a replicated topic (the replicas, the ISR,
+the leader and the lag): three nsqpy-d nodes joined through a real etcd
 (tests/etcd_server.py) and one nsqpy-lookupd, nsqpy-admin over the lookupd as its own process.
 
 - /api/topics/:topic keeps the leader's ``replication`` object on its node row, as the node's

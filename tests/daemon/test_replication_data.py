@@ -1,4 +1,4 @@
-"""Replicated topics' data path (issue 21 §3–§4, first slice) with real processes: nsqpy-d nodes
+"""Replicated topics' data path with real processes: nsqpy-d nodes
 on loopback (ephemeral ports, temp data dirs) joined through a real etcd (tests/etcd_server.py),
 published to with nsqpy's go-nsq-like client.
 

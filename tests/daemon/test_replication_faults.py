@@ -1,4 +1,4 @@
-"""Replicated topics under faults, checked against the recorded history (issue 21 "Tests"):
+"""Replicated topics under faults, checked against the recorded history:
 real nsqpy-d processes joined through a real etcd, two nsqlookupds (in the leader crash one of
 them Go's nsqlookupd 1.3 where it is found), producers that wait for each acknowledgement, and
 two channels with two readers each that find the leader through nsqlookupd, plus in the leader

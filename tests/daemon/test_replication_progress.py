@@ -1,4 +1,4 @@
-"""Replicated topics' high watermark and channel-progress replication (issue 21 §3) with real
+"""Replicated topics' high watermark and channel-progress replication with real
 processes: nsqpy-d nodes on loopback joined through a real etcd (tests/etcd_server.py).
 
 - high watermark: with a follower stopped (SIGSTOP, a replica timeout long enough to keep it in

@@ -1,4 +1,4 @@
-"""What nsqpy-d and nsqpy-lookupd import before they answer /ping (issue 12: start-up).
+"""What nsqpy-d and nsqpy-lookupd import before they answer /ping.
 
 Start-up time itself is measured by ``python -m bench startup``, never here; these tests keep
 the heavy imports out of the path from exec to the first answer: the daemons run with

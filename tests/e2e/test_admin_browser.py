@@ -5,7 +5,7 @@ each page is opened, what it shows is checked against the daemons' /stats, the b
 pressed (pause, empty, delete) and the daemons' state checked; the live refresh is watched
 updating the counter without a reload; the pages are used with JavaScript off. A PNG of each
 page goes to $NSQPY_ARTIFACTS (or a pytest temporary directory). With
-NSQPY_UPDATE_SCREENSHOTS=1 the README's screenshots (topic, channel, node, counter pages) are
+NSQPY_UPDATE_SCREENSHOTS=1 the documentation's screenshots (topic, channel, node, counter pages) are
 written to docs/screenshots/ as well.
 
 Skips (saying why) when Playwright or Chromium is missing; never downloads a browser.

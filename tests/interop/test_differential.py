@@ -25,7 +25,7 @@ What must differ is normalized (NORMALIZED below): heartbeats are dropped, messa
 compared as a sorted list of (attempts, body) (their ID and timestamp are the daemon's own; the
 order between a consumer's messages and its other replies is timing), a daemon's own message IDs
 inside error texts become <id#k>, and /stats' times, uptime and memory figures become
-placeholders. Deliberate differences (README, "Where nsqpy-d differs") are the explicit
+placeholders. Deliberate differences (docs/compatibility.md) are the explicit
 allowances in ``_allowed``: each names its reason.
 
 A difference fails the test with hypothesis' shrunk example and a dump of the bytes sent and
@@ -542,7 +542,7 @@ def _mpub_lies(op: tuple[Any, ...]) -> bool:
 
 
 def _allowed(stream: dict[str, Any], go: tuple[Any, ...], py: tuple[Any, ...]) -> str | None:
-    """A deliberate difference (README, "Where nsqpy-d differs from nsqd on purpose"): the
+    """A deliberate difference (docs/compatibility.md): the
     reason, or None."""
     go_replies, _, _ = go
     py_replies, _, py_end = py
@@ -756,7 +756,7 @@ def _trailing_bytes(body: bytes) -> bool:
 
 
 def _http_allowed(req: tuple[Any, ...], want: tuple[Any, ...], got: tuple[Any, ...]) -> Any:
-    """A deliberate difference (README, "Where nsqpy-d differs from nsqd on purpose"): the
+    """A deliberate difference (docs/compatibility.md): the
     reason, or None. The daemons' states differ after it, so the example stops there."""
     method, path, params, body = req
     binary = any(k == "binary" and v not in ("false", "0") for k, v in params)

@@ -866,7 +866,7 @@ def record_nsqd(kind: str, data_path: Path) -> dict[str, Any]:
         seen["reconnect first line"] = rec.lines(1)[0]
         # What the new connection leaves registered: nsqpy-d pipelines its commands, so a
         # command the lookupd answered but nsqpy-d had not read the answer of when the
-        # connection dropped can come once more after the state (README, differences); a
+        # connection dropped can come once more after the state (docs/compatibility.md); a
         # lookupd ends in the same registrations either way.
         registered: set[str] = set()
         for line in rec.lines(1)[1:]:
@@ -898,7 +898,7 @@ def test_nsqpy_d_sends_what_go_nsqd_sends(go_bins, tmp_path: Path) -> None:
     )
     assert want["reconnect registrations"] == ["REGISTER t1\n", "REGISTER t4\n", "REGISTER t5\n"]
     got = record_nsqd("nsqpy", tmp_path / "nsqpy")
-    # One deliberate addition: nsqpy-d's node id (README "Where is message X?"), a key Go's
+    # One deliberate addition: nsqpy-d's node id (docs/operations/index.md), a key Go's
     # nsqlookupd ignores (test_go_lookupd_takes_nsqpy_d below); the rest is byte for byte.
     body = got["identify body"]
     assert re.search(rb',"node_id":\d+,', body), body

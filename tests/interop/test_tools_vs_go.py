@@ -9,8 +9,8 @@ are published, so each gets every message), bounded by ``-n``, ``--count`` or a 
 expected output followed by SIGTERM, and a timeout. Normalised, and why: nsq_stat's ingress and
 egress columns (rates over each tool's own polling instants); nsq_to_file's <PID> (the two
 processes); gzip files are compared decompressed (Go's deflate and zlib choose different
-bytes, and the number of members follows the sync timing). Differences on purpose (README,
-"NSQ's tools in nsqpy"): to_nsq publishes a last line that has no delimiter whole (Go drops
+bytes, and the number of members follows the sync timing). Differences on purpose
+(docs/compatibility.md): to_nsq publishes a last line that has no delimiter whole (Go drops
 its last byte), and nsq_tail -n N finishes the N-th message (Go's exit sends it back) -- both
 checked here too."""
 

@@ -1,6 +1,6 @@
 """Lint and types as part of the suite: ruff (lint and format) on nsqpy/ and tests/, mypy on
 nsqpy/, with the versions the `test` extra installs, and a docstring opening every module of
-nsqpy/, bench/, spark_jobs/, docker/*.py and tests/ (ast, no import). So the README's one test
+nsqpy/, bench/, spark_jobs/, docker/*.py and tests/ (ast, no import). So the one documented test
 command is the whole check, and CI installs once."""
 
 from __future__ import annotations

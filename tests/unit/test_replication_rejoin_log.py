@@ -1,4 +1,4 @@
-"""Rejoining in process (replication/stream.py "Rejoining"): a follower's ReplicaLog answers a
+"""Rejoining in process (docs/replication.md, "Rejoining"): a follower's ReplicaLog answers a
 probe with the name of its last entry (kept across a reopen in ``<topic>#replica.last``) and
 whether its topic is dirty, checks that a batch follows that name, is reset (its topic first)
 only when its node agrees, and drains each name once, keeping the drained entries as the new

@@ -816,7 +816,7 @@ def test_garbage_never_crashes_or_overbuffers(frags: list[bytes], data: st.DataO
 
 
 # --------------------------------------------------------------------------------------------
-# issue 10 §3: 64-bit wrap as nsqd's ByteToBase10/int64/Duration; the error nsqd answers when
+# 64-bit wrap as nsqd's ByteToBase10/int64/Duration; the error nsqd answers when
 # the stream ends inside a command (CommandParser.eof_error)
 
 
