@@ -21,13 +21,15 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-
 #: Tags (bridge numbers) in use are 0 .. TAGS-1: each maps to its own 10.<200+tag//250>.<tag%250>.
 TAGS = 50 * 250
 
 
 def _link_exists(name: str) -> bool:
-    return subprocess.run(["ip", "link", "show", name], capture_output=True, timeout=20).returncode == 0
+    return (
+        subprocess.run(["ip", "link", "show", name], capture_output=True, timeout=20).returncode
+        == 0
+    )
 
 
 def unavailable() -> str | None:
