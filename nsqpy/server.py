@@ -15,7 +15,7 @@ from typing import cast
 
 from .admission import Admission
 from .client_v2 import Connection
-from .http_api import start_http
+from .http_api import RouteHook, start_http
 from .internal.http.server import HTTPServer, close_unix, listen, listen_unix
 from .internal.netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
@@ -84,6 +84,7 @@ class Server:
         # an asyncio.Protocol by its methods (a sans-IO ClientState underneath)
         loop = asyncio.get_running_loop()
         core = ProtocolV2(nsqd, loop.time)
+        hooks = self._replication(core)
         admission = Admission(loop)  # new connections' first reads, a few per pass
 
         def connection() -> asyncio.Protocol:
@@ -112,7 +113,7 @@ class Server:
             host, port = split_host_port(opts.https_address)
             try:
                 self._https = await start_http(
-                    nsqd, host or None, port, ssl_context=nsqd.tls_context
+                    nsqd, host or None, port, ssl_context=nsqd.tls_context, hooks=hooks
                 )
             except OSError as e:
                 raise OSError(f"listen ({opts.https_address}) failed - {e}") from e
@@ -123,19 +124,34 @@ class Server:
 
         try:
             if is_unix_address(opts.http_address):
-                self._http = await start_http(nsqd, None, 0, unix_path=opts.http_address)
+                self._http = await start_http(
+                    nsqd, None, 0, unix_path=opts.http_address, hooks=hooks
+                )
                 self._unix_paths.append(opts.http_address)
                 self._http_name = opts.http_address
                 log.info("HTTP: listening on %s", self._http_name)
                 return
             host, port = split_host_port(opts.http_address)
-            self._http = await start_http(nsqd, host or None, port)
+            self._http = await start_http(nsqd, host or None, port, hooks=hooks)
         except (OSError, ValueError) as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from e
         sock = self._http.address
         nsqd.http_address = (sock[0], sock[1])
         self._http_name = format_listen_addr(sock)
         log.info("HTTP: listening on %s", self._http_name)
+
+    def _replication(self, core: ProtocolV2) -> list[RouteHook]:
+        """Replicated topics (--etcd-endpoints only: nothing of nsqpy/replication is imported
+        otherwise): their publishes attached to the V2 core, and the route hooks that put
+        their HTTP routes into nsqd's API."""
+        repl = self.nsqd.replication
+        if repl is None:
+            return []
+        from .replication.http_routes import install_routes
+        from .replication.tcp_publish import TCPPublish
+
+        core.attach_replication(TCPPublish(core, repl))
+        return [lambda router, api: install_routes(router, api, repl)]
 
     def _start_services(self) -> None:
         nsqd = self.nsqd
