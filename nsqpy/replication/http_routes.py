@@ -28,9 +28,9 @@ from ..internal.http.request import Request
 from ..internal.http.router import Router
 from ..internal.http.v1 import NsqHTTPError, api
 from ..topic import TopicError
+from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
 from .node import Replication
 from .records import ReplicationError
-from .stream import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
 
 log = logging.getLogger("nsqpy")
 

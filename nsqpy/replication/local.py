@@ -4,7 +4,7 @@ the local topic holds messages of an earlier leadership, emptying it at a reset,
 that node.py's Replication keeps the roles and the coordination only.
 
 Replica log files: ``<data-path>/<topic>#replica.diskqueue.*`` (go-diskqueue's format, with
-nsqd's record sizes plus stream.ENTRY's header); '#' cannot appear in a topic name except in
+nsqd's record sizes plus entries.ENTRY's header); '#' cannot appear in a topic name except in
 "#ephemeral", so "<topic>#replica" names no topic's or channel's queue."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from ..diskqueue import DiskQueue
 from ..topic import TopicError
 from . import progress
-from .stream import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
+from .entries import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -73,7 +73,7 @@ def put_committed(
 
 
 def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
-    """A new leader's history (stream.py "Rejoining"): ``held`` (what it led last, when no
+    """A new leader's history (leader_stream.py "Rejoining"): ``held`` (what it led last, when no
     other node led since; entries named before the first drained one) then ``drained`` (what
     it drained from its replica log at this promotion); the last MAX_RETAINED entries."""
     if drained and held:
@@ -84,7 +84,7 @@ def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
 
 
 def trim_log(rlog: Any, record: dict[str, Any] | None, limit: int = TRIM_PER_ROUND) -> int:
-    """A follower's replica log (stream.ReplicaLog ``rlog``) loses the entries at its front
+    """A follower's replica log (replica_log.ReplicaLog ``rlog``) loses the entries at its front
     that every channel of the progress ``record`` (progress.ProgressStore.load: channel ->
     ChannelProgress, or None for a channel whose progress is unknown) finished; nothing when
     there is no record or a channel is unknown. Returns how many entries went."""
@@ -129,7 +129,7 @@ def trim_slices(
 
 def drop_copy(nsqd: Any, rlog: Any, topic: str) -> None:
     """A replicated topic was deleted: this node's topic (if any) is deleted as /topic/delete
-    deletes it, and its replica log (stream.ReplicaLog or None) closed and removed, with its
+    deletes it, and its replica log (replica_log.ReplicaLog or None) closed and removed, with its
     ``.last`` file."""
     if topic in nsqd.topics:
         nsqd.delete_existing_topic(topic)

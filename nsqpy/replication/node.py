@@ -10,14 +10,14 @@ lapsed) and the membership watch (node id -> HTTP address, for links and forward
 ``close()`` stops them and leaves (revokes the lease).
 
 Roles. For each topic record, this node is ``leader`` (the record names it under its current
-lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream (stream.py)
-per epoch with a link to every other placement node; a follower keeps a ReplicaLog; both open the
-local topic. Publishes on a leader go into the stream; with --replica-ack=all-isr they go into
-the topic once committed (the high watermark of stream.py, local.put_committed) and the
-answer waits for the commit; with ``leader`` they go into the topic at once, as for R=1.
-Publishes elsewhere are forwarded (forward.py). Only the leader registers the topic and its
-channels with nsqlookupd (:meth:`registers`, read by lookup_peer.LookupPeers).
-
+lease), ``follower`` (in the placement) or ``none``. A leader keeps a LeaderStream
+(leader_stream.py) per epoch with a link to every other placement node; a follower keeps a
+ReplicaLog (replica_log.py); both open the local topic. Publishes on a leader go into the
+stream; with --replica-ack=all-isr they go into the topic once committed (the high watermark of
+leader_stream.py, local.put_committed) and the answer waits for the commit; with ``leader``
+they go into the topic at once, as for R=1. Publishes elsewhere are forwarded (forward.py).
+Only the leader registers the topic and its channels with nsqlookupd (:meth:`registers`, read
+by lookup_peer.LookupPeers).
 Channel progress (progress.py). A leader sends each follower, per topic, every
 ``progress.INTERVAL`` seconds and once more at a clean exit, what its channels still hold
 (POST ``/replica/progress``); the follower keeps the latest in a side file.
@@ -30,7 +30,7 @@ record says that channel finished it (``promoted``: entries gone through; ``rede
 every entry goes into the topic (at-least-once). What it drained becomes its stream's history
 (:meth:`_history`), and it links every other placement node, in the ISR or not.
 
-Rejoining (stream.py "Rejoining"): a node that follows a newer epoch (restarted, paused,
+Rejoining (leader_stream.py "Rejoining"): a node that follows a newer epoch (restarted, paused,
 deposed, or lagging when the leader changed) is probed for the name of its last entry and
 whether its own copy of the topic is dirty (local.dirty: it holds messages while this node
 does not lead, left from an earlier leadership); a dirty one is reset (:meth:`_reset_topic`
@@ -55,13 +55,11 @@ from . import local, progress
 from .coordinator import Coordinator, Fenced, TopicState
 from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
+from .leader_stream import LeaderStream
 from .local import LOG_SUFFIX
 from .records import Keys, NodeInfo, ReplicationError, default_root
+from .replica_log import ReplicaLog
 from .session import NodeSession
-from .stream import (
-    LeaderStream,
-    ReplicaLog,
-)
 
 log = logging.getLogger("nsqpy.replication")
 

@@ -66,7 +66,7 @@ INTERVAL = 1.0
 MAX_LIVE = 16_384
 #: Most held messages a channel's snapshot walks through; past it the channel is unknown.
 MAX_HELD = 100_000
-#: Largest round body sent with the held IDs (the follower takes up to stream.py's
+#: Largest round body sent with the held IDs (the follower takes up to entries.py's
 #: MAX_REQUEST_BYTES plus --max-msg-size); past it every channel sends its floors only.
 MAX_ROUND_BYTES = 4 * 1024 * 1024
 #: The side file's name after the topic's ('#' as in the replica log's "<topic>#replica").
@@ -321,7 +321,7 @@ class ProgressStore:
         """A /replica/progress round: merged and written (in an executor) before it returns
         the rounds taken for ``topic``. ``newest``: the newest epoch this node knows for the
         topic (-1: it leads it, so refuses). ValueError (bad body), StaleEpoch, OSError."""
-        from .stream import StaleEpoch
+        from .entries import StaleEpoch
 
         _, channels = decode_round(body)
         if newest < 0 or epoch < newest:
