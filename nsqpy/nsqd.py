@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import wire
 from .channel import Channel
@@ -49,6 +49,9 @@ from .quantile import E2ELatency
 from .queue_scan import QueueScanner
 from .storage import DEFERRED_FILE, METADATA_FILE, DataDirLocked, Storage
 from .topic import Topic, TopicError
+
+if TYPE_CHECKING:
+    from .replication.node import Replication
 
 __all__ = ["DEFERRED_FILE", "METADATA_FILE", "NSQD", "DataDirLocked"]
 
@@ -107,7 +110,7 @@ class NSQD:
         self.lookup: LookupPeers | None = None
         # Replicated topics (nsqpy/replication/node.py), only with --etcd-endpoints: nothing of
         # it is imported or run otherwise.
-        self.replication: Any = None
+        self.replication: Replication | None = None
         if opts.etcd_endpoints:
             from .replication.node import Replication
 

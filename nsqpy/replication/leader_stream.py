@@ -354,6 +354,7 @@ class LeaderStream:
                 f"http://{address}/replica/append",
                 params=step.params,
                 data=encode_entries(step.batch),
+                # seconds: aiohttp makes them a ClientTimeout(total=...)
                 timeout=self.timeout,  # type: ignore[arg-type]
             ) as resp:
                 text = await resp.read()

@@ -17,9 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..diskqueue import DiskQueue
-from ..topic import TopicError
+from ..topic import Topic, TopicError
 from . import progress
+from .broker import Broker
 from .entries import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
+from .replica_log import ReplicaLog
+from .role import LEADER, TopicRole
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -32,7 +35,7 @@ TRIM_PER_ROUND = 200_000
 TRIM_SLICE = 2_000
 
 
-def log_queue(nsqd: Any, topic: str) -> DiskQueue:
+def log_queue(nsqd: Broker, topic: str) -> DiskQueue:
     """The DiskQueue of ``topic``'s replica log in ``nsqd``'s data path, sized as the daemon's
     backends (--max-bytes-per-file, --max-msg-size plus the entry header, --sync-every,
     --sync-timeout)."""
@@ -51,7 +54,7 @@ def log_queue(nsqd: Any, topic: str) -> DiskQueue:
 
 
 def put_committed(
-    nsqd: Any, tr: Any, plain: list[bytes], deferred: list[tuple[bytes, int]]
+    nsqd: Broker, tr: TopicRole, plain: list[bytes], deferred: list[tuple[bytes, int]]
 ) -> bool:
     """The leader stream's on_commit (--replica-ack=all-isr, the high watermark): committed
     records into the topic of node.TopicRole ``tr``, in seq order, one put_many and a
@@ -83,25 +86,31 @@ def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
     return history[-MAX_RETAINED:]
 
 
-def trim_log(rlog: Any, record: dict[str, Any] | None, limit: int = TRIM_PER_ROUND) -> int:
+def trim_log(
+    rlog: ReplicaLog,
+    record: dict[str, progress.ChannelProgress | None] | None,
+    limit: int = TRIM_PER_ROUND,
+) -> int:
     """A follower's replica log (replica_log.ReplicaLog ``rlog``) loses the entries at its front
     that every channel of the progress ``record`` (progress.ProgressStore.load: channel ->
     ChannelProgress, or None for a channel whose progress is unknown) finished; nothing when
     there is no record or a channel is unknown. Returns how many entries went."""
-    if not record or any(c is None for c in record.values()):
+    channels = [c for c in (record or {}).values() if c is not None]
+    if not channels or len(channels) != len(record or {}):
         return 0
-    channels = list(record.values())
     guid_of = progress.guid_of
 
     def finished(rec: bytes) -> bool:
         g = guid_of(rec)
         return all(c.finished(g) for c in channels)
 
-    return int(rlog.trim(finished, limit))
+    return rlog.trim(finished, limit)
 
 
 def trim_slices(
-    tr: Any, rlog_now: Callable[[], Any], record: Callable[[], dict[str, Any] | None]
+    tr: TopicRole,
+    rlog_now: Callable[[], ReplicaLog | None],
+    record: Callable[[], dict[str, progress.ChannelProgress | None] | None],
 ) -> asyncio.Task[None]:
     """A task trimming a follower's replica log after a progress round (trim_log), in slices
     of TRIM_SLICE entries with the event loop served between them, at most TRIM_PER_ROUND;
@@ -127,7 +136,7 @@ def trim_slices(
     return asyncio.get_running_loop().create_task(run())
 
 
-def drop_copy(nsqd: Any, rlog: Any, topic: str) -> None:
+def drop_copy(nsqd: Broker, rlog: ReplicaLog | None, topic: str) -> None:
     """A replicated topic was deleted: this node's topic (if any) is deleted as /topic/delete
     deletes it, and its replica log (replica_log.ReplicaLog or None) closed and removed, with its
     ``.last`` file."""
@@ -140,24 +149,24 @@ def drop_copy(nsqd: Any, rlog: Any, topic: str) -> None:
         os.unlink(os.path.join(nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
 
 
-def dirty(t: Any, tr: Any) -> bool:
+def dirty(t: Topic | None, tr: TopicRole | None) -> bool:
     """Does this node's own copy ``t`` of a replicated topic (None: none) hold messages while
     this node does not lead it (node.TopicRole ``tr``, None: no record)? Only an earlier
     leadership of this node put them there (a follower's topic gets nothing until it is
     promoted)."""
-    if t is None or (tr is not None and tr.role == "leader"):
+    if t is None or (tr is not None and tr.role == LEADER):
         return False
     return holds_messages(t)
 
 
-def holds_messages(t: Any) -> bool:
+def holds_messages(t: Topic) -> bool:
     """Does topic ``t`` (or a channel of it) hold a message: queued, in flight or deferred?"""
     return bool(
         t.depth or any(c.depth or c.in_flight or c.deferred for c in list(t.channels.values()))
     )
 
 
-def empty_topic(t: Any) -> int:
+def empty_topic(t: Topic) -> int:
     """Empty topic ``t`` and its channels; returns how many messages were dropped."""
     dropped = t.depth
     t.empty()
@@ -167,7 +176,7 @@ def empty_topic(t: Any) -> int:
     return int(dropped)
 
 
-def role_stats(tr: Any, rlog: Any, progress_received: int) -> dict[str, Any]:
+def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -> dict[str, Any]:
     """The ``replication`` object of a replicated topic's /stats entry (node.TopicRole ``tr``,
     its ReplicaLog ``rlog`` or None): the record (replicas, leader, isr, epoch), this node's
     role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``

@@ -47,11 +47,12 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..internal.aiotasks import cancel_and_wait
-from ..topic import TopicError
+from ..topic import Topic, TopicError
 from . import local, progress
+from .broker import Broker
 from .coordinator import Coordinator, Fenced, TopicState
 from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
@@ -59,63 +60,22 @@ from .leader_stream import LeaderStream
 from .local import LOG_SUFFIX
 from .records import Keys, NodeInfo, ReplicationError, default_root
 from .replica_log import ReplicaLog
+from .role import FOLLOWER, LEADER, NONE, TopicRole
 from .session import NodeSession
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("nsqpy.replication")
 
-LEADER = "leader"
-FOLLOWER = "follower"
-NONE = "none"
 RETRY_DELAY = 0.5
-
-
-class TopicRole:
-    """This node's part in one replicated topic: ``state`` (record + etcd revision), ``role``,
-    the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
-    leading, ``promoted`` (entries put into the topic at promotions), ``redelivered`` (of
-    those, puts into channels the progress record named and did not show finished), ``high``
-    (minting node id -> highest message ID put into the topic, progress.py),
-    ``progress_sent`` (rounds a follower took) and the progress sender task while leader."""
-
-    __slots__ = (
-        "forwarder",
-        "held",
-        "high",
-        "progress_sent",
-        "progress_task",
-        "promoted",
-        "redelivered",
-        "resets",
-        "rlog",
-        "role",
-        "state",
-        "stream",
-        "trimmed",
-    )
-
-    def __init__(self, state: TopicState) -> None:
-        self.state = state
-        self.role = NONE
-        self.stream: LeaderStream | None = None
-        self.rlog: ReplicaLog | None = None
-        self.forwarder: Forwarder | None = None
-        self.promoted = 0
-        self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
-        self.trimmed = 0  # replica-log entries dropped as finished everywhere (local.trim_log)
-        #: The history and entries of the stream this node led last, while no other node
-        #: has led since (it may be elected again: they stay its history then).
-        self.held: list[bytes] = []
-        self.redelivered = 0
-        self.high: dict[int, int] = {}
-        self.progress_sent = 0
-        self.progress_task: asyncio.Task[None] | None = None
 
 
 class Replication:
     """See the module docstring. ``topics``: topic name -> TopicRole for every record known."""
 
-    def __init__(self, nsqd: Any) -> None:
-        """``nsqd``: the daemon (nsqd.NSQD; not imported, which would be an import circle)."""
+    def __init__(self, nsqd: Broker) -> None:
+        """``nsqd``: the daemon (nsqd.NSQD, seen through broker.Broker)."""
         self.nsqd = nsqd
         o = nsqd.opts
         self.opts = o
@@ -134,7 +94,7 @@ class Replication:
         self.client: EtcdClient | None = None
         self.session: NodeSession | None = None
         self.coordinator: Coordinator | None = None
-        self.http: Any = None
+        self.http: aiohttp.ClientSession | None = None
         self.progress = progress.ProgressStore(nsqd.data_path)
         self.progress.sweep()
         self.rounds = progress.Rounds(self)
@@ -365,7 +325,7 @@ class Replication:
             lookup.register_topic(t)
         log.info("REPLICATION: topic %s: leader at epoch %d, isr %s", topic, rec.epoch, rec.isr)
 
-    def _promote(self, tr: TopicRole, t: Any) -> None:
+    def _promote(self, tr: TopicRole, t: Topic) -> None:
         """Put every replica-log entry this node has not put into its topic yet, into the
         channels the last progress record does not show finished it (progress.Promotion)."""
         rlog = self.logs.get(tr.state.record.topic) or self._open_existing_log(t.name)
@@ -521,7 +481,9 @@ class Replication:
 
     # ------------------------------------------------------------ publishing
 
-    def replicate(self, tr: TopicRole, records: list[bytes], delay_ms: int = 0) -> Any:
+    def replicate(
+        self, tr: TopicRole, records: list[bytes], delay_ms: int = 0
+    ) -> bool | asyncio.Future[bool]:
         """Leader: stream ``records`` (all-isr: put into the topic once committed; leader:
         already in the local topic). Returns a future answered True/False (all-isr), or a
         bool at once (--replica-ack=leader, or no stream)."""
@@ -533,7 +495,9 @@ class Replication:
             return self.allowed(tr)
         return stream.commit_waiter(end)
 
-    def publish(self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int) -> Any:
+    def publish(
+        self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int
+    ) -> bool | asyncio.Future[bool]:
         """Publish ``bodies`` to the replicated topic ``name``: on its leader into the stream
         (records made here) and into the local topic once committed (all-isr: the high
         watermark, local.put_committed) or at once (leader: as for R=1, put and flush_backends);
@@ -578,7 +542,9 @@ class Replication:
             return answer
         return bool(await answer)
 
-    def forward(self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0) -> Any:
+    def forward(
+        self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0
+    ) -> asyncio.Future[bool]:
         """Not the leader: a future answered True once the leader acknowledged ``bodies``."""
         fwd = tr.forwarder
         if fwd is None:

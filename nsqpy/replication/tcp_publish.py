@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from ..protocol_v2 import (
     CLOSE,
@@ -42,13 +41,16 @@ from ..protocol_v2 import (
 )
 from ..topic import TopicError
 from ..wire import ClientError, FatalClientError
-from .node import Replication, TopicRole
+from .node import Replication
+from .role import TopicRole
 
 #: Most replicated publishes one connection has waiting for their commits at once.
 MAX_PIPELINED = 64
 
-#: Finishes one pipelined publish with its answer (True: acknowledged); raises its ClientError.
-Then = Callable[[Any], int]
+#: What a publish's future gave: True (acknowledged), False, or the exception it raised.
+Answer = bool | BaseException
+#: Finishes one pipelined publish with its answer; raises its ClientError.
+Then = Callable[[Answer], int]
 
 
 class TCPPublish:
@@ -110,7 +112,7 @@ class TCPPublish:
         n = len(bodies)
         core = self.core
 
-        def then(ok: Any) -> int:
+        def then(ok: Answer) -> int:
             if ok is not True:
                 raise FatalClientError(
                     cmd.failed, f"{cmd.name} failed not acknowledged by the in-sync replicas"
@@ -139,7 +141,7 @@ class TCPPublish:
         repl = self.repl
         job = asyncio.ensure_future(repl.ensure(name, repl.opts.replicas))
 
-        def then(answer: Any) -> int:
+        def then(answer: TopicRole | BaseException) -> int:
             if isinstance(answer, BaseException) or name not in repl.topics:
                 raise FatalClientError(code, f"{code[2:]} replicated topic: {answer}")
             return retry()
@@ -188,13 +190,12 @@ class PublishPipeline:
         act = 0
         while entries and entries[0][0].done():
             fut, then = entries.popleft()
-            answer: Any
+            answer: Answer
             if fut.cancelled():
                 answer = False
             else:
-                answer = fut.exception()
-                if answer is None:
-                    answer = fut.result()
+                exc = fut.exception()
+                answer = fut.result() if exc is None else exc
             if c.closed:
                 continue  # nobody to answer; the futures' exceptions are retrieved
             try:
