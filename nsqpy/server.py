@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from .admission import Admission
 from .client_v2 import Connection
@@ -21,6 +21,9 @@ from .internal.netaddr import format_listen_addr, is_unix_address, split_host_po
 from .nsqd import NSQD
 from .protocol_v2 import ProtocolV2
 
+if TYPE_CHECKING:
+    from .replication.node import Replication
+
 log = logging.getLogger("nsqpy")
 
 
@@ -29,6 +32,13 @@ class Server:
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
+        # Replicated topics (--etcd-endpoints only: nothing of nsqpy/replication is imported
+        # otherwise): the daemon runs it with its loops; _replication wires its transports.
+        self._repl: Replication | None = None
+        if nsqd.opts.etcd_endpoints:
+            from .replication.node import Replication
+
+            self._repl = nsqd.replication = Replication(nsqd)
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http: HTTPServer | None = None
         self._https: HTTPServer | None = None
@@ -141,10 +151,9 @@ class Server:
         log.info("HTTP: listening on %s", self._http_name)
 
     def _replication(self, core: ProtocolV2) -> list[RouteHook]:
-        """Replicated topics (--etcd-endpoints only: nothing of nsqpy/replication is imported
-        otherwise): their publishes attached to the V2 core, and the route hooks that put
-        their HTTP routes into nsqd's API."""
-        repl = self.nsqd.replication
+        """Replicated topics (--etcd-endpoints only): their publishes attached to the V2 core,
+        and the route hooks that put their HTTP routes into nsqd's API."""
+        repl = self._repl
         if repl is None:
             return []
         from .replication.http_routes import install_routes
