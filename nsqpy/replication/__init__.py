@@ -1,15 +1,18 @@
-"""Replicated topics (issue 21): the coordination layer through etcd (§2, §5) and the data
-path (§3, §4).
+"""Replicated topics: the coordination layer through etcd and the data path.
 
-Opt-in: without ``--etcd-endpoints`` no code here runs (nsqd.NSQD imports node.py only then).
-Modules: etcd_gateway.py (etcd client), records.py (keys, records, placement, compares),
-session.py (lease, fencing deadline), coordinator.py (topic records: create, elect, ISR,
-watches) - the coordination layer; node.py (this nsqpy-d's membership and roles, publishing,
-promotion at failover), stream.py (leader stream, high watermark and follower replica log,
-over HTTP ``/replica/append``; rejoining), progress.py (channel-progress rounds, ``/replica/
-progress``, and the filtered promotion), local.py (this node's copy: replica log queue, reset,
-/stats), forward.py (publishes made on a non-leader) - the data path. The TCP
-handlers are protocol_v2.ReplicatedPublish, the HTTP ones http_api's ``*_replicated``.
+Opt-in: without ``--etcd-endpoints`` no code here runs (server.py imports node.py,
+tcp_publish.py and http_routes.py only then). Modules: etcd_gateway.py (etcd client),
+records.py (keys, records, placement, compares), session.py (lease, fencing deadline),
+coordinator.py (topic records: create, elect, ISR, watches) - the coordination layer;
+node.py (this nsqpy-d's membership and roles, publishing, promotion at failover), role.py
+(this node's part in one topic), broker.py (the daemon as replication sees it), entries.py
+(the stream's entries and names), replica_log.py (a follower's log), link.py (a leader's
+sender to one follower, sans-IO), leader_stream.py (the leader's stream, commit point and
+high watermark; rejoining), progress.py (channel-progress rounds, ``/replica/progress``, and
+the filtered promotion), local.py (this node's copy: replica log queue, reset, /stats),
+forward.py (publishes made on a non-leader) - the data path; tcp_publish.py (PUB, MPUB, DPUB
+through the protocol core's PublishReplication) and http_routes.py (the HTTP routes) - the
+transports. Design notes: docs/architecture-replication.md.
 
 Client
 ------
@@ -49,8 +52,8 @@ election needs that expiry first; the leader counts the TTL from when it *sent* 
 successful keepalive, on its monotonic clock, minus a margin (session.LeaseClock), so its
 ``may_acknowledge()`` turns False before any other node can be elected in its place.
 
-What the data path does with it (issue 21 §3–§5; node.py says what is not done yet)
-------------------------------------------------------------------------------------
+What the data path does with it (node.py says what is not done yet)
+-------------------------------------------------------------------
 - nsqpy-d with ``--etcd-endpoints`` makes a :class:`NodeSession` (``join()`` at start,
   ``leave()`` at exit) and a :class:`Coordinator`, and runs ``run_failover()`` and
   ``watch_topics()``.
@@ -61,7 +64,7 @@ What the data path does with it (issue 21 §3–§5; node.py says what is not do
   followers refuse records of an older epoch. It answers OK once the ISR has the record durable
   *and* ``may_acknowledge(state)`` is True; a follower lagging past the bound is dropped with
   ``shrink_isr`` and re-admitted with ``expand_isr`` once caught up, across leader changes too
-  (stream.py "Rejoining"). A :class:`Fenced` answer means it was deposed: it stops
+  (leader_stream.py "Rejoining"). A :class:`Fenced` answer means it was deposed: it stops
   acknowledging; rejoining, its own copy of the topic (its unacknowledged tail included) is
   emptied and its replica log rebuilt from the new leader's history.
 - Producers on a follower are forwarded to ``record.leader``; only the leader registers the

@@ -1,4 +1,4 @@
-"""Publishes made on a node that does not lead the topic, sent on to the leader (issue 21 §4).
+"""Publishes made on a node that does not lead the topic, sent on to the leader.
 
 One :class:`Forwarder` per replicated topic this node does not lead, made on the first such
 publish. Producers' commands queue here (bodies, DPUB delay, a future); one task drains the

@@ -1,4 +1,4 @@
-"""This node's own copy of a replicated topic (issue 21): the replica log's DiskQueue, whether
+"""This node's own copy of a replicated topic: the replica log's DiskQueue, whether
 the local topic holds messages of an earlier leadership, emptying it at a reset, and the
 ``replication`` object of the topic's /stats. Free functions over the daemon's objects, so
 that node.py's Replication keeps the roles and the coordination only.

@@ -1,5 +1,5 @@
 """nsqpy-d's replication: this node's membership, the topic records it follows, and the data
-path of the replicated topics (issue 21 §2–§4, first working slice).
+path of the replicated topics.
 
 Made by NSQD only with ``--etcd-endpoints`` (otherwise nothing here is imported). ``run()``
 joins etcd (NodeSession: node id = str(--node-id), the key under ``/nsqpy/<--etcd-cluster>/``,

@@ -1,4 +1,4 @@
-"""Channel progress of replicated topics (issue 21 §3): what each of the leader's channels has
+"""Channel progress of replicated topics: what each of the leader's channels has
 finished, kept by the followers, so that a new leader redelivers only what may be unfinished.
 
 Which messages count as finished. Message IDs are nsqd's snowflake GUIDs (guid.py): one node's
