@@ -5,10 +5,10 @@ calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JS
 errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
 `X-Nsq-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
 nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
-Handlers are synchronous (the core's calls are): the server answers each in the same loop pass;
-the exceptions are the replicated topics' routes (--etcd-endpoints only: /pub, /mpub of a
-replicated topic, /topic/create?replicas=N, /replica/append, /replica/progress), which return a
-coroutine answered when the replicas (or etcd) have answered.
+Handlers are synchronous (the core's calls are): the server answers each in the same loop pass.
+Routes can be added or replaced by a RouteHook given to build_router: with --etcd-endpoints,
+replication/http_routes.py installs the replicated topics' routes (their handlers may return a
+coroutine, answered later), falling back on the handlers here for every other topic.
 The routes that read a body name how much (--max-msg-size for /pub and PUT /config,
 --max-body-size for /mpub); the server buffers no more than that plus one byte."""
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import config, stats, wire
@@ -49,6 +50,11 @@ def _ms_duration_ns(ms: int) -> int:
     return (ms * 1_000_000 + _INT64) % (2 * _INT64) - _INT64
 
 
+#: Adds or replaces routes of nsqd's router, given the handlers it may fall back on
+#: (replication/http_routes.install_routes with --etcd-endpoints).
+RouteHook = Callable[[Router, "HTTPAPI"], None]
+
+
 def _tls_required(nsqd: NSQD) -> Any:
     """nsqd's ServeHTTP check: with --tls-required=true the plain HTTP listener answers every
     request 403 {"message": "TLS_REQUIRED", "https_port": N} (tcp-https leaves HTTP open)."""
@@ -76,7 +82,7 @@ class HTTPAPI:
     # ------------------------------------------------------------ helpers
 
     @staticmethod
-    def _query(request: Request) -> dict[str, str]:
+    def query(request: Request) -> dict[str, str]:
         """The query as nsqd reads it (Go's url.ParseQuery, first value of each key); a query
         Go cannot parse (a bad %-escape, a ``;``) is 400 INVALID_REQUEST in every handler."""
         try:
@@ -85,8 +91,8 @@ class HTTPAPI:
             log.error("failed to parse request params - %s", e)
             raise NsqHTTPError(400, "INVALID_REQUEST") from None
 
-    def _topic_from_query(self, request: Request) -> tuple[dict[str, str], Any]:
-        q = self._query(request)
+    def topic_from_query(self, request: Request) -> tuple[dict[str, str], Any]:
+        q = self.query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         name = q["topic"]
@@ -95,7 +101,7 @@ class HTTPAPI:
         return q, self.nsqd.get_topic(name)
 
     def _existing_topic_and_channel(self, request: Request) -> tuple[Any, str]:
-        q = self._query(request)
+        q = self.query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         topic_name = q["topic"]
@@ -120,7 +126,7 @@ class HTTPAPI:
             raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
 
     def _existing_topic(self, request: Request, validate: bool) -> Any:
-        q = self._query(request)
+        q = self.query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         name = q["topic"]
@@ -132,7 +138,7 @@ class HTTPAPI:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
 
     @staticmethod
-    def _body_within(request: Request, limit: int, too_big: str) -> bytes:
+    def body_within(request: Request, limit: int, too_big: str) -> bytes:
         """The body, at most ``limit`` bytes (the route reads limit+1: one more is too big);
         413 ``too_big`` when its Content-Length or what was read says more."""
         if request.content_length is not None and request.content_length > limit:
@@ -168,11 +174,11 @@ class HTTPAPI:
 
     def pub(self, request: Request) -> Any:
         opts = self.nsqd.opts
-        body = self._body_within(request, opts.max_msg_size, "MSG_TOO_BIG")
+        body = self.body_within(request, opts.max_msg_size, "MSG_TOO_BIG")
         if not body:
             raise NsqHTTPError(400, "MSG_EMPTY")
-        q, topic = self._topic_from_query(request)
-        deferred = self._defer_ms(q)
+        q, topic = self.topic_from_query(request)
+        deferred = self.defer_ms(q)
         record = self.nsqd.new_record(body)
         try:
             if deferred:
@@ -191,8 +197,8 @@ class HTTPAPI:
         opts = self.nsqd.opts
         if request.content_length is not None and request.content_length > opts.max_body_size:
             raise NsqHTTPError(413, "BODY_TOO_BIG")
-        q, topic = self._topic_from_query(request)
-        bodies = self._mpub_bodies(q, request)
+        q, topic = self.topic_from_query(request)
+        bodies = self.mpub_bodies(q, request)
         try:
             topic.put_many(self.nsqd.new_records(bodies))
             self.nsqd.flush_backends()
@@ -202,7 +208,7 @@ class HTTPAPI:
             raise NsqHTTPError(500, "MPUB_FAILED") from None
         return "OK"
 
-    def _defer_ms(self, q: dict[str, str]) -> int:
+    def defer_ms(self, q: dict[str, str]) -> int:
         """/pub's ``defer`` in whole ms (0 when absent); 400 INVALID_DEFER."""
         if "defer" not in q:
             return 0
@@ -214,13 +220,13 @@ class HTTPAPI:
             raise NsqHTTPError(400, "INVALID_DEFER")
         return -(-deferred_ns // 1_000_000)  # whole ms (a wrapped sub-ms stays > 0)
 
-    def _mpub_bodies(self, q: dict[str, str], request: Request) -> list[bytes]:
+    def mpub_bodies(self, q: dict[str, str], request: Request) -> list[bytes]:
         """/mpub's messages, binary or newline separated; 413 errors as nsqd's."""
         opts = self.nsqd.opts
         binary = False
         if "binary" in q:
             binary = _BOOL_PARAMS.get(q["binary"], True)
-        body = self._body_within(request, opts.max_body_size, "BODY_TOO_BIG")
+        body = self.body_within(request, opts.max_body_size, "BODY_TOO_BIG")
         if binary:
             # Binary /mpub body: [4-byte count]([4-byte size][bytes])* (no leading body size).
             parser = wire.CommandParser(opts.max_msg_size, opts.max_body_size)
@@ -243,115 +249,8 @@ class HTTPAPI:
                 bodies.append(line)
         return bodies
 
-    # ------------------------------------------------------------ replicated topics
-
-    def pub_replicated(self, request: Request) -> Any:
-        """/pub with --etcd-endpoints: a topic with a record (or to get one) goes through
-        Replication.publish_http (replication/node.py), any other through pub() unchanged."""
-        repl = self.nsqd.replication
-        q = self._query(request)
-        name = q.get("topic", "")
-        if name not in repl.topics and not (wire.is_valid_name(name) and repl.wants_record(name)):
-            return self.pub(request)
-        body = self._body_within(request, self.nsqd.opts.max_msg_size, "MSG_TOO_BIG")
-        if not body:
-            raise NsqHTTPError(400, "MSG_EMPTY")
-        return self._replicated(name, [body], self._defer_ms(q), "PUB_FAILED")
-
-    def mpub_replicated(self, request: Request) -> Any:
-        repl = self.nsqd.replication
-        q = self._query(request)
-        name = q.get("topic", "")
-        if name not in repl.topics and not (wire.is_valid_name(name) and repl.wants_record(name)):
-            return self.mpub(request)
-        if (
-            request.content_length is not None
-            and request.content_length > self.nsqd.opts.max_body_size
-        ):
-            raise NsqHTTPError(413, "BODY_TOO_BIG")
-        return self._replicated(name, self._mpub_bodies(q, request), 0, "MPUB_FAILED")
-
-    async def _replicated(self, name: str, bodies: list[bytes], delay: int, failed: str) -> Any:
-        from .replication.records import ReplicationError
-
-        try:
-            ok = await self.nsqd.replication.publish_http(name, bodies, delay)
-        except TopicError:
-            raise NsqHTTPError(503, "EXITING") from None
-        except (ReplicationError, TimeoutError, OSError) as e:
-            log.error("replicated publish to %s failed: %s", name, e)
-            raise NsqHTTPError(503, failed) from None
-        if not ok:
-            raise NsqHTTPError(503, failed)
-        return "OK"
-
-    def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:
-        """The query, topic and epoch of a /replica/* request: 400 INVALID_TOPIC for a bad
-        topic name, 400 BAD_BODY for an epoch that is not an integer."""
-        q = self._query(request)
-        name = q.get("topic", "")
-        if not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
-        try:
-            return q, name, int(q.get("epoch", ""))
-        except ValueError:
-            raise NsqHTTPError(400, "BAD_BODY") from None
-
-    def replica_append(self, request: Request) -> Any:
-        """POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1] (nsqpy's own,
-        replication/stream.py): a leader's entries, answered {"next": N, "last": "E:S"} once
-        fsynced; 409 E_STALE_EPOCH / E_GAP <last>."""
-        from .replication.stream import Gap, StaleEpoch, decode_entries, name_text, parse_name
-
-        q, name, epoch = self._replica_query(request)
-        try:
-            int(q.get("first", ""))
-            entries = decode_entries(request.body)
-            prev, reset = q.get("prev"), q.get("reset") == "1"
-            if prev is not None and prev not in ("?", "-"):
-                parse_name(prev)
-        except ValueError:
-            raise NsqHTTPError(400, "BAD_BODY") from None
-        rlog = self.nsqd.replication.replica_log(name)
-
-        async def append() -> Any:
-            try:
-                return await rlog.request(epoch, entries, prev, reset)
-            except StaleEpoch:
-                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
-            except Gap as g:
-                raise NsqHTTPError(409, f"E_GAP {name_text(g.last)}") from None
-            except OSError as e:
-                log.error("replica log %s: %s", name, e)
-                raise NsqHTTPError(500, "E_APPEND_FAILED") from None
-
-        return append()
-
-    def replica_progress(self, request: Request) -> Any:
-        """POST /replica/progress?topic=&epoch= (nsqpy's own, replication/progress.py): a
-        leader's channel progress (msgpack), answered {"rounds": N} once in the side file;
-        400 BAD_BODY, 409 E_STALE_EPOCH."""
-        from .replication.stream import StaleEpoch
-
-        _, name, epoch = self._replica_query(request)
-        body = request.body
-
-        async def keep() -> Any:
-            try:
-                rounds = await self.nsqd.replication.progress_received(name, epoch, body)
-            except ValueError:
-                raise NsqHTTPError(400, "BAD_BODY") from None
-            except StaleEpoch:
-                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
-            except OSError as e:
-                log.error("progress of %s: %s", name, e)
-                raise NsqHTTPError(500, "E_PROGRESS_FAILED") from None
-            return {"rounds": rounds}
-
-        return keep()
-
     def stats(self, request: Request) -> Any:
-        q = self._query(request)
+        q = self.query(request)
         include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
         include_mem = _BOOL_PARAMS.get(q.get("include_mem", ""), True)
         topic = q.get("topic", "")
@@ -362,70 +261,35 @@ class HTTPAPI:
         return stats.stats_text(self.nsqd, topic, channel, include_clients, include_mem)
 
     def topic_create(self, request: Request) -> Any:
-        q = self._query(request)
-        if "replicas" in q:
-            return self._topic_create_replicated(request, q)
-        self._topic_from_query(request)
+        """POST /topic/create?topic=T[&replicas=R]: ``replicas`` above 1 needs replicated
+        topics (400 REPLICATION_DISABLED; with --etcd-endpoints replication/http_routes.py
+        answers this route), 1 is a plain topic."""
+        q = self.query(request)
+        if "replicas" in q and self.replicas_arg(q) > 1:
+            raise NsqHTTPError(400, "REPLICATION_DISABLED")
+        self.topic_from_query(request)
         return None
 
-    def _topic_create_replicated(self, request: Request, q: dict[str, str]) -> Any:
-        """/topic/create?topic=T&replicas=R: R > 1 makes T replicated (needs --etcd-endpoints:
-        400 REPLICATION_DISABLED without); R = 1 is a plain topic, kept R=1 on this node."""
+    @staticmethod
+    def replicas_arg(q: dict[str, str]) -> int:
+        """/topic/create's ``replicas`` (nsqpy's own): an integer >= 1; 400 INVALID_REPLICAS."""
         try:
             replicas = int(q["replicas"])
         except ValueError:
             raise NsqHTTPError(400, "INVALID_REPLICAS") from None
         if replicas < 1:
             raise NsqHTTPError(400, "INVALID_REPLICAS")
-        repl = self.nsqd.replication
-        if replicas == 1:
-            if repl is not None and q.get("topic") not in repl.topics:
-                repl.local_only.add(q.get("topic", ""))
-            self._topic_from_query(request)
-            return None
-        if repl is None:
-            raise NsqHTTPError(400, "REPLICATION_DISABLED")
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        name = q["topic"]
-        if not wire.is_valid_name(name) or name.endswith("#ephemeral"):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
-
-        async def create() -> Any:
-            from .replication.records import ReplicationError
-
-            try:
-                await repl.ensure(name, replicas)
-            except (ReplicationError, TimeoutError, OSError) as e:
-                log.error("replicated topic %s: %s", name, e)
-                raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None
-            return None
-
-        return create()
+        return replicas
 
     def topic_delete(self, request: Request) -> Any:
-        """POST /topic/delete?topic= (nsqd's); a replicated topic (--etcd-endpoints) goes on
-        every node: its record is deleted from etcd (503 REPLICATION_FAILED when etcd cannot
-        be reached) and each node drops its copy and replica log."""
-        q = self._query(request)
+        q = self.query(request)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        repl = self.nsqd.replication
-        if repl is not None and q["topic"] in repl.topics:
-            return self._delete_replicated(repl, q["topic"])
         try:
             self.nsqd.delete_existing_topic(q["topic"])
         except TopicError:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
         return None
-
-    async def _delete_replicated(self, repl: Any, name: str) -> None:
-        from .replication.records import ReplicationError
-
-        try:
-            await repl.delete_topic(name)
-        except (ReplicationError, OSError) as e:
-            raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None
 
     def topic_empty(self, request: Request) -> Any:
         self._existing_topic(request, validate=True).empty()
@@ -442,7 +306,7 @@ class HTTPAPI:
 
     def channel_create(self, request: Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
-        q = self._query(request)
+        q = self.query(request)
         max_attempts = None
         if "max_attempts" in q:  # nsqpy's dead letters (nsqd has no such parameter)
             max_attempts = self._count_arg(q["max_attempts"], "INVALID_MAX_ATTEMPTS")
@@ -471,7 +335,7 @@ class HTTPAPI:
         (default all) messages of <topic>.<channel>.dead back into the channel, attempts reset;
         answers {"replayed": n}."""
         topic, channel_name = self._existing_topic_and_channel(request)
-        q = self._query(request)
+        q = self.query(request)
         limit = self._count_arg(q["count"], "INVALID_COUNT") if "count" in q else 1 << 62
         try:
             n = self.nsqd.replay_dead_letters(topic.name, channel_name, limit)
@@ -541,7 +405,7 @@ class HTTPAPI:
         the answer is message_lookup's (imported on first use)."""
         from . import message_lookup
 
-        return message_lookup.answer(self.nsqd, self._query(request))
+        return message_lookup.answer(self.nsqd, self.query(request))
 
     def channel_pause(self, request: Request) -> Any:
         ch = self._existing_channel(request)
@@ -553,10 +417,10 @@ class HTTPAPI:
         return None
 
 
-def build_router(nsqd: NSQD) -> Router:
+def build_router(nsqd: NSQD, hooks: Sequence[RouteHook] = ()) -> Router:
     """nsqd's routes (nsqd/http.go newHTTPServer, less /debug/pprof), plus nsqpy's own:
-    /metrics, /message, /message/replay, and with --etcd-endpoints /replica/append and
-    /replica/progress."""
+    /metrics, /message, /message/replay; then each of ``hooks`` adds or replaces routes
+    (replication/http_routes.py with --etcd-endpoints)."""
     h = HTTPAPI(nsqd)
     opts = nsqd.opts
 
@@ -569,19 +433,8 @@ def build_router(nsqd: NSQD) -> Router:
     r = Router()
     r.get("/ping", h.ping)
     r.get("/info", api(h.info))
-    if nsqd.replication is None:
-        r.post("/pub", api(h.pub), msg_size)
-        r.post("/mpub", api(h.mpub), body_size)
-    else:  # --etcd-endpoints: replicated topics (replication/), others as above
-        from .replication.stream import MAX_REQUEST_BYTES
-
-        def append_size() -> int:
-            return MAX_REQUEST_BYTES + opts.max_msg_size + 1024
-
-        r.post("/pub", api(h.pub_replicated), msg_size)
-        r.post("/mpub", api(h.mpub_replicated), body_size)
-        r.post("/replica/append", api(h.replica_append), append_size)
-        r.post("/replica/progress", api(h.replica_progress), append_size)
+    r.post("/pub", api(h.pub), msg_size)
+    r.post("/mpub", api(h.mpub), body_size)
     r.get("/stats", api(h.stats))
     r.post("/topic/create", api(h.topic_create))
     r.post("/topic/delete", api(h.topic_delete))
@@ -598,15 +451,27 @@ def build_router(nsqd: NSQD) -> Router:
     r.get("/config/{opt}", api(h.config))
     r.add("PUT", "/config/{opt}", api(h.config), msg_size)
     r.get("/metrics", h.metrics)
+    for hook in hooks:
+        hook(r, h)
     return r
 
 
 async def start_http(
-    nsqd: NSQD, host: str | None, port: int, ssl_context: Any = None, unix_path: str | None = None
+    nsqd: NSQD,
+    host: str | None,
+    port: int,
+    ssl_context: Any = None,
+    unix_path: str | None = None,
+    hooks: Sequence[RouteHook] = (),
 ) -> HTTPServer:
-    """Serve the API on host:port (port 0 = pick one), over TLS with ``ssl_context`` (HTTPS),
-    or on the unix socket ``unix_path``; the server's ``address`` is the bound one. Raises
-    OSError when it cannot bind."""
+    """Serve the API (with ``hooks``' routes, build_router) on host:port (port 0 = pick one),
+    over TLS with ``ssl_context`` (HTTPS), or on the unix socket ``unix_path``; the server's
+    ``address`` is the bound one. Raises OSError when it cannot bind."""
     return await serve(
-        build_router(nsqd), host, port, ssl_context, _tls_required(nsqd), unix_path=unix_path
+        build_router(nsqd, hooks),
+        host,
+        port,
+        ssl_context,
+        _tls_required(nsqd),
+        unix_path=unix_path,
     )

@@ -24,9 +24,10 @@ is answered only after those bytes were handed to the OS (flush_backends), so a 
 process (kill -9) loses no acknowledged message; fsync runs in a worker thread on --sync-every
 / --sync-timeout, as go-diskqueue syncs after the write it acknowledged.
 
-Replicated topics (--etcd-endpoints): ``replication`` is a replication.node.Replication, run
-with the loops and closed before lookupd registration; it filters that registration (only a
-replicated topic's leader registers it). Without the flag it is None and nothing changes."""
+Replicated topics (--etcd-endpoints): ``replication`` is a ReplicationService (server.py sets
+nsqpy/replication's Replication there; this module never imports it), run with the loops and
+closed before lookupd registration; it filters that registration (only a replicated topic's
+leader registers it). Without the flag it is None and nothing changes."""
 
 from __future__ import annotations
 
@@ -61,6 +62,27 @@ class RegisteredClient(Client, Protocol):
 
     def close(self) -> None:
         """Close after writing what is buffered (shutdown)."""
+        ...
+
+
+class ReplicationService(Protocol):
+    """Replicated topics as the daemon sees them (nsqpy/replication/node.py Replication, made
+    by server.py with --etcd-endpoints only)."""
+
+    def registers(self, topic: str) -> bool:
+        """Does this node register ``topic`` (and its channels) with nsqlookupd?"""
+        ...
+
+    async def run(self) -> None:
+        """Join the cluster and run until cancelled (one of the daemon's loops)."""
+        ...
+
+    async def close(self) -> None:
+        """Leave the cluster (after the loops were cancelled)."""
+        ...
+
+    def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        """The topic's /stats ``replication`` object; None for a topic not replicated."""
         ...
 
 
@@ -105,13 +127,8 @@ class NSQD:
         self._schedule: Callable[[Callable[[], None]], None] | None = None
         # nsqlookupd registration (lookup_peer.py); set by start_loops()
         self.lookup: LookupPeers | None = None
-        # Replicated topics (nsqpy/replication/node.py), only with --etcd-endpoints: nothing of
-        # it is imported or run otherwise.
-        self.replication: Any = None
-        if opts.etcd_endpoints:
-            from .replication.node import Replication
-
-            self.replication = Replication(self)
+        # Replicated topics, only with --etcd-endpoints (set by server.py); None otherwise.
+        self.replication: ReplicationService | None = None
 
     # ------------------------------------------------------------ health
 

@@ -29,12 +29,10 @@ https://nsq.io/clients/tcp_protocol_spec.html"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import wire
 from .auth import AuthState
@@ -73,7 +71,7 @@ TIMERS = 8
 #: What a suspended command waits on (Wait.kind).
 WAIT_AUTH = 1
 WAIT_DECODE = 2
-#: A future made by the core (a replicated publish's commit, nsqpy/replication/node.py).
+#: A future made outside the core (a replicated publish's commit: nsqpy/replication/).
 WAIT_FUTURE = 3
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
@@ -174,7 +172,6 @@ class ClientState:
         "out",
         "output_buffer_size",
         "output_buffer_timeout_ms",
-        "pipeline",
         "pub_counts",
         "rdy",
         "remote_address",
@@ -225,7 +222,6 @@ class ClientState:
         self.next_heartbeat = _NO_WAKEUP
         self.auth = AuthSession() if nsqd.auth is not None else None
         self.wait: Wait | None = None
-        self.pipeline: PublishPipeline | None = None
         self.upgrade: Upgrade | None = None
         # --tls-required: until the TLS upgrade, IDENTIFY is the only command (nsqd's
         # enforceTLSPolicy, which runs before the command lookup)
@@ -328,6 +324,57 @@ class ClientState:
 Handler = Callable[[ClientState, list[bytes], Any], int]
 
 
+class PubCommand:
+    """What PUB, MPUB and DPUB differ in: ``name``; ``failed``, the code of the fatal error
+    when the topic refuses the messages (E_PUB_FAILED...); ``many``, the body is a list of
+    bodies (MPUB); ``deferred``, params[2] is a delay in ms (DPUB)."""
+
+    __slots__ = ("deferred", "failed", "many", "name")
+
+    def __init__(self, name: str, many: bool = False, deferred: bool = False) -> None:
+        self.name = name
+        self.failed = f"E_{name}_FAILED"
+        self.many = many
+        self.deferred = deferred
+
+
+PUB_COMMAND = PubCommand("PUB")
+MPUB_COMMAND = PubCommand("MPUB", many=True)
+DPUB_COMMAND = PubCommand("DPUB", deferred=True)
+_PUBLISH_COMMANDS = (b"PUB", b"MPUB", b"DPUB")
+
+
+class PublishReplication(Protocol):
+    """Replicated topics as the protocol core sees them (--etcd-endpoints only; implemented
+    by nsqpy/replication/tcp_publish.py). Every method takes the client's state and a
+    ``retry`` that runs the command again, and returns action bits; a method that returns
+    SUSPEND has set ``c.wait`` (WAIT_FUTURE) to what the command waits on."""
+
+    def replicates(self, topic: str) -> bool:
+        """Does a publish to ``topic`` go through replication (it has a replication record,
+        or a first publish makes one)?"""
+        ...
+
+    def hold(self, c: ClientState, retry: Callable[[], int]) -> int:
+        """0 when ``c`` has no replicated publish waiting for its answer; else SUSPEND, and
+        ``retry`` runs once they are answered."""
+        ...
+
+    def publish(
+        self,
+        c: ClientState,
+        cmd: PubCommand,
+        topic: str,
+        bodies: list[bytes],
+        delay_ms: int,
+        retry: Callable[[], int],
+    ) -> int:
+        """Publish ``bodies`` (``delay_ms``: DPUB's delay, else 0) to the replicated
+        ``topic``, already authorized; answered through ProtocolV2.published, or an error of
+        ``cmd.failed`` (raised now or answered later, fatal)."""
+        ...
+
+
 class ProtocolV2:
     """The V2 commands for every client of one daemon (see the module docstring).
 
@@ -335,7 +382,7 @@ class ProtocolV2:
     ``clock()`` returns monotonic seconds. Every method takes the client's state and returns
     action bits; none raises for a client's error (it becomes the client's E_* frame)."""
 
-    __slots__ = ("clock", "handlers", "nsqd", "opts", "tls_handlers")
+    __slots__ = ("clock", "handlers", "nsqd", "opts", "replication", "tls_handlers")
 
     def __init__(self, nsqd: NSQD, clock: Callable[[], float] = time.monotonic) -> None:
         self.nsqd = nsqd
@@ -357,8 +404,8 @@ class ProtocolV2:
         }
         #: --tls-required before the TLS upgrade: IDENTIFY only.
         self.tls_handlers: dict[bytes, Handler] = {b"IDENTIFY": self.IDENTIFY}
-        if nsqd.replication is not None:  # --etcd-endpoints: replicated PUB/MPUB/DPUB
-            ReplicatedPublish(self, nsqd.replication)
+        #: Replicated topics (attach_replication, --etcd-endpoints only); None otherwise.
+        self.replication: PublishReplication | None = None
 
     # ------------------------------------------------------------ running commands
 
@@ -746,284 +793,88 @@ class ProtocolV2:
     # ------------------------------------------------------------ publishing
 
     def PUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        topic_name = params[1].decode()
-        if c.auth is not None:
-            act = self._authorize(c, "PUB", topic_name, "", lambda: self.PUB(c, params, body))
-            if act:
-                return act
-        nsqd = self.nsqd
-        topic = nsqd.get_topic(topic_name)
-        try:
-            topic.put(nsqd.new_record(body))
-            nsqd.flush_backends()
-        except (TopicError, OSError) as e:
-            raise FatalClientError("E_PUB_FAILED", f"PUB failed {e}") from None
-        pub_counts = c.pub_counts
-        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + 1
-        c.reply(_OK_FRAME)
-        return 0
+        return self.publish(c, params, body, PUB_COMMAND)
 
     def MPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        topic_name = params[1].decode()
-        if c.auth is not None:
-            act = self._authorize(c, "MPUB", topic_name, "", lambda: self.MPUB(c, params, body))
-            if act:
-                return act
-        nsqd = self.nsqd
-        topic = nsqd.get_topic(topic_name)
-        msgs = nsqd.new_records(body)
-        try:
-            topic.put_many(msgs)
-            nsqd.flush_backends()
-        except (TopicError, OSError) as e:
-            raise FatalClientError("E_MPUB_FAILED", f"MPUB failed {e}") from None
-        pub_counts = c.pub_counts
-        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + len(msgs)
-        c.reply(_OK_FRAME)
-        return 0
+        return self.publish(c, params, body, MPUB_COMMAND)
 
     def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
+        return self.publish(c, params, body, DPUB_COMMAND)
+
+    def publish(self, c: ClientState, params: list[bytes], body: Any, cmd: PubCommand) -> int:
+        """PUB, MPUB or DPUB (``cmd`` says which): nsqd's handlers, one path. ``body`` is the
+        message body, MPUB's a list of them. The topic name and DPUB's delay are read; with
+        replication attached (:meth:`attach_replication`) a topic it replicates goes to it
+        after AUTH, any other waits first for the connection's replicated publishes
+        (``hold``); then nsqd's CheckAuth, the put and flush_backends, and OK. Whatever waits
+        (AUTH asked again, a pipeline) runs this again later. FatalClientError
+        E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when the topic refuses the messages."""
         topic_name = params[1].decode()
-        delay_ms = _dpub_timeout_ms(params[2], self.opts.max_req_timeout_ms)
-        if c.auth is not None:
-            act = self._authorize(c, "DPUB", topic_name, "", lambda: self.DPUB(c, params, body))
-            if act:
-                return act
-        nsqd = self.nsqd
-        topic = nsqd.get_topic(topic_name)
-        record = nsqd.new_record(body)
-        try:
-            if delay_ms:
-                topic.put_deferred(record, delay_ms)
-            else:
-                topic.put(record)
-            nsqd.flush_backends()
-        except (TopicError, OSError) as e:
-            raise FatalClientError("E_DPUB_FAILED", f"DPUB failed {e}") from None
-        pub_counts = c.pub_counts
-        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + 1
-        c.reply(_OK_FRAME)
-        return 0
-
-
-class ReplicatedPublish:
-    """PUB, MPUB and DPUB with --etcd-endpoints (nsqpy's replicated topics): made
-    only then, it swaps ProtocolV2's three handlers for its own, which hand a topic without a
-    replication record (and no reason to make one: Replication.wants_record) to the original
-    handler untouched; a daemon without the flag never runs a line of this.
-
-    For a replicated topic, Replication.publish (replication/node.py) puts the messages into
-    the local topic and its stream on the leader, or forwards them to the leader elsewhere; its
-    answer is a bool or a future of one. A future suspends the client (``WAIT_FUTURE``: its
-    later commands wait in the parser, as for an AUTH query) and the command finishes when it
-    is answered: OK, or nsqd's fatal E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when not
-    acknowledged. A first publish to a topic with no record on a node with --replicas > 1
-    suspends while the record is made (Replication.ensure), then runs again. One future per
-    command; no task per message.
-
-    Pipelining. A connection may have up to MAX_PIPELINED replicated publishes waiting for
-    their commits at once (go-nsq's producer sends every concurrent publish over one
-    connection): each goes into the connection's PublishPipeline and the parser goes on to the
-    next command. Answers keep the commands' order: the pipeline answers its publishes oldest
-    first as their futures complete, and any other command (an R=1 publish, NOP, FIN, RDY, SUB,
-    ...: everything in ``core.handlers`` is wrapped, with --etcd-endpoints only) suspends the
-    connection until the pipeline is empty, as does a publish that finds it full. A publish not
-    acknowledged closes the connection with its error after the answers of those before it;
-    the ones behind it get no answer (their producer retries: at-least-once, as for any
-    connection lost with publishes in flight)."""
-
-    __slots__ = ("core", "plain_dpub", "plain_mpub", "plain_pub", "repl")
-
-    def __init__(self, core: ProtocolV2, repl: Any) -> None:
-        self.core = core
-        self.repl = repl
-        h = core.handlers
-        for name, handler in list(h.items()):
-            h[name] = _after_pipeline(handler)
-        # R=1 publishes, also behind the pipeline: nsqd's own handlers, wrapped once
-        self.plain_pub, self.plain_mpub, self.plain_dpub = h[b"PUB"], h[b"MPUB"], h[b"DPUB"]
-        h[b"PUB"] = self.PUB
-        h[b"MPUB"] = self.MPUB
-        h[b"DPUB"] = self.DPUB
-
-    def _auth(self, c: ClientState, cmd: str, name: str, retry: Callable[[], int]) -> int:
-        return self.core._authorize(c, cmd, name, "", retry) if c.auth is not None else 0
-
-    def PUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        return self._command(c, params, body, "PUB", self.plain_pub, self.PUB)
-
-    def MPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        return self._command(c, params, body, "MPUB", self.plain_mpub, self.MPUB)
-
-    def DPUB(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        return self._command(c, params, body, "DPUB", self.plain_dpub, self.DPUB)
-
-    def _command(
-        self,
-        c: ClientState,
-        params: list[bytes],
-        body: Any,
-        cmd: str,
-        plain: Handler,
-        again: Handler,
-    ) -> int:
-        """One PUB/MPUB/DPUB (``cmd``): a topic with no record (and no reason to make one) to
-        nsqd's ``plain`` handler; else authorized, its record made (Replication.ensure), room
-        in the pipeline, then published. Each step that waits runs ``again`` later."""
-        name = params[1].decode()
-        tr = self.repl.topics.get(name)
-        if tr is None and not self.repl.wants_record(name):
-            return plain(c, params, body)
         delay_ms = 0
-        if cmd == "DPUB":
-            delay_ms = _dpub_timeout_ms(params[2], self.core.opts.max_req_timeout_ms)
-        retry = lambda: again(c, params, body)  # noqa: E731
-        act = self._auth(c, cmd, name, retry)
-        if act:
-            return act
-        if tr is None:
-            return self._ensure(c, name, f"E_{cmd}_FAILED", retry)
-        full = _pipeline_full(c, retry)
-        if full:
-            return full
-        bodies = list(body) if cmd == "MPUB" else [body]
-        return self._publish(c, tr, name, bodies, delay_ms, cmd)
-
-    def _publish(
-        self, c: ClientState, tr: Any, name: str, bodies: list[bytes], delay: int, cmd: str
-    ) -> int:
-        code = f"E_{cmd}_FAILED"
+        if cmd.deferred:
+            delay_ms = _dpub_timeout_ms(params[2], self.opts.max_req_timeout_ms)
+        repl = self.replication
+        if repl is not None or c.auth is not None:
+            retry = lambda: self.publish(c, params, body, cmd)  # noqa: E731
+            replicated = repl is not None and repl.replicates(topic_name)
+            if repl is not None and not replicated:
+                act = repl.hold(c, retry)
+                if act:
+                    return act
+            if c.auth is not None:
+                act = self._authorize(c, cmd.name, topic_name, "", retry)
+                if act:
+                    return act
+            if repl is not None and replicated:
+                bodies = list(body) if cmd.many else [body]
+                return repl.publish(c, cmd, topic_name, bodies, delay_ms, retry)
+        nsqd = self.nsqd
+        topic = nsqd.get_topic(topic_name)
+        n = 1
         try:
-            answer = self.repl.publish(tr, name, bodies, delay)
+            if cmd.many:
+                msgs = nsqd.new_records(body)
+                n = len(msgs)
+                topic.put_many(msgs)
+            elif delay_ms:
+                topic.put_deferred(nsqd.new_record(body), delay_ms)
+            else:
+                topic.put(nsqd.new_record(body))
+            nsqd.flush_backends()
         except (TopicError, OSError) as e:
-            raise FatalClientError(code, f"{cmd} failed {e}") from None
-        n = len(bodies)
-        repl = self.repl
-        then = lambda a: _replicated(c, name, n, a, code, cmd, repl)  # noqa: E731
-        pipeline = c.pipeline
-        if isinstance(answer, bool):
-            if pipeline is None or not pipeline.entries:
-                return _replicated(c, name, n, answer, code, cmd, repl)
-            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            done.set_result(answer)  # answered in its turn, after those before it
-            answer = done
-        if pipeline is None:
-            pipeline = c.pipeline = PublishPipeline(self.core, c)
-        pipeline.add(answer, then)
+            raise FatalClientError(cmd.failed, f"{cmd.name} failed {e}") from None
+        return self.published(c, topic_name, n)
+
+    def published(self, c: ClientState, topic_name: str, n: int) -> int:
+        """A publish of ``n`` messages to ``topic_name`` is done: counted in the client's
+        pub_counts, answered OK. Returns 0 (action bits)."""
+        pub_counts = c.pub_counts
+        pub_counts[topic_name] = pub_counts.get(topic_name, 0) + n
+        c.reply(_OK_FRAME)
         return 0
 
-    def _ensure(self, c: ClientState, name: str, code: str, retry: Callable[[], int]) -> int:
-        repl = self.repl
-        job = asyncio.ensure_future(repl.ensure(name, repl.opts.replicas))
+    # ------------------------------------------------------------ replicated topics
 
-        def then(answer: Any) -> int:
-            if isinstance(answer, BaseException) or name not in repl.topics:
-                raise FatalClientError(code, f"{code[2:]} replicated topic: {answer}")
-            return retry()
-
-        c.wait = Wait(WAIT_FUTURE, job, then)
-        return SUSPEND
-
-
-#: Most replicated publishes one connection has waiting for their commits at once.
-MAX_PIPELINED = 64
+    def attach_replication(self, repl: PublishReplication) -> None:
+        """With --etcd-endpoints (server.py): publishes to the topics ``repl`` replicates go
+        to it, and every other command of a connection waits until that connection's
+        replicated publishes are answered (``repl.hold``), so answers keep the commands'
+        order. A daemon without replication never calls this."""
+        self.replication = repl
+        handlers = self.handlers
+        for name, handler in list(handlers.items()):
+            if name not in _PUBLISH_COMMANDS:
+                handlers[name] = _held(repl, handler)
 
 
-class PublishPipeline:
-    """One connection's replicated publishes waiting for their commits, oldest first
-    (ReplicatedPublish, "Pipelining"): ``entries`` of (future, then); ``then(answer)`` answers
-    the command (c.reply) or raises its ClientError. ``until(n)`` is a future answered once at
-    most ``n`` entries wait (what a suspended command waits on)."""
-
-    __slots__ = ("c", "core", "entries", "limit", "waiter")
-
-    def __init__(self, core: ProtocolV2, c: ClientState) -> None:
-        self.core = core
-        self.c = c
-        self.entries: deque[tuple[asyncio.Future[Any], Callable[[Any], int]]] = deque()
-        self.waiter: asyncio.Future[None] | None = None
-        self.limit = 0
-
-    def add(self, fut: asyncio.Future[Any], then: Callable[[Any], int]) -> None:
-        self.entries.append((fut, then))
-        fut.add_done_callback(self._done)
-
-    def until(self, n: int) -> asyncio.Future[None]:
-        waiter = asyncio.get_running_loop().create_future()
-        if len(self.entries) <= n or self.c.closed:
-            waiter.set_result(None)
-        else:
-            self.waiter, self.limit = waiter, n
-        return waiter
-
-    def _done(self, _fut: asyncio.Future[Any]) -> None:
-        entries = self.entries
-        c = self.c
-        act = 0
-        while entries and entries[0][0].done():
-            fut, then = entries.popleft()
-            answer: Any = fut.exception() if not fut.cancelled() else None
-            if fut.cancelled():
-                answer = False
-            elif answer is None:
-                answer = fut.result()
-            if c.closed:
-                continue  # nobody to answer; the futures' exceptions are retrieved
-            try:
-                act |= then(answer)
-            except ClientError as e:
-                act |= self.core.error(c, e)
-            if act & CLOSE:
-                break
-        if act & CLOSE:
-            for fut, _ in entries:
-                fut.remove_done_callback(self._done)
-            entries.clear()
-            c.close()
-        elif not c.closed:
-            c.flush_soon()
-        waiter = self.waiter
-        if waiter is not None and (len(entries) <= self.limit or c.closed):
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-def _pipeline_full(c: ClientState, retry: Callable[[], int]) -> int:
-    """SUSPEND (``retry`` runs later) when c's pipeline holds MAX_PIPELINED publishes."""
-    pipeline = c.pipeline
-    if pipeline is None or len(pipeline.entries) < MAX_PIPELINED:
-        return 0
-    c.wait = Wait(WAIT_FUTURE, pipeline.until(MAX_PIPELINED - 1), lambda _: retry())
-    return SUSPEND
-
-
-def _after_pipeline(handler: Handler) -> Handler:
-    """``handler``, run only once the connection's pipeline is empty (else it SUSPENDs and
-    runs then): its answers come after those of the publishes before it."""
+def _held(repl: PublishReplication, handler: Handler) -> Handler:
+    """``handler``, run once ``repl.hold`` lets the connection go on (its answers come after
+    those of the replicated publishes before it)."""
 
     def run(c: ClientState, params: list[bytes], body: Any) -> int:
-        pipeline = c.pipeline
-        if pipeline is not None and pipeline.entries:
-            c.wait = Wait(WAIT_FUTURE, pipeline.until(0), lambda _: run(c, params, body))
-            return SUSPEND
-        return handler(c, params, body)
+        return repl.hold(c, lambda: run(c, params, body)) or handler(c, params, body)
 
     return run
-
-
-def _replicated(c: ClientState, name: str, n: int, ok: Any, code: str, cmd: str, repl: Any) -> int:
-    """Finish a replicated publish answered ``ok`` (True: acknowledged); a refusal is noted
-    (TopicRole.note_refused, for the /metrics count of min-ISR refusals)."""
-    if ok is not True:
-        tr = repl.topics.get(name)
-        if tr is not None:
-            tr.note_refused(repl.opts.min_isr)
-        raise FatalClientError(code, f"{cmd} failed not acknowledged by the in-sync replicas")
-    pub_counts = c.pub_counts
-    pub_counts[name] = pub_counts.get(name, 0) + n
-    c.reply(_OK_FRAME)
-    return 0
 
 
 def _dpub_timeout_ms(raw: bytes, max_ms: int) -> int:

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from .admission import Admission
 from .client_v2 import Connection
-from .http_api import start_http
+from .http_api import RouteHook, start_http
 from .internal.http.server import HTTPServer, close_unix, listen, listen_unix
 from .internal.lg import fields
 from .internal.netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ProtocolV2
+
+if TYPE_CHECKING:
+    from .replication.node import Replication
 
 log = logging.getLogger("nsqpy")
 
@@ -30,6 +33,13 @@ class Server:
 
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
+        # Replicated topics (--etcd-endpoints only: nothing of nsqpy/replication is imported
+        # otherwise): the daemon runs it with its loops; _replication wires its transports.
+        self._repl: Replication | None = None
+        if nsqd.opts.etcd_endpoints:
+            from .replication.node import Replication
+
+            self._repl = nsqd.replication = Replication(nsqd)
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http: HTTPServer | None = None
         self._https: HTTPServer | None = None
@@ -85,6 +95,7 @@ class Server:
         # an asyncio.Protocol by its methods (a sans-IO ClientState underneath)
         loop = asyncio.get_running_loop()
         core = ProtocolV2(nsqd, loop.time)
+        hooks = self._replication(core)
         admission = Admission(loop)  # new connections' first reads, a few per pass
 
         def connection() -> asyncio.Protocol:
@@ -117,7 +128,7 @@ class Server:
             host, port = split_host_port(opts.https_address)
             try:
                 self._https = await start_http(
-                    nsqd, host or None, port, ssl_context=nsqd.tls_context
+                    nsqd, host or None, port, ssl_context=nsqd.tls_context, hooks=hooks
                 )
             except OSError as e:
                 raise OSError(f"listen ({opts.https_address}) failed - {e}") from e
@@ -132,13 +143,15 @@ class Server:
 
         try:
             if is_unix_address(opts.http_address):
-                self._http = await start_http(nsqd, None, 0, unix_path=opts.http_address)
+                self._http = await start_http(
+                    nsqd, None, 0, unix_path=opts.http_address, hooks=hooks
+                )
                 self._unix_paths.append(opts.http_address)
                 self._http_name = opts.http_address
                 self._log_http_listening()
                 return
             host, port = split_host_port(opts.http_address)
-            self._http = await start_http(nsqd, host or None, port)
+            self._http = await start_http(nsqd, host or None, port, hooks=hooks)
         except (OSError, ValueError) as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from e
         sock = self._http.address
@@ -158,6 +171,18 @@ class Server:
         "TCP 127.0.0.1:4150, HTTP 127.0.0.1:4151"."""
         names = (("TCP", self._tcp_name), ("HTTP", self._http_name), ("HTTPS", self._https_name))
         return ", ".join(f"{kind} {name}" for kind, name in names if name)
+
+    def _replication(self, core: ProtocolV2) -> list[RouteHook]:
+        """Replicated topics (--etcd-endpoints only): their publishes attached to the V2 core,
+        and the route hooks that put their HTTP routes into nsqd's API."""
+        repl = self._repl
+        if repl is None:
+            return []
+        from .replication.http_routes import install_routes
+        from .replication.tcp_publish import TCPPublish
+
+        core.attach_replication(TCPPublish(core, repl))
+        return [lambda router, api: install_routes(router, api, repl)]
 
     def _start_services(self) -> None:
         nsqd = self.nsqd

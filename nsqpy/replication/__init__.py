@@ -1,19 +1,22 @@
-"""Replicated topics through etcd (nsqpy's own, opt-in): the coordination layer and the data
-path. The design (what etcd holds, epochs and fencing, the stream, the high watermark, channel
-progress, failover, rejoining) is in docs/replication.md.
+"""Replicated topics: the coordination layer through etcd and the data path.
 
-Without ``--etcd-endpoints`` no code here runs (nsqd.NSQD imports node.py only then).
+Opt-in: without ``--etcd-endpoints`` no code here runs (server.py imports node.py,
+tcp_publish.py and http_routes.py only then). Modules: etcd_gateway.py (etcd client),
+records.py (keys, records, placement, compares), session.py (lease, fencing deadline),
+coordinator.py (topic records: create, elect, ISR, watches) - the coordination layer;
+node.py (this nsqpy-d's membership and roles, publishing, promotion at failover), role.py
+(this node's part in one topic), broker.py (the daemon as replication sees it), entries.py
+(the stream's entries and names), replica_log.py (a follower's log), link.py (a leader's
+sender to one follower, sans-IO), leader_stream.py (the leader's stream, commit point and
+high watermark; rejoining), progress.py (channel-progress rounds, ``/replica/progress``, and
+the filtered promotion), local.py (this node's copy: replica log queue, reset, /stats),
+forward.py (publishes made on a non-leader) - the data path; tcp_publish.py (PUB, MPUB, DPUB
+through the protocol core's PublishReplication) and http_routes.py (the HTTP routes) - the
+transports.
 
-Coordination: etcd_gateway.py (etcd 3.4's v3 JSON gateway over aiohttp), records.py (keys,
-records, placement, compares), session.py (the node's lease and the leader's fencing deadline),
-coordinator.py (topic records: create, elect, ISR changes, watches).
-
-Data path: node.py (this nsqpy-d's membership and roles, publishing, promotion at failover),
-stream.py (leader stream, high watermark, follower replica log, rejoining; ``/replica/append``),
-progress.py (channel-progress rounds, ``/replica/progress``, filtered promotion), local.py
-(this node's copy: replica log queue, reset, /stats), forward.py (publishes made on a node
-that does not lead). The TCP handlers are protocol_v2.ReplicatedPublish, the HTTP ones
-http_api's ``*_replicated``."""
+The design (what etcd holds, epochs and fencing, the stream, the high watermark, channel
+progress, failover, rejoining) is in docs/replication.md; the modules and their seams in
+docs/architecture-replication.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Topic records in etcd: creation with placement, leader election, ISR changes, fencing checks
-and watches (docs/replication.md). Every write is one etcd transaction whose compares make it
+and watches. Every write is one etcd transaction whose compares make it
 safe against any other node doing the same thing at the same time:
 
 - **create** (:meth:`Coordinator.create_topic`): the topic key is absent, and the chosen leader's

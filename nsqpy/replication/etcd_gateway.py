@@ -294,6 +294,8 @@ def _decode(raw: bytes, status: int) -> dict[str, Any]:
         obj = json.loads(raw.splitlines()[0] if raw else b"{}")
     except (ValueError, IndexError) as exc:
         raise EtcdError(f"etcd answered HTTP {status} with non-JSON: {raw[:120]!r}") from exc
+    if not isinstance(obj, dict):
+        raise EtcdError(f"etcd answered HTTP {status} with a JSON {type(obj).__name__}")
     if "result" in obj and isinstance(obj["result"], dict):
         obj = obj["result"]
     if "error" in obj and isinstance(obj["error"], dict):

@@ -21,7 +21,10 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -37,7 +40,11 @@ class Forwarder:
     could not be reached within ``timeout`` seconds."""
 
     def __init__(
-        self, topic: str, http: Any, leader_http: Callable[[], str], timeout: float
+        self,
+        topic: str,
+        http: aiohttp.ClientSession | None,
+        leader_http: Callable[[], str],
+        timeout: float,
     ) -> None:
         self.topic = topic
         self.http = http
@@ -99,11 +106,14 @@ class Forwarder:
             leader = self.leader_http()
             if leader:
                 try:
+                    if self.http is None:
+                        raise OSError("no HTTP client (replication not running)")
                     async with self.http.post(
                         f"http://{leader}{path}",
                         params={"topic": self.topic, **params},
                         data=body,
-                        timeout=max(deadline - time.monotonic(), 0.1),
+                        # seconds: aiohttp makes them a ClientTimeout(total=...)
+                        timeout=max(deadline - time.monotonic(), 0.1),  # type: ignore[arg-type]
                     ) as resp:
                         await resp.read()
                         if resp.status == 200:

@@ -4,7 +4,7 @@ the local topic holds messages of an earlier leadership, emptying it at a reset,
 that node.py's Replication keeps the roles and the coordination only.
 
 Replica log files: ``<data-path>/<topic>#replica.diskqueue.*`` (go-diskqueue's format, with
-nsqd's record sizes plus stream.ENTRY's header); '#' cannot appear in a topic name except in
+nsqd's record sizes plus entries.ENTRY's header); '#' cannot appear in a topic name except in
 "#ephemeral", so "<topic>#replica" names no topic's or channel's queue."""
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ..diskqueue import DiskQueue
-from ..topic import TopicError
+from ..topic import Topic, TopicError
 from . import progress
-from .stream import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
+from .broker import Broker
+from .entries import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
+from .replica_log import ReplicaLog
+from .role import LEADER, TopicRole
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -33,7 +35,7 @@ TRIM_PER_ROUND = 200_000
 TRIM_SLICE = 2_000
 
 
-def log_queue(nsqd: Any, topic: str) -> DiskQueue:
+def log_queue(nsqd: Broker, topic: str) -> DiskQueue:
     """The DiskQueue of ``topic``'s replica log in ``nsqd``'s data path, sized as the daemon's
     backends (--max-bytes-per-file, --max-msg-size plus the entry header, --sync-every,
     --sync-timeout)."""
@@ -52,7 +54,7 @@ def log_queue(nsqd: Any, topic: str) -> DiskQueue:
 
 
 def put_committed(
-    nsqd: Any, tr: Any, plain: list[bytes], deferred: list[tuple[bytes, int]]
+    nsqd: Broker, tr: TopicRole, plain: list[bytes], deferred: list[tuple[bytes, int]]
 ) -> bool:
     """The leader stream's on_commit (--replica-ack=all-isr, the high watermark): committed
     records into the topic of node.TopicRole ``tr``, in seq order, one put_many and a
@@ -74,7 +76,7 @@ def put_committed(
 
 
 def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
-    """A new leader's history (docs/replication.md): ``held`` (what it led last, when no
+    """A new leader's history (leader_stream.py "Rejoining"): ``held`` (what it led last, when no
     other node led since; entries named before the first drained one) then ``drained`` (what
     it drained from its replica log at this promotion); the last MAX_RETAINED entries."""
     if drained and held:
@@ -84,25 +86,31 @@ def new_history(held: list[bytes], drained: list[bytes]) -> list[bytes]:
     return history[-MAX_RETAINED:]
 
 
-def trim_log(rlog: Any, record: dict[str, Any] | None, limit: int = TRIM_PER_ROUND) -> int:
-    """A follower's replica log (stream.ReplicaLog ``rlog``) loses the entries at its front
+def trim_log(
+    rlog: ReplicaLog,
+    record: dict[str, progress.ChannelProgress | None] | None,
+    limit: int = TRIM_PER_ROUND,
+) -> int:
+    """A follower's replica log (replica_log.ReplicaLog ``rlog``) loses the entries at its front
     that every channel of the progress ``record`` (progress.ProgressStore.load: channel ->
     ChannelProgress, or None for a channel whose progress is unknown) finished; nothing when
     there is no record or a channel is unknown. Returns how many entries went."""
-    if not record or any(c is None for c in record.values()):
+    channels = [c for c in (record or {}).values() if c is not None]
+    if not channels or len(channels) != len(record or {}):
         return 0
-    channels = list(record.values())
     guid_of = progress.guid_of
 
     def finished(rec: bytes) -> bool:
         g = guid_of(rec)
         return all(c.finished(g) for c in channels)
 
-    return int(rlog.trim(finished, limit))
+    return rlog.trim(finished, limit)
 
 
 def trim_slices(
-    tr: Any, rlog_now: Callable[[], Any], record: Callable[[], dict[str, Any] | None]
+    tr: TopicRole,
+    rlog_now: Callable[[], ReplicaLog | None],
+    record: Callable[[], dict[str, progress.ChannelProgress | None] | None],
 ) -> asyncio.Task[None]:
     """A task trimming a follower's replica log after a progress round (trim_log), in slices
     of TRIM_SLICE entries with the event loop served between them, at most TRIM_PER_ROUND;
@@ -128,9 +136,9 @@ def trim_slices(
     return asyncio.get_running_loop().create_task(run())
 
 
-def drop_copy(nsqd: Any, rlog: Any, topic: str) -> None:
+def drop_copy(nsqd: Broker, rlog: ReplicaLog | None, topic: str) -> None:
     """A replicated topic was deleted: this node's topic (if any) is deleted as /topic/delete
-    deletes it, and its replica log (stream.ReplicaLog or None) closed and removed, with its
+    deletes it, and its replica log (replica_log.ReplicaLog or None) closed and removed, with its
     ``.last`` file."""
     if topic in nsqd.topics:
         nsqd.delete_existing_topic(topic)
@@ -141,24 +149,24 @@ def drop_copy(nsqd: Any, rlog: Any, topic: str) -> None:
         os.unlink(os.path.join(nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
 
 
-def dirty(t: Any, tr: Any) -> bool:
+def dirty(t: Topic | None, tr: TopicRole | None) -> bool:
     """Does this node's own copy ``t`` of a replicated topic (None: none) hold messages while
     this node does not lead it (node.TopicRole ``tr``, None: no record)? Only an earlier
     leadership of this node put them there (a follower's topic gets nothing until it is
     promoted)."""
-    if t is None or (tr is not None and tr.role == "leader"):
+    if t is None or (tr is not None and tr.role == LEADER):
         return False
     return holds_messages(t)
 
 
-def holds_messages(t: Any) -> bool:
+def holds_messages(t: Topic) -> bool:
     """Does topic ``t`` (or a channel of it) hold a message: queued, in flight or deferred?"""
     return bool(
         t.depth or any(c.depth or c.in_flight or c.deferred for c in list(t.channels.values()))
     )
 
 
-def empty_topic(t: Any) -> int:
+def empty_topic(t: Topic) -> int:
     """Empty topic ``t`` and its channels; returns how many messages were dropped."""
     dropped = t.depth
     t.empty()
@@ -168,31 +176,22 @@ def empty_topic(t: Any) -> int:
     return int(dropped)
 
 
-def role_stats(tr: Any, rlog: Any, progress_received: int) -> dict[str, Any]:
+def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -> dict[str, Any]:
     """The ``replication`` object of a replicated topic's /stats entry (node.TopicRole ``tr``,
     its ReplicaLog ``rlog`` or None): the record (replicas, leader, isr, epoch), this node's
     role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
-    (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool,
-    "lag_seconds": seconds since it last acknowledged while entries were pending for it, 0
-    when caught up}, for every linked placement node, catching-up ones included),
-    ``replica_log_depth``, the counters (promoted, redelivered, progress_sent,
-    progress_received, undelivered, resets, trimmed: replica-log entries dropped as finished
-    on every channel, failovers: new leaders seen, min_isr_refused: publishes refused as
-    leader with the ISR below --min-isr)."""
+    (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool}, for every
+    linked placement node, catching-up ones included), ``replica_log_depth``, the counters
+    (promoted, redelivered, progress_sent, progress_received, undelivered, resets, trimmed:
+    replica-log entries dropped as finished on every channel)."""
     rec = tr.state.record
     lag = 0
     followers: dict[str, dict[str, Any]] = {}
     s = tr.stream
     if s is not None:
-        now = time.monotonic()
         for node, lk in s.links.items():
             behind = s.next_seq - lk.acked
-            since = lk.behind_since
-            followers[node] = {
-                "lag": behind,
-                "in_isr": bool(lk.in_isr),
-                "lag_seconds": round(now - since, 3) if since else 0,
-            }
+            followers[node] = {"lag": behind, "in_isr": bool(lk.in_isr)}
             if lk.in_isr:
                 lag = max(lag, behind)
     return {
@@ -211,6 +210,4 @@ def role_stats(tr: Any, rlog: Any, progress_received: int) -> dict[str, Any]:
         "undelivered": s.dropped if s is not None else 0,
         "resets": tr.resets,
         "trimmed": tr.trimmed,
-        "failovers": tr.failovers,
-        "min_isr_refused": tr.min_isr_refused,
     }

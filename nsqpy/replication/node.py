@@ -2,19 +2,19 @@
 topic (leader, follower, none) and the data path of replicated topics. docs/replication.md
 explains failover, channel progress and rejoining.
 
-Made by NSQD only with ``--etcd-endpoints``. ``run()`` joins etcd (NodeSession: node id =
+Made only with ``--etcd-endpoints``. ``run()`` joins etcd (NodeSession: node id =
 str(--node-id)) and runs three loops: the topic watch (Coordinator.watch_topics, applied by
 :meth:`Replication.apply`), the failover loop (Coordinator.run_failover) and the membership
 watch (node id -> HTTP address). ``close()`` stops them and revokes the lease.
 
-A leader keeps a LeaderStream (stream.py) per epoch; a follower keeps a ReplicaLog; both open
-the local topic. Publishes elsewhere are forwarded (forward.py). Only the leader registers the
-topic and its channels with nsqlookupd (:meth:`registers`). A follower elected leader promotes
-its replica log into the topic's channels, filtered by the last progress record
-(:meth:`_promote`, progress.py), keeps what it drained as its stream's history
-(:meth:`_history`), and links every other placement node; a rejoining node that is dirty is
-reset (:meth:`_reset_topic`), a clean one is caught up, and both are re-admitted to the ISR
-(:meth:`_change_isr`)."""
+A leader keeps a LeaderStream (leader_stream.py) per epoch; a follower keeps a ReplicaLog
+(replica_log.py); both open the local topic. Publishes elsewhere are forwarded (forward.py).
+Only the leader registers the topic and its channels with nsqlookupd (:meth:`registers`). A
+follower elected leader promotes its replica log into the topic's channels, filtered by the
+last progress record (:meth:`_promote`, progress.py), keeps what it drained as its stream's
+history (:meth:`_history`), and links every other placement node; a rejoining node that is
+dirty is reset (:meth:`_reset_topic`), a clean one is caught up, and both are re-admitted to
+the ISR (:meth:`_change_isr`)."""
 
 from __future__ import annotations
 
@@ -23,90 +23,35 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..internal.aiotasks import cancel_and_wait
-from ..topic import TopicError
+from ..topic import Topic, TopicError
 from . import local, progress
+from .broker import Broker
 from .coordinator import Coordinator, Fenced, TopicState
 from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
+from .leader_stream import LeaderStream
 from .local import LOG_SUFFIX
 from .records import Keys, NodeInfo, ReplicationError, default_root
+from .replica_log import ReplicaLog
+from .role import FOLLOWER, LEADER, NONE, TopicRole
 from .session import NodeSession
-from .stream import (
-    LeaderStream,
-    ReplicaLog,
-)
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("nsqpy.replication")
 
-LEADER = "leader"
-FOLLOWER = "follower"
-NONE = "none"
 RETRY_DELAY = 0.5
-
-
-class TopicRole:
-    """This node's part in one replicated topic: ``state`` (record + etcd revision), ``role``,
-    the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
-    leading, ``promoted`` (entries put into the topic at promotions), ``redelivered`` (of
-    those, puts into channels the progress record named and did not show finished), ``high``
-    (minting node id -> highest message ID put into the topic, progress.py),
-    ``progress_sent`` (rounds a follower took) and the progress sender task while leader,
-    ``failovers`` (records seen naming a new leader in a later epoch than one this node knew
-    led) and ``min_isr_refused`` (publishes this node refused as leader while the ISR was
-    below --min-isr)."""
-
-    __slots__ = (
-        "failovers",
-        "forwarder",
-        "held",
-        "high",
-        "min_isr_refused",
-        "progress_sent",
-        "progress_task",
-        "promoted",
-        "redelivered",
-        "resets",
-        "rlog",
-        "role",
-        "state",
-        "stream",
-        "trimmed",
-    )
-
-    def __init__(self, state: TopicState) -> None:
-        self.state = state
-        self.role = NONE
-        self.stream: LeaderStream | None = None
-        self.rlog: ReplicaLog | None = None
-        self.forwarder: Forwarder | None = None
-        self.promoted = 0
-        self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
-        self.trimmed = 0  # replica-log entries dropped as finished everywhere (local.trim_log)
-        #: The history and entries of the stream this node led last, while no other node
-        #: has led since (it may be elected again: they stay its history then).
-        self.held: list[bytes] = []
-        self.redelivered = 0
-        self.high: dict[int, int] = {}
-        self.progress_sent = 0
-        self.progress_task: asyncio.Task[None] | None = None
-        self.failovers = 0
-        self.min_isr_refused = 0
-
-    def note_refused(self, min_isr: int) -> None:
-        """A publish was answered "not acknowledged": counted in ``min_isr_refused`` when this
-        node leads the topic with its ISR below ``min_isr`` (--min-isr)."""
-        if self.role == LEADER and len(self.state.record.isr) < min_isr:
-            self.min_isr_refused += 1
 
 
 class Replication:
     """See the module docstring. ``topics``: topic name -> TopicRole for every record known."""
 
-    def __init__(self, nsqd: Any) -> None:
-        """``nsqd``: the daemon (nsqd.NSQD; not imported, which would be an import circle)."""
+    def __init__(self, nsqd: Broker) -> None:
+        """``nsqd``: the daemon (nsqd.NSQD, seen through broker.Broker)."""
         self.nsqd = nsqd
         o = nsqd.opts
         self.opts = o
@@ -125,7 +70,7 @@ class Replication:
         self.client: EtcdClient | None = None
         self.session: NodeSession | None = None
         self.coordinator: Coordinator | None = None
-        self.http: Any = None
+        self.http: aiohttp.ClientSession | None = None
         self.progress = progress.ProgressStore(nsqd.data_path)
         self.progress.sweep()
         self.rounds = progress.Rounds(self)
@@ -287,9 +232,6 @@ class Replication:
         fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
-        elif tr.state.record.leader and rec.leader != tr.state.record.leader:
-            if rec.epoch > old_epoch:
-                tr.failovers += 1
         tr.state = state
         rlog = self.logs.get(topic)
         if rlog is not None:
@@ -359,7 +301,7 @@ class Replication:
             lookup.register_topic(t)
         log.info("REPLICATION: topic %s: leader at epoch %d, isr %s", topic, rec.epoch, rec.isr)
 
-    def _promote(self, tr: TopicRole, t: Any) -> None:
+    def _promote(self, tr: TopicRole, t: Topic) -> None:
         """Put every replica-log entry this node has not put into its topic yet, into the
         channels the last progress record does not show finished it (progress.Promotion)."""
         rlog = self.logs.get(tr.state.record.topic) or self._open_existing_log(t.name)
@@ -515,7 +457,9 @@ class Replication:
 
     # ------------------------------------------------------------ publishing
 
-    def replicate(self, tr: TopicRole, records: list[bytes], delay_ms: int = 0) -> Any:
+    def replicate(
+        self, tr: TopicRole, records: list[bytes], delay_ms: int = 0
+    ) -> bool | asyncio.Future[bool]:
         """Leader: stream ``records`` (all-isr: put into the topic once committed; leader:
         already in the local topic). Returns a future answered True/False (all-isr), or a
         bool at once (--replica-ack=leader, or no stream)."""
@@ -527,7 +471,9 @@ class Replication:
             return self.allowed(tr)
         return stream.commit_waiter(end)
 
-    def publish(self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int) -> Any:
+    def publish(
+        self, tr: TopicRole, name: str, bodies: list[bytes], delay_ms: int
+    ) -> bool | asyncio.Future[bool]:
         """Publish ``bodies`` to the replicated topic ``name``: on its leader into the stream
         (records made here) and into the local topic once committed (all-isr: the high
         watermark, local.put_committed) or at once (leader: as for R=1, put and flush_backends);
@@ -568,12 +514,13 @@ class Replication:
         if tr is None:
             tr = await self.ensure(name, self.opts.replicas)
         answer = self.publish(tr, name, bodies, delay_ms)
-        ok = answer if isinstance(answer, bool) else bool(await answer)
-        if not ok:
-            tr.note_refused(self.opts.min_isr)
-        return ok
+        if isinstance(answer, bool):
+            return answer
+        return bool(await answer)
 
-    def forward(self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0) -> Any:
+    def forward(
+        self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0
+    ) -> asyncio.Future[bool]:
         """Not the leader: a future answered True once the leader acknowledged ``bodies``."""
         fwd = tr.forwarder
         if fwd is None:

@@ -49,13 +49,19 @@ import logging
 import os
 import re
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
 from ..guid import NODE_ID_BITS, NODE_ID_SHIFT
 from ..internal.fileutil import write_sync_file
 from ..message import HEADER_LENGTH, ID_END, ID_START
+from ..topic import Topic
+from .broker import Broker
+from .role import TopicRole
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -66,7 +72,7 @@ INTERVAL = 1.0
 MAX_LIVE = 16_384
 #: Most held messages a channel's snapshot walks through; past it the channel is unknown.
 MAX_HELD = 100_000
-#: Largest round body sent with the held IDs (the follower takes up to stream.py's
+#: Largest round body sent with the held IDs (the follower takes up to entries.py's
 #: MAX_REQUEST_BYTES plus --max-msg-size); past it every channel sends its floors only.
 MAX_ROUND_BYTES = 4 * 1024 * 1024
 #: The side file's name after the topic's ('#' as in the replica log's "<topic>#replica").
@@ -159,7 +165,7 @@ def note_records(
             high[n] = g
 
 
-def snapshot(topic: Any, high: dict[int, int]) -> dict[str, dict[str, Any] | None] | None:
+def snapshot(topic: Topic, high: dict[int, int]) -> dict[str, dict[str, Any] | None] | None:
     """The ``channels`` of a round for ``topic`` (topic.Topic), or None when no round can be
     made now (it holds messages itself, or has no channel). Synchronous: one event-loop step."""
     if topic.depth or topic.paused or topic.starting or not topic.channels or not high:
@@ -187,7 +193,9 @@ def snapshot(topic: Any, high: dict[int, int]) -> dict[str, dict[str, Any] | Non
     return out
 
 
-def encode_round(epoch: int, high: dict[int, int], channels: dict[str, Any]) -> bytes:
+def encode_round(
+    epoch: int, high: dict[int, int], channels: dict[str, dict[str, Any] | None]
+) -> bytes:
     """A /replica/progress body (module docstring)."""
     body: bytes = msgpack.packb(
         {"v": LAYOUT_VERSION, "epoch": epoch, "high": high, "channels": channels}
@@ -217,15 +225,32 @@ def decode_round(body: bytes) -> tuple[int, dict[str, ChannelProgress | None]]:
     return epoch, out
 
 
-class Rounds:
-    """A leader's progress rounds. ``repl``: node.Replication (not imported: a circle); a
-    round of topic role ``tr`` reads ``tr.stream`` (epoch, links), ``tr.high`` and the local
-    topic, and counts ``tr.progress_sent``."""
+class Peers(Protocol):
+    """What a leader's rounds need of node.Replication: the daemon, the members' HTTP
+    addresses (node id -> "host:port"), the HTTP client and the request timeout (seconds)."""
 
-    def __init__(self, repl: Any) -> None:
+    @property
+    def nsqd(self) -> Broker: ...
+
+    @property
+    def members(self) -> dict[str, str]: ...
+
+    @property
+    def http(self) -> aiohttp.ClientSession | None: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+
+class Rounds:
+    """A leader's progress rounds. ``repl``: node.Replication (as Peers); a round of topic
+    role ``tr`` reads ``tr.stream`` (epoch, links), ``tr.high`` and the local topic, and
+    counts ``tr.progress_sent``."""
+
+    def __init__(self, repl: Peers) -> None:
         self.repl = repl
 
-    async def loop(self, tr: Any) -> None:
+    async def loop(self, tr: TopicRole) -> None:
         """While leader (cancelled at step-down): a round every INTERVAL seconds."""
         while True:
             await asyncio.sleep(INTERVAL)
@@ -236,7 +261,7 @@ class Rounds:
             except Exception as exc:  # noqa: BLE001 - logged; the next round tries again
                 log.warning("REPLICATION: progress round: %r", exc)
 
-    async def round(self, tr: Any) -> None:
+    async def round(self, tr: TopicRole) -> None:
         """One round: a snapshot of the topic's channels (one event-loop step) sent to every
         follower the stream has a link to; nothing when no round can be made now."""
         stream = tr.stream
@@ -263,15 +288,17 @@ class Rounds:
     async def _send(self, topic: str, epoch: int, node: str, body: bytes) -> bool:
         repl = self.repl
         address = repl.members.get(node, "")
-        if not address:
+        http = repl.http
+        if not address or http is None:
             return False
         params = {"topic": topic, "epoch": str(epoch)}
         try:
-            async with repl.http.post(
+            async with http.post(
                 f"http://{address}/replica/progress",
                 params=params,
                 data=body,
-                timeout=repl.timeout,
+                # seconds: aiohttp makes them a ClientTimeout(total=...)
+                timeout=repl.timeout,  # type: ignore[arg-type]
             ) as resp:
                 await resp.read()
                 return bool(resp.status == 200)
@@ -321,7 +348,7 @@ class ProgressStore:
         """A /replica/progress round: merged and written (in an executor) before it returns
         the rounds taken for ``topic``. ``newest``: the newest epoch this node knows for the
         topic (-1: it leads it, so refuses). ValueError (bad body), StaleEpoch, OSError."""
-        from .stream import StaleEpoch
+        from .entries import StaleEpoch
 
         _, channels = decode_round(body)
         if newest < 0 or epoch < newest:
@@ -400,7 +427,7 @@ class Promotion:
     ``high`` gathers node id -> highest ID gone through; ``redelivered`` counts (entry,
     named channel) puts."""
 
-    def __init__(self, topic: Any, record: dict[str, ChannelProgress | None] | None) -> None:
+    def __init__(self, topic: Topic, record: dict[str, ChannelProgress | None] | None) -> None:
         self.topic = topic
         self.record = record or {}
         self.high: dict[int, int] = {}

@@ -179,7 +179,7 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicRecord:
-    """One replicated topic's coordination state:
+    """One replicated topic's coordination state (docs/architecture-replication.md):
 
     - ``replicas``: the replication factor R (>= 1);
     - ``placement``: the R node ids holding the topic, in preference order;

@@ -1,5 +1,5 @@
 """This node's membership: one etcd lease, the node key under it, the keepalive loop, and the
-lease deadline that fences a leader (docs/replication.md).
+lease deadline that fences a leader (nodes join with leases).
 
 The deadline rule. etcd expires a lease TTL seconds after the keepalive it last *processed*.
 That moment is after the moment this node *sent* the keepalive, so ``sent + TTL`` (on this node's

@@ -392,6 +392,23 @@ def test_topic_create_errors(nsqd, query, text):
     assert nsqd.stats()["topics"] == []
 
 
+@pytest.mark.parametrize(
+    "query,code,text",
+    [
+        ("?topic=tr&replicas=2", 400, "REPLICATION_DISABLED"),
+        ("?topic=tr&replicas=0", 400, "INVALID_REPLICAS"),
+        ("?topic=tr&replicas=x", 400, "INVALID_REPLICAS"),
+    ],
+)
+def test_topic_create_replicas_without_replication(nsqd, query, code, text):
+    """nsqpy's ``replicas`` on a daemon without --etcd-endpoints: above 1 is refused, 1 is a
+    plain topic."""
+    assert_err(nsqd.http("POST", "/topic/create" + query), code, text)
+    assert nsqd.stats()["topics"] == []
+    assert_ok(nsqd.http("POST", "/topic/create?topic=tr&replicas=1"), body=b"")
+    assert [t["topic_name"] for t in nsqd.stats()["topics"]] == ["tr"]
+
+
 def test_topic_delete(nsqd):
     assert_ok(nsqd.http("POST", "/topic/create?topic=td"), body=b"")
     assert_ok(nsqd.http("POST", "/pub?topic=td", b"m"))

@@ -1,4 +1,4 @@
-"""Pipelined replicated publishes (protocol_v2.ReplicatedPublish, "Pipelining"): one connection
+"""Pipelined replicated publishes (replication/tcp_publish.py, "Pipelining"): one connection
 has several replicated publishes waiting for their commits at once, and every answer still
 comes in the order of the commands, exact bytes over a raw socket. Three nsqpy-d nodes joined
 through a real etcd (tests/etcd_server.py); one follower is stopped (SIGSTOP, with a long

@@ -1,6 +1,6 @@
 """Replicated topics across leader changes: a deposed leader or a node that was
 away while the leader changed rejoins as a follower, is reset or caught up from the new
-leader's history (docs/replication.md, "Rejoining") and is re-admitted to the ISR, so that
+leader's history (replication/leader_stream.py "Rejoining") and is re-admitted to the ISR, so that
 after any failover every placement node can be an in-sync replica again.
 
 Real processes: nsqpy-d nodes on loopback with their own data dirs, a real etcd

@@ -119,3 +119,46 @@ def test_no_class_over_500_lines() -> None:
                 if lines > MAX_CLASS_LINES:
                     big.append(f"{path.relative_to(ROOT)}:{node.name} {lines}")
     assert big == []
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported: its body's, those under a plain ``if``
+    or ``try`` included, those under ``if TYPE_CHECKING:`` and inside functions left out."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                todo.extend(node.body)
+            todo.extend(node.orelse)
+        elif isinstance(node, ast.Try):
+            todo.extend(node.body)
+            todo.extend(node.orelse)
+            todo.extend(node.finalbody)
+            for handler in node.handlers:
+                todo.extend(handler.body)
+    return found
+
+
+def test_replication_is_opt_in() -> None:
+    """Only the daemon with --etcd-endpoints loads nsqpy/replication: no module outside it
+    imports it when imported (only inside the functions that run with the flag)."""
+    graph_mods = _modules()
+    wrong = []
+    for name, path in graph_mods.items():
+        if name.startswith("nsqpy.replication"):
+            continue
+        pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in _module_level_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            else:
+                base = pkg[: len(pkg) - node.level + 1] if node.level else []
+                mods = [".".join(base + ([node.module] if node.module else []))]
+                mods += [f"{mods[0]}.{a.name}" for a in node.names]
+            if any(m == "nsqpy.replication" or m.startswith("nsqpy.replication.") for m in mods):
+                wrong.append(f"{name}:{node.lineno}")
+    assert wrong == []

@@ -775,3 +775,74 @@ def test_stats_record(core, clock) -> None:
     )
     assert (s.state, s.ready_count, s.in_flight_count, s.message_count) == (3, 7, 1, 1)
     assert (s.tls, s.codec, s.authed, s.pub_counts) == (False, "", False, {})
+
+
+# ------------------------------------------------------------ the replication seam
+
+
+class FakeReplication:
+    """protocol_v2.PublishReplication as a test double: topics starting with "r" are
+    replicated; ``pending`` clients are held; publishes are recorded and answered at once
+    (``answer`` True: OK through ProtocolV2.published; False: the command's fatal error)."""
+
+    def __init__(self, core: ProtocolV2) -> None:
+        self.core = core
+        self.pending: set[ClientState] = set()
+        self.published: list[tuple[str, str, list[bytes], int]] = []
+        self.retries: list[object] = []
+        self.answer = True
+
+    def replicates(self, topic: str) -> bool:
+        return topic.startswith("r")
+
+    def hold(self, c: ClientState, retry) -> int:
+        if c not in self.pending:
+            return 0
+        self.retries.append(retry)
+        return SUSPEND
+
+    def publish(self, c, cmd, topic, bodies, delay_ms, retry) -> int:
+        self.published.append((cmd.name, topic, bodies, delay_ms))
+        if not self.answer:
+            raise wire.FatalClientError(cmd.failed, f"{cmd.name} failed not acknowledged")
+        return self.core.published(c, topic, len(bodies))
+
+
+def test_replicated_topics_go_through_the_attached_replication(core) -> None:
+    repl = FakeReplication(core)
+    core.attach_replication(repl)
+    p = Client(core)
+    assert p.cmd(b"PUB", b"rt", body=b"a") == 0 and p.only() == ok()
+    assert p.send(wire.encode_mpub(b"rt", [b"b", b"c"])) == 0
+    assert p.only() == ok()
+    assert p.cmd(b"DPUB", b"rt", b"1500", body=b"d") == 0 and p.only() == ok()
+    assert repl.published == [
+        ("PUB", "rt", [b"a"], 0),
+        ("MPUB", "rt", [b"b", b"c"], 0),
+        ("DPUB", "rt", [b"d"], 1500),
+    ]
+    assert p.state.pub_counts == {"rt": 4}
+    # nothing put locally by the core (MPUB's precheck makes the topic, as nsqd does)
+    assert core.nsqd.topics["rt"].depth == 0
+    # a plain topic: nsqd's own path
+    assert p.cmd(b"PUB", b"plain", body=b"e") == 0 and p.only() == ok()
+    assert core.nsqd.topics["plain"].depth == 1 and len(repl.published) == 3
+    # not acknowledged: the command's fatal error
+    repl.answer = False
+    assert p.cmd(b"DPUB", b"rt", b"0", body=b"f") == CLOSE
+    assert p.only() == err(b"E_DPUB_FAILED DPUB failed not acknowledged")
+
+
+def test_other_commands_wait_while_replication_holds_the_client(core) -> None:
+    repl = FakeReplication(core)
+    core.attach_replication(repl)
+    p = Client(core)
+    repl.pending.add(p.state)
+    assert p.cmd(b"PUB", b"plain", body=b"a") == SUSPEND  # an R=1 publish waits its turn
+    assert p.cmd(b"NOP") == SUSPEND
+    assert p.frames() == [] and "plain" not in core.nsqd.topics
+    assert p.cmd(b"PUB", b"rt", body=b"b") == 0  # a replicated one goes into the pipeline
+    assert p.only() == ok()
+    repl.pending.clear()
+    assert [retry() for retry in repl.retries] == [0, 0]
+    assert p.only() == ok() and core.nsqd.topics["plain"].depth == 1

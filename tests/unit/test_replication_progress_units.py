@@ -14,7 +14,8 @@ import pytest
 from nsqpy.channel import Channel
 from nsqpy.message import Message, encode_record
 from nsqpy.replication import progress
-from nsqpy.replication.stream import LeaderStream, Link
+from nsqpy.replication.leader_stream import LeaderStream
+from nsqpy.replication.link import Link
 from nsqpy.topic import Topic
 
 NODE = 7
@@ -137,7 +138,7 @@ async def test_progress_store_merges_keeps_older_entry_for_unknown_and_survives_
     # the next round: "a" unknown now (a disk backlog): its older entry is kept
     body2 = progress.encode_round(2, {NODE: guid(9)}, {"a": None, "b": cp.to_obj()})
     assert await store.receive("t", 2, body2, 1) == 2
-    from nsqpy.replication.stream import StaleEpoch
+    from nsqpy.replication.entries import StaleEpoch
 
     with pytest.raises(StaleEpoch):
         await store.receive("t", 1, body2, 2)

@@ -1,8 +1,9 @@
-"""Rejoining in process (docs/replication.md, "Rejoining"): a follower's ReplicaLog answers a
-probe with the name of its last entry (kept across a reopen in ``<topic>#replica.last``) and
-whether its topic is dirty, checks that a batch follows that name, is reset (its topic first)
-only when its node agrees, and drains each name once, keeping the drained entries as the new
-leader's history; a LeaderStream finds what a follower needs after its last name."""
+"""Rejoining in process (replication/leader_stream.py "Rejoining"): a follower's ReplicaLog
+answers a probe with the name of its last entry (kept across a reopen in
+``<topic>#replica.last``) and whether its topic is dirty, checks that a batch follows that
+name, is reset (its topic first) only when its node agrees, and drains each name once, keeping
+the drained entries as the new leader's history; a LeaderStream finds what a follower needs
+after its last name."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ from pathlib import Path
 import pytest
 
 from nsqpy.diskqueue import DiskQueue
-from nsqpy.replication.stream import (
+from nsqpy.replication.entries import (
     ENTRY,
     RECORD_HEADER,
     Gap,
-    LeaderStream,
-    Link,
     NotFollowing,
-    ReplicaLog,
     StaleEpoch,
     entry_name,
     name_text,
     parse_name,
 )
+from nsqpy.replication.leader_stream import LeaderStream
+from nsqpy.replication.link import acked_of, batch_for
+from nsqpy.replication.replica_log import ReplicaLog
 
 
 def _entry(epoch: int, seq: int) -> bytes:
@@ -111,11 +112,9 @@ def test_leader_stream_sends_what_follows_the_followers_last_entry() -> None:
     s.set_history([_entry(2, 7), _entry(2, 8), _entry(4, 0)])
     s.entries = [_entry(5, i) for i in range(3)]
     s.next_seq = 3
-    link = Link("f", 0)
 
     def names(last: tuple[int, int] | None) -> list[tuple[int, int]] | None:
-        link.last = last
-        batch = s._batch(link)
+        batch = batch_for(last, s)
         return None if batch is None else [entry_name(e) for e in batch]
 
     assert names(None) == [(2, 7), (2, 8), (4, 0)]  # empty log: the whole history
@@ -125,7 +124,7 @@ def test_leader_stream_sends_what_follows_the_followers_last_entry() -> None:
     assert names((4, 0)) == [(5, 0), (5, 1), (5, 2)]
     assert names((5, 1)) == [(5, 2)]
     assert names((5, 2)) == []  # caught up
-    assert s._acked_of((5, 1)) == 2 and s._acked_of((4, 0)) == 0
+    assert acked_of((5, 1), s) == 2 and acked_of((4, 0), s) == 0
     s.base = 1
     assert names((4, 0)) is None  # this epoch's first entries are gone: given up
     s.close()

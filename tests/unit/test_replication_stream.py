@@ -1,7 +1,8 @@
-"""nsqpy.replication.stream in process: the append request's entry framing, a follower's
-ReplicaLog (skips what it has, refuses gaps and older epochs, fenced by a newer record, drained
-in order at promotion, durable across a reopen) and a LeaderStream's commit bookkeeping with no
-follower links (everything commits at once; waiters answered by ``allowed()``)."""
+"""The replication stream in process (entries.py, replica_log.py, leader_stream.py): the append
+request's entry framing, a follower's ReplicaLog (skips what it has, refuses gaps and older
+epochs, fenced by a newer record, drained in order at promotion, durable across a reopen) and a
+LeaderStream's commit bookkeeping with no follower links (everything commits at once; waiters
+answered by ``allowed()``)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from nsqpy.diskqueue import DiskQueue
-from nsqpy.replication.stream import (
+from nsqpy.replication.entries import (
     ENTRY,
     RECORD_HEADER,
     Gap,
-    LeaderStream,
-    ReplicaLog,
     StaleEpoch,
     decode_entries,
     encode_entries,
 )
+from nsqpy.replication.leader_stream import LeaderStream
+from nsqpy.replication.replica_log import ReplicaLog
 
 
 def _record(i: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Trimming a follower's replica log (replication/local.py trim_log, stream.ReplicaLog.trim) in
+"""Trimming a follower's replica log (replication/local.py trim_log, replica_log.ReplicaLog.trim) in
 process, on a real DiskQueue in a temp dir: entries at the front that every channel of the
 progress record finished go, the first one a channel still holds (or one published after the
 round) stops it, nothing goes without a record or with a channel of unknown progress, and what
@@ -13,8 +13,9 @@ import pytest
 from nsqpy import guid
 from nsqpy.diskqueue import DiskQueue
 from nsqpy.replication import local
+from nsqpy.replication.entries import ENTRY, RECORD_HEADER
 from nsqpy.replication.progress import ChannelProgress, guid_of, node_of
-from nsqpy.replication.stream import ENTRY, RECORD_HEADER, ReplicaLog
+from nsqpy.replication.replica_log import ReplicaLog
 
 NODE = 7
 

@@ -1,0 +1,111 @@
+"""The replication stream's entries and names: the byte layout a leader sends and a follower
+keeps, and the errors of an append (leader_stream.py sends, replica_log.py keeps,
+http_routes.py carries them).
+
+Entries. Every message a leader accepts (a PUB, each message of an MPUB, a DPUB) becomes one
+*entry*: ``ENTRY`` = epoch (u32), seq (u64), delay in ms (u32, DPUB's; 0 otherwise), all
+big-endian, then the nsqd message record exactly as message.py lays it out (26-byte header:
+timestamp, attempts, 16-byte ID; then the body). ``seq`` counts entries within one epoch from 0;
+(epoch, seq) *names* an entry cluster-wide, and names only grow along a log.
+
+Transport: nsqpy-d's own HTTP port, ``POST /replica/append?topic=T&epoch=E&first=S&prev=P``
+(``&reset=1`` for a reset) with the entries as ``[u32 size][entry]*`` (:func:`encode_entries`);
+every entry names itself, so one request may carry entries of older epochs (a new leader's
+history). ``prev`` is the name the follower's log must end with (``E:S``, :func:`name_text`),
+``-`` (the batch starts the leader's history: it goes after whatever the log has) or ``?`` (a
+probe: nothing appended). The follower answers 200 ``{"next":N,"last":"E:S"}`` (the seq of
+epoch E it expects next, and the name of its last entry; ``"dirty":true|false`` too for a
+probe) once the entries are in its replica log *and fsynced*, or 409
+``{"message":"E_STALE_EPOCH"}`` (:class:`StaleEpoch`: it has seen a newer epoch, the sender was
+deposed) or 409 ``{"message":"E_GAP E:S"}`` (:class:`Gap`: its log ends elsewhere: at E:S, ``-``
+when empty).
+
+Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
+acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
+handler's awaitable later without blocking anything else; a follower's answer comes after an
+fsync (hundreds of microseconds at least), which dwarfs the per-request cost, and the sender
+batches everything pending into one request (group commit), so the request rate is bounded by
+the fsync rate, not by the publish rate. Design notes: docs/architecture-replication.md."""
+
+from __future__ import annotations
+
+import struct
+
+#: An entry's header: epoch (u32), seq (u64), DPUB's delay in ms (u32), big-endian.
+ENTRY = struct.Struct(">IQI")
+_SIZE = struct.Struct(">I")
+#: The nsqd record header (message.py): 8 timestamp + 2 attempts + 16 ID.
+RECORD_HEADER = 26
+#: Most bytes one append request carries (more waits for the next request).
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: Most entries kept for a follower catching up (it is given up beyond), and the most a new
+#: leader keeps as its history.
+MAX_RETAINED = 1_000_000
+
+
+class StaleEpoch(Exception):
+    """A follower has seen a newer epoch than the sender's: the sender is deposed."""
+
+
+#: An entry's name: (epoch, seq).
+Name = tuple[int, int]
+
+
+def entry_name(entry: bytes) -> Name:
+    """An entry's (epoch, seq)."""
+    epoch, seq, _ = ENTRY.unpack_from(entry)
+    return epoch, seq
+
+
+def name_text(name: Name | None) -> str:
+    """A name as the wire spells it: ``"E:S"``, or ``"-"`` for none (an empty log)."""
+    return "-" if name is None else f"{name[0]}:{name[1]}"
+
+
+def parse_name(text: str) -> Name | None:
+    """The inverse of :func:`name_text`. ValueError when malformed."""
+    if text == "-":
+        return None
+    epoch, sep, seq = text.partition(":")
+    if not sep:
+        raise ValueError(f"bad entry name {text!r}")
+    return int(epoch), int(seq)
+
+
+class Gap(Exception):
+    """The batch does not follow what the follower has: ``last`` is the name of its last
+    entry (None: its log is empty or its last name unknown), ``expected`` the seq it expects
+    next in the sender's epoch (0 when its last entry is of an older epoch)."""
+
+    def __init__(self, last: Name | None, expected: int) -> None:
+        super().__init__(f"gap: follower's last entry is {name_text(last)}")
+        self.last = last
+        self.expected = expected
+
+
+class NotFollowing(OSError):
+    """A reset was asked of a node that still leads the topic in its own view (its copy of
+    the record is older than the sender's): refused for now, the sender tries again."""
+
+
+def encode_entries(entries: list[bytes]) -> bytes:
+    """``[u32 size][entry]*`` for one append request."""
+    pack = _SIZE.pack
+    return b"".join(b for e in entries for b in (pack(len(e)), e))
+
+
+def decode_entries(body: bytes) -> list[bytes]:
+    """The entries of an append request body. ValueError when it does not parse."""
+    out: list[bytes] = []
+    i, n = 0, len(body)
+    unpack = _SIZE.unpack_from
+    while i < n:
+        if i + 4 > n:
+            raise ValueError("truncated entry size")
+        (size,) = unpack(body, i)
+        j = i + 4 + size
+        if j > n or size < ENTRY.size + RECORD_HEADER:
+            raise ValueError(f"bad entry size {size}")
+        out.append(body[i + 4 : j])
+        i = j
+    return out

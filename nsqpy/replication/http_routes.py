@@ -1,0 +1,210 @@
+"""The replicated topics' HTTP routes on nsqd's API: installed by server.py with
+--etcd-endpoints only (http_api.RouteHook), never imported otherwise.
+
+Strategy: glue, as http_api.py. :func:`install_routes` replaces /pub, /mpub, /topic/create
+and /topic/delete with handlers that take a replicated topic (one with a record, or one a first
+publish makes: Replication.wants_record) through node.Replication and hand every other request
+to nsqd's own handler (http_api.HTTPAPI) unchanged; and adds nsqpy's two replica routes:
+
+- ``POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1]``: a leader's entries
+  (entries.py), answered ``{"next": N, "last": "E:S"}`` once fsynced (replica_log.py); 400
+  INVALID_TOPIC / BAD_BODY, 409 E_STALE_EPOCH / E_GAP <last>, 500 E_APPEND_FAILED;
+- ``POST /replica/progress?topic=&epoch=``: a leader's channel progress (progress.py),
+  answered ``{"rounds": N}`` once in the side file; 400 BAD_BODY, 409 E_STALE_EPOCH, 500
+  E_PROGRESS_FAILED.
+
+Handlers that wait (for the in-sync replicas, for etcd, for an fsync) return a coroutine; the
+HTTP server answers it later without holding anything else up. Design notes:
+docs/architecture-replication.md."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import wire
+from ..http_api import HTTPAPI
+from ..internal.http.request import Request
+from ..internal.http.router import Router
+from ..internal.http.v1 import NsqHTTPError, api
+from ..topic import TopicError
+from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
+from .node import Replication
+from .records import ReplicationError
+
+log = logging.getLogger("nsqpy")
+
+
+def install_routes(router: Router, h: HTTPAPI, repl: Replication) -> None:
+    """Put the replicated topics' routes into nsqd's ``router`` (see the module docstring);
+    ``h`` is nsqd's API, whose handlers take every request that is not replication's."""
+    routes = ReplicaRoutes(h, repl)
+    opts = repl.opts
+
+    def msg_size() -> int:
+        return opts.max_msg_size
+
+    def body_size() -> int:
+        return opts.max_body_size
+
+    def append_size() -> int:
+        return MAX_REQUEST_BYTES + opts.max_msg_size + 1024
+
+    router.post("/pub", api(routes.pub), msg_size)
+    router.post("/mpub", api(routes.mpub), body_size)
+    router.post("/topic/create", api(routes.topic_create))
+    router.post("/topic/delete", api(routes.topic_delete))
+    router.post("/replica/append", api(routes.replica_append), append_size)
+    router.post("/replica/progress", api(routes.replica_progress), append_size)
+
+
+class ReplicaRoutes:
+    """The handlers (module docstring); ``h``: nsqd's own, ``repl``: this node's replication."""
+
+    def __init__(self, h: HTTPAPI, repl: Replication) -> None:
+        self.h = h
+        self.repl = repl
+
+    def _replicated_topic(self, name: str) -> bool:
+        repl = self.repl
+        return name in repl.topics or (wire.is_valid_name(name) and repl.wants_record(name))
+
+    def pub(self, request: Request) -> Any:
+        """/pub: a topic with a record (or to get one) goes through Replication.publish_http
+        (node.py), any other through nsqd's handler unchanged."""
+        h = self.h
+        q = h.query(request)
+        name = q.get("topic", "")
+        if not self._replicated_topic(name):
+            return h.pub(request)
+        body = h.body_within(request, self.repl.opts.max_msg_size, "MSG_TOO_BIG")
+        if not body:
+            raise NsqHTTPError(400, "MSG_EMPTY")
+        return self._publish(name, [body], h.defer_ms(q), "PUB_FAILED")
+
+    def mpub(self, request: Request) -> Any:
+        h = self.h
+        q = h.query(request)
+        name = q.get("topic", "")
+        if not self._replicated_topic(name):
+            return h.mpub(request)
+        limit = self.repl.opts.max_body_size
+        if request.content_length is not None and request.content_length > limit:
+            raise NsqHTTPError(413, "BODY_TOO_BIG")
+        return self._publish(name, h.mpub_bodies(q, request), 0, "MPUB_FAILED")
+
+    async def _publish(self, name: str, bodies: list[bytes], delay: int, failed: str) -> Any:
+        try:
+            ok = await self.repl.publish_http(name, bodies, delay)
+        except TopicError:
+            raise NsqHTTPError(503, "EXITING") from None
+        except (ReplicationError, TimeoutError, OSError) as e:
+            log.error("replicated publish to %s failed: %s", name, e)
+            raise NsqHTTPError(503, failed) from None
+        if not ok:
+            raise NsqHTTPError(503, failed)
+        return "OK"
+
+    def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:
+        """The query, topic and epoch of a /replica/* request: 400 INVALID_TOPIC for a bad
+        topic name, 400 BAD_BODY for an epoch that is not an integer."""
+        q = self.h.query(request)
+        name = q.get("topic", "")
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        try:
+            return q, name, int(q.get("epoch", ""))
+        except ValueError:
+            raise NsqHTTPError(400, "BAD_BODY") from None
+
+    def replica_append(self, request: Request) -> Any:
+        """POST /replica/append (module docstring)."""
+        q, name, epoch = self._replica_query(request)
+        try:
+            int(q.get("first", ""))
+            entries = decode_entries(request.body)
+            prev, reset = q.get("prev"), q.get("reset") == "1"
+            if prev is not None and prev not in ("?", "-"):
+                parse_name(prev)
+        except ValueError:
+            raise NsqHTTPError(400, "BAD_BODY") from None
+        rlog = self.repl.replica_log(name)
+
+        async def append() -> Any:
+            try:
+                return await rlog.request(epoch, entries, prev, reset)
+            except StaleEpoch:
+                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
+            except Gap as g:
+                raise NsqHTTPError(409, f"E_GAP {name_text(g.last)}") from None
+            except OSError as e:
+                log.error("replica log %s: %s", name, e)
+                raise NsqHTTPError(500, "E_APPEND_FAILED") from None
+
+        return append()
+
+    def replica_progress(self, request: Request) -> Any:
+        """POST /replica/progress (module docstring)."""
+        _, name, epoch = self._replica_query(request)
+        body = request.body
+
+        async def keep() -> Any:
+            try:
+                rounds = await self.repl.progress_received(name, epoch, body)
+            except ValueError:
+                raise NsqHTTPError(400, "BAD_BODY") from None
+            except StaleEpoch:
+                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
+            except OSError as e:
+                log.error("progress of %s: %s", name, e)
+                raise NsqHTTPError(500, "E_PROGRESS_FAILED") from None
+            return {"rounds": rounds}
+
+        return keep()
+
+    def topic_create(self, request: Request) -> Any:
+        """/topic/create?topic=T&replicas=R: R > 1 makes T replicated (503 REPLICATION_FAILED
+        when etcd refuses); R = 1 is a plain topic, kept R=1 on this node; without
+        ``replicas``, nsqd's handler."""
+        h = self.h
+        q = h.query(request)
+        if "replicas" not in q:
+            return h.topic_create(request)
+        replicas = h.replicas_arg(q)
+        repl = self.repl
+        if replicas == 1:
+            if q.get("topic") not in repl.topics:
+                repl.local_only.add(q.get("topic", ""))
+            h.topic_from_query(request)
+            return None
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = q["topic"]
+        if not wire.is_valid_name(name) or name.endswith("#ephemeral"):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+
+        async def create() -> Any:
+            try:
+                await repl.ensure(name, replicas)
+            except (ReplicationError, TimeoutError, OSError) as e:
+                log.error("replicated topic %s: %s", name, e)
+                raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None
+            return None
+
+        return create()
+
+    def topic_delete(self, request: Request) -> Any:
+        """POST /topic/delete?topic=: a replicated topic goes on every node: its record is
+        deleted from etcd (503 REPLICATION_FAILED when etcd cannot be reached) and each node
+        drops its copy and replica log; any other topic through nsqd's handler."""
+        q = self.h.query(request)
+        name = q.get("topic")
+        if name is None or name not in self.repl.topics:
+            return self.h.topic_delete(request)
+        return self._delete(name)
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.repl.delete_topic(name)
+        except (ReplicationError, OSError) as e:
+            raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None

@@ -1,0 +1,254 @@
+"""A follower's copy of one topic's stream: the replica log (entries.py's entries, appended as
+a leader sends them over ``/replica/append``, fsynced before the answer).
+
+Strategy: a DiskQueue ``<topic>#replica`` in the data path (the library as it is,
+go-diskqueue's format). Its *read* position is what this node has put into its own topic: a
+follower only appends (and fsyncs before it answers: the data file alone, the meta file too on
+--sync-every/--sync-timeout and on a new file); a follower promoted to leader reads everything
+past the read position into its topic (:meth:`ReplicaLog.drain`), so what it delivers next is
+everything it holds that its channels never had. Names only grow along the log: an entry whose
+name is not after the log's last one is skipped (it has it). The name of the last entry
+survives a restart in ``<topic>#replica.last`` (written after the fsync of what it names, so it
+never names an entry that is not durable; a stale one only costs entries sent twice, which
+drain() skips). The newest epoch seen lives in memory: a restarted follower accepts the next
+batch of any epoch not older than its record's. A leader finding this node's topic *dirty*
+(holding messages of an earlier leadership of its own) resets it: the topic and the log are
+emptied, then rebuilt from the leader's history (leader_stream.py, "Rejoining").
+Design notes: docs/architecture-replication.md."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..diskqueue import DiskQueue
+from .entries import (
+    ENTRY,
+    MAX_RETAINED,
+    Gap,
+    Name,
+    NotFollowing,
+    StaleEpoch,
+    entry_name,
+    name_text,
+    parse_name,
+)
+
+log = logging.getLogger("nsqpy.replication")
+
+_LAST_SIZE = 32  # the ``.last`` file: "E:S" padded with spaces, rewritten in place
+
+
+class ReplicaLog:
+    """A follower's copy of one topic's stream: the DiskQueue ``<topic>#replica`` made by
+    ``open_queue(name)`` (Storage.new_backend's sizes plus the entry header).
+
+    ``last`` is the name of the last entry appended (None: none, or unknown), kept across
+    restarts in ``last_path`` (``<topic>#replica.last``; written after the fsync of the data
+    it names, never fsynced itself: a stale one names an older entry, which only makes the
+    leader send some entries again, skipped by :meth:`drain`). ``epoch`` is the newest sender
+    epoch seen, ``min_epoch`` the oldest epoch still accepted (raised by :meth:`fence` when
+    this node learns of a newer record, so a deposed leader's late appends are refused even
+    before the new leader sent anything). ``dirty()`` says whether this node's own topic
+    still holds messages (from an earlier leadership of its own); ``on_reset()`` empties that
+    topic for a leader of the given epoch and returns False when it cannot (this node does not
+    know that epoch's record yet, or still leads in its own view)."""
+
+    def __init__(
+        self,
+        topic: str,
+        dq: DiskQueue,
+        last_path: str | None = None,
+        dirty: Callable[[], bool] | None = None,
+        on_reset: Callable[[int], bool] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.dq = dq
+        self.epoch = 0
+        self.appended = 0
+        self.resets = 0
+        self.min_epoch = 0
+        self.lock = asyncio.Lock()
+        self.dirty = dirty
+        self.on_reset = on_reset
+        #: Entries taken out by drain() at the last promotion (the new leader's history).
+        self.retained: deque[bytes] = deque(maxlen=MAX_RETAINED)
+        self._data_fd = -1  # read-only fd of the write file, for the data-only fsync
+        self._data_num = -1  # its file number (-1: none yet: the next sync is a full one)
+        self.last: Name | None = None
+        self._last_fd = -1
+        if last_path is not None:
+            self._last_fd = os.open(last_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                self.last = parse_name(os.pread(self._last_fd, _LAST_SIZE, 0).decode().strip())
+            except (ValueError, UnicodeDecodeError):
+                self.last = None  # absent or torn: unknown, the leader sends everything
+
+    @property
+    def next_seq(self) -> int:
+        """The seq expected next in the newest sender epoch seen (0 when none of it is here)."""
+        last = self.last
+        return last[1] + 1 if last is not None and last[0] == self.epoch else 0
+
+    def fence(self, epoch: int) -> None:
+        """Refuse appends of epochs older than ``epoch`` from now on."""
+        self.min_epoch = max(self.min_epoch, epoch)
+
+    async def request(
+        self, epoch: int, entries: list[bytes], prev: str | None, reset: bool = False
+    ) -> dict[str, Any]:
+        """One ``/replica/append`` request: :meth:`append`, then the answer
+        ``{"next": N, "last": "E:S"}`` (with ``"dirty"`` for a probe, ``prev="?"``)."""
+        await self.append(epoch, 0, entries, prev, reset)
+        answer: dict[str, Any] = {"next": self.next_seq, "last": name_text(self.last)}
+        if prev == "?":
+            answer["dirty"] = bool(self.dirty is not None and self.dirty())
+        return answer
+
+    async def append(
+        self,
+        epoch: int,
+        first: int,
+        entries: list[bytes],
+        prev: str | None = None,
+        reset: bool = False,
+    ) -> int:
+        """Append the entries a leader of ``epoch`` sent (each names itself; those not after
+        :attr:`last` are skipped: this log has them), fsync, and return :attr:`next_seq`.
+
+        ``prev``: ``"?"`` a probe (nothing appended); ``"-"`` the batch starts the leader's
+        history, to go after whatever this log has; ``"E:S"`` the name this log must end with
+        (Gap otherwise); None (no chain check) only refuses a batch starting past the next seq
+        of the epoch this log ends in. ``reset``: first empty this node's topic (on_reset) and
+        this log (the leader found the topic dirty: a deposed leader's own data, its
+        unacknowledged tail included, gives way to the leader's history). ``first`` is the
+        sender's seq of the batch, informational. StaleEpoch, Gap, NotFollowing, OSError."""
+        async with self.lock:
+            if epoch < self.epoch or epoch < self.min_epoch:
+                raise StaleEpoch()
+            self.epoch = epoch
+            if prev == "?":
+                return self.next_seq
+            if reset:
+                self._reset(epoch)
+            last = self.last
+            if prev is None:
+                if entries and last is not None:
+                    head = entry_name(entries[0])
+                    if head[0] == last[0] and head[1] > last[1] + 1:
+                        raise Gap(last, self.next_seq)
+            elif prev != "-" and parse_name(prev) != last:
+                raise Gap(last, self.next_seq)
+            i, n = 0, len(entries)
+            if last is not None:
+                while i < n and entry_name(entries[i]) <= last:
+                    i += 1
+            fresh = entries[i:] if i else entries
+            if fresh:
+                dq = self.dq
+                dq.put_many(fresh)
+                loop = asyncio.get_running_loop()
+                if dq.needs_sync() or dq.write_file_num != self._data_num:
+                    # the meta file too: due by --sync-every/--sync-timeout, or a new file
+                    await loop.run_in_executor(None, dq.prepare_sync())
+                    self._reopen_data()
+                else:
+                    dq.flush()
+                    await loop.run_in_executor(None, os.fsync, self._data_fd)
+                self.last = entry_name(fresh[-1])
+                self._write_last()
+                self.appended += len(fresh)
+            return self.next_seq
+
+    def _reset(self, epoch: int) -> None:
+        if self.on_reset is not None and not self.on_reset(epoch):
+            raise NotFollowing(f"topic {self.topic}: still leading here, not reset")
+        log.warning("topic %s: replica log reset to the leader's history", self.topic)
+        self.dq.empty()
+        self._close_data()
+        self.last = None
+        self._write_last()
+        self.resets += 1
+
+    def _write_last(self) -> None:
+        if self._last_fd >= 0:
+            os.pwrite(self._last_fd, name_text(self.last).encode().ljust(_LAST_SIZE), 0)
+
+    def _reopen_data(self) -> None:
+        """Keep a read-only fd on the write file: fsync through any fd of a file makes its
+        data durable, and the DiskQueue reopens past the meta file's write position (it keeps
+        records found beyond it, diskqueue.py), so between meta syncs an append costs one
+        fsync of the data."""
+        num = self.dq.write_file_num
+        if num == self._data_num:
+            return
+        self._close_data()
+        self._data_fd = os.open(self.dq.file_name(num), os.O_RDONLY | os.O_CLOEXEC)
+        self._data_num = num
+
+    def _close_data(self) -> None:
+        if self._data_fd >= 0:
+            os.close(self._data_fd)
+        self._data_fd, self._data_num = -1, -1
+
+    def drain(self, limit: int = 1024) -> list[tuple[int, bytes]]:
+        """Consume up to ``limit`` entries not yet put into this node's topic:
+        [(delay_ms, record)], [] when none is left. An entry whose name is not after the one
+        drained before it (sent twice after a stale ``.last``) is skipped. Every entry
+        returned is also kept in :attr:`retained` (the newest MAX_RETAINED)."""
+        out: list[tuple[int, bytes]] = []
+        hs = ENTRY.size
+        unpack = ENTRY.unpack_from
+        keep = self.retained
+        while not out:
+            _, raw = self.dq.read_many(limit)
+            if not raw:
+                break
+            top = entry_name(keep[-1]) if keep else (-1, -1)
+            for e in raw:
+                epoch, seq, delay = unpack(e)
+                if (epoch, seq) <= top:
+                    continue
+                top = (epoch, seq)
+                keep.append(e)
+                out.append((delay, e[hs:]))
+        return out
+
+    def trim(self, finished: Callable[[bytes], bool], limit: int) -> int:
+        """Drop up to ``limit`` entries from the front of the part not yet put into this
+        node's topic, while ``finished(record)`` (the nsqd record, without the entry header)
+        says every channel finished it (local.trim_log, from the progress rounds); returns
+        how many went. Such an entry is neither put into the topic at a promotion nor sent
+        as history: no channel could deliver it again. One peek/advance each, so only what
+        is dropped is consumed (a crash before the meta file's next sync brings some back:
+        filtered again at a promotion). OSError from the DiskQueue."""
+        dq = self.dq
+        hs = ENTRY.size
+        n = 0
+        while n < limit:
+            e = dq.peek()
+            if e is None or not finished(e[hs:]):
+                break
+            dq.advance()
+            n += 1
+        return n
+
+    def take_retained(self) -> list[bytes]:
+        """The entries drained since the last call, in order (then forgotten here)."""
+        out = list(self.retained)
+        self.retained.clear()
+        return out
+
+    def sync_job(self) -> Callable[[], None]:
+        return self.dq.prepare_sync()
+
+    def close(self) -> None:
+        self._close_data()
+        if self._last_fd >= 0:
+            os.close(self._last_fd)
+            self._last_fd = -1
+        self.dq.close()
