@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import wire
+from .checks import check_name
 from .config import Config
 from .conn import Conn, NSQError
 from .lookup import lookup
@@ -83,10 +83,8 @@ class Consumer:
     coroutine."""
 
     def __init__(self, topic: str, channel: str, config: Config | None = None) -> None:
-        if not wire.is_valid_name(topic):
-            raise ValueError(f"invalid topic name {topic!r}")
-        if not wire.is_valid_name(channel):
-            raise ValueError(f"invalid channel name {channel!r}")
+        check_name(topic, "topic")  # InvalidNameError (a ValueError) naming the rule
+        check_name(channel, "channel")
         self.topic = topic
         self.channel = channel
         self.config = config if config is not None else Config()
