@@ -25,6 +25,7 @@ from .conn import NSQError
 #: The limits nsqd puts in its "too big" errors ("PUB message too big 2000 > 1024").
 _TOO_BIG = re.compile(r"too big (\d+) > (\d+)")
 
+
 class InvalidNameError(NSQError, ValueError):
     """A topic or channel name nsqd would refuse (``code`` E_BAD_TOPIC or E_BAD_CHANNEL);
     nothing was sent. The message names the rule and what breaks it."""
