@@ -32,7 +32,7 @@ class RecordingListener:
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
         self._srv = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self._srv.getsockname()[1]
+        self.address = f"127.0.0.1:{self._srv.getsockname()[1]}"
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
