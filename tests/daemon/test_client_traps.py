@@ -468,3 +468,21 @@ async def test_client_blocking_wrappers_as_context_managers(nsqd):
 
     assert await asyncio.to_thread(work) == [b"one"]
     assert nsqd.depth("blkcm", "ch") == 0
+
+
+async def test_client_inline_handler_that_blocks_is_pointed_at_threads(nsqd, caplog):
+    """A plain handler added without concurrency runs on the loop; one that blocks for more
+    than a quarter of the heartbeat interval is logged once, naming the fix."""
+
+    def slow(msg: Message) -> None:
+        time.sleep(0.5)
+
+    c = Consumer("slow_inline", "ch", fast(heartbeat_interval=1.0, max_in_flight=2))
+    c.add_handler(slow)
+    nsqd.mpub("slow_inline", [b"a", b"b"])
+    with caplog.at_level("WARNING", logger="nsqpy.client"):
+        await c.connect_to_nsqd(nsqd.tcp_address)
+        await until(lambda: c.stats().finished == 2)
+    warned = [r.getMessage() for r in caplog.records if "held the event loop" in r.getMessage()]
+    assert len(warned) == 1 and "concurrency=N" in warned[0]
+    await c.stop(5)
