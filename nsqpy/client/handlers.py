@@ -39,6 +39,7 @@ import concurrent.futures
 import inspect
 import logging
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from .config import Config
@@ -162,8 +163,7 @@ class HandlerRunner:
             else:
                 self._track(self.give_up(msg))
             return
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        t0 = monotonic()
         try:
             r = self.handler(msg)
         except Exception as e:
@@ -171,7 +171,11 @@ class HandlerRunner:
             return
         finally:
             if not self._warned_slow:
-                self._check_slow(loop.time() - t0)
+                self._check_slow(monotonic() - t0)
+        if r is None or r is True:  # the common case, answered without further checks
+            if msg._auto and not msg._responded:
+                msg.finish()
+            return
         if inspect.isawaitable(r):  # e.g. a lambda calling an async function
             self._track(self._await_then(r, msg, None))
             return
