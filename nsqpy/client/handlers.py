@@ -89,7 +89,9 @@ class HandlerRunner:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._warned_slow = False
+        hb = config.heartbeat_interval
+        #: an inline call longer than this (s) is logged, once
+        self._slow_after = hb / 4 if hb > 0 else 1.0
 
     @property
     def can_run_inline(self) -> bool:
@@ -146,22 +148,9 @@ class HandlerRunner:
 
     def run_inline(self, msg: Message) -> None:
         """Run a plain handler now, on the loop (see can_run_inline)."""
-        if self.gives_up(msg):
-            hook = self.giving_up
-            if hook is None or not is_coroutine_function(hook):
-                self._log_giving_up(msg)
-                if hook is not None:
-                    try:
-                        r = hook(msg)
-                    except Exception:
-                        log.exception("giving_up hook failed for msg %s", msg.id.decode())
-                    else:
-                        if inspect.isawaitable(r):  # a plain function that made a coroutine
-                            self._track(self._await_then(r, msg, self._after_giving_up))
-                            return
-                self._after_giving_up(msg)
-            else:
-                self._track(self.give_up(msg))
+        n = self.config.max_attempts
+        if n and msg.attempts > n:
+            self._give_up_inline(msg)
             return
         t0 = monotonic()
         try:
@@ -169,9 +158,8 @@ class HandlerRunner:
         except Exception as e:
             self.failed(msg, e)
             return
-        finally:
-            if not self._warned_slow:
-                self._check_slow(monotonic() - t0)
+        if monotonic() - t0 > self._slow_after:
+            self._warn_slow(monotonic() - t0)
         if r is None or r is True:  # the common case, answered without further checks
             if msg._auto and not msg._responded:
                 msg.finish()
@@ -180,6 +168,23 @@ class HandlerRunner:
             self._track(self._await_then(r, msg, None))
             return
         self.answer(msg, r)
+
+    def _give_up_inline(self, msg: Message) -> None:
+        hook = self.giving_up
+        if hook is not None and is_coroutine_function(hook):
+            self._track(self.give_up(msg))
+            return
+        self._log_giving_up(msg)
+        if hook is not None:
+            try:
+                r = hook(msg)
+            except Exception:
+                log.exception("giving_up hook failed for msg %s", msg.id.decode())
+            else:
+                if inspect.isawaitable(r):  # a plain function that made a coroutine
+                    self._track(self._await_then(r, msg, self._after_giving_up))
+                    return
+        self._after_giving_up(msg)
 
     async def _await_then(
         self, aw: Any, msg: Message, then: Callable[[Message], None] | None
@@ -203,17 +208,14 @@ class HandlerRunner:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    def _check_slow(self, took: float) -> None:
-        hb = self.config.heartbeat_interval
-        limit = hb / 4 if hb > 0 else 1.0
-        if took > limit:
-            self._warned_slow = True
-            log.warning(
-                "handler %r held the event loop for %.3f s (heartbeats, RDY and FIN wait "
-                "meanwhile): add it with add_handler(fn, concurrency=N) to run it in N threads",
-                self.handler,
-                took,
-            )
+    def _warn_slow(self, took: float) -> None:
+        self._slow_after = float("inf")  # once
+        log.warning(
+            "handler %r held the event loop for %.3f s (heartbeats, RDY and FIN wait "
+            "meanwhile): add it with add_handler(fn, concurrency=N) to run it in N threads",
+            self.handler,
+            took,
+        )
 
     # ------------------------------------------------------------------ workers
 
