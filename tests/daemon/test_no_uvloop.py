@@ -10,6 +10,7 @@ import asyncio
 import sys
 
 import pytest
+from conftest import DAEMON_CWD
 
 from nsqpy.client import Config, Consumer, Producer
 from nsqpy.testing import Nsqd
@@ -23,7 +24,8 @@ WITHOUT_UVLOOP = (
 
 @pytest.fixture
 def nsqd_without_uvloop(tmp_path):
-    d = Nsqd(data_path=tmp_path, cmd=[sys.executable, "-c", WITHOUT_UVLOOP], wait_ping=True)
+    cmd = [sys.executable, "-c", WITHOUT_UVLOOP]
+    d = Nsqd(data_path=tmp_path, cmd=cmd, cwd=DAEMON_CWD, wait_ping=True)
     yield d
     assert d.stop() == 0, d.log_text()[-3000:]
 
