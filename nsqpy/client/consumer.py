@@ -71,9 +71,10 @@ class ConsumerStats:
 
 
 class Consumer:
-    """Reads ``topic``/``channel`` (valid NSQ names; ValueError otherwise) from nsqd.
+    """Reads ``topic``/``channel`` (valid NSQ names; InvalidNameError, a ValueError naming the
+    rule, otherwise) from nsqd.
 
-    ``add_handler(handler, concurrency=1)`` before connecting; then ``await
+    ``add_handler(handler, concurrency=None, giving_up=None)`` before connecting; then ``await
     connect_to_nsqd("host:port")`` / ``connect_to_nsqds([...])`` (nsqd's TCP address) and/or
     ``await connect_to_lookupd("host:port")`` / ``connect_to_lookupds([...])`` (lookupd's HTTP
     address); ``await stop()`` at the end. Connecting raises as :class:`~nsqpy.client.conn.Conn`
