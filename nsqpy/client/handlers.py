@@ -64,8 +64,8 @@ def is_coroutine_function(fn: Any) -> bool:
 class HandlerRunner:
     """One handler of a consumer: ``handler`` run as the module docstring says, ``concurrency``
     (None: inline for a plain function, 1 task for a coroutine function; N: N threads or N
-    tasks), ``giving_up`` (sync or async, or None), ``config`` the consumer's (max_attempts,
-    heartbeat_interval are read when used)."""
+    tasks), ``giving_up`` (sync or async, or None), ``config`` the consumer's (max_attempts is
+    read at each message, heartbeat_interval here, for the slow inline call warning)."""
 
     def __init__(
         self,
