@@ -14,11 +14,12 @@ Source of truth: https://nsq.io/clients/tcp_protocol_spec.html and nsqd/protocol
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
+from .internal.names import NAME_RE as _NAME_RE  # noqa: F401  (the rule's one owner)
+from .internal.names import is_valid_name as is_valid_name
 from .message import ATTEMPTS_START, HEADER_LENGTH, ID_LENGTH
 from .message import decode_record as decode_message  # noqa: F401  (re-exported)
 from .message import encode_record as encode_message
@@ -67,8 +68,6 @@ _ATTEMPTS = struct.Struct(">H")
 # where append_record_frame patches the attempts: after the frame header, at the record's own
 _FRAME_ATTEMPTS = FRAME_HEADER_LENGTH + ATTEMPTS_START
 
-_NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
-
 BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"))
 
 
@@ -98,21 +97,6 @@ class FatalClientError(ClientError):
     """A fatal protocol error: nsqd sends the error frame, then closes the connection."""
 
     fatal: ClassVar[bool] = True
-
-
-def is_valid_name(name: str | bytes) -> bool:
-    """Topic and channel name rule (internal/protocol/names.go).
-
-    1 to 64 characters of ``[.a-zA-Z0-9_-]``, optionally ending in ``#ephemeral``.
-    """
-    if isinstance(name, bytes):
-        try:
-            name = name.decode("ascii")
-        except UnicodeDecodeError:
-            return False
-    if not 1 <= len(name) <= 64:
-        return False
-    return _NAME_RE.fullmatch(name) is not None
 
 
 def go_quote(b: bytes) -> str:

@@ -40,6 +40,7 @@ class _LoopThread:
 
     def __init__(self, name: str) -> None:
         self.loop = _new_loop()
+        self._closing = False
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
@@ -51,7 +52,13 @@ class _LoopThread:
             fut.cancel()
             raise TimeoutError(f"no answer within {timeout} s") from None
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        return self._closing
+
     def close(self) -> None:
+        self._closing = True
         if self.loop.is_closed():
             return
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -93,7 +100,9 @@ class BlockingProducer:
             self._lt.run(self._p.ping(), self.timeout)
 
     def stop(self) -> None:
-        """Close the connections and the loop thread."""
+        """Close the connections and the loop thread; a no-op once done."""
+        if self._lt.closed:
+            return
         try:
             self._lt.run(self._p.stop(), self.timeout)
         finally:
@@ -167,7 +176,10 @@ class BlockingConsumer:
 
     def stop(self, timeout: float | None = None) -> None:
         """CLS, requeue the messages not taken, wait until those taken are answered (at most
-        ``timeout`` s, default the wrapper's), close, end the loop thread."""
+        ``timeout`` s, default the wrapper's), close, end the loop thread; a no-op once
+        done."""
+        if self._lt.closed:
+            return
         t = self.timeout if timeout is None else timeout
         while True:  # messages nobody took go back now, without backoff
             try:

@@ -96,7 +96,9 @@ class Config:
     ``output_buffer_size`` (bytes, 16384), ``output_buffer_timeout`` (s, 0.25; 0 or below
     disables), ``msg_timeout`` (s, 0 = nsqd's own), ``tls_v1``, ``deflate``,
     ``deflate_level`` (1..9, 6), ``snappy``, ``auth_secret`` (sent in AUTH when nsqd says
-    auth_required). ``max_msg_size`` (bytes, 0 = no limit: a larger frame drops the connection).
+    auth_required). ``max_msg_size`` (bytes, 0 = no limit: a larger frame from nsqd drops the
+    connection; a producer refuses a larger body before sending it, until nsqd names its own
+    limit).
     TLS: ``tls_context`` (an ssl.SSLContext used as is), else one built from
     ``tls_root_ca_file``, ``tls_cert``/``tls_key`` (client certificate),
     ``tls_insecure_skip_verify`` and ``tls_min_version`` ("tls1.0".."tls1.3").

@@ -17,12 +17,13 @@ Strategy (go-nsq consumer.go, v1.1, rule for rule):
   1 goes to one random connection to test the water; its FIN lowers the level, and at level 0
   every connection gets its RDY back. Signals that arrive while the RDY 0 timer runs are
   ignored (go-nsq's inBackoffTimeout).
-- **Handlers.** A handler takes a :class:`Message`; returning FINs it, raising REQs it
-  (default delay: default_requeue_delay × attempts, capped; with backoff), unless the handler
-  called ``disable_auto_response()``. A message delivered more than max_attempts times is
-  FINed without the handler. One synchronous handler runs inline, on the event loop, as frames
-  are parsed (no queue, no task per message); otherwise messages go through one asyncio.Queue
-  to ``concurrency`` worker tasks per handler.
+- **Handlers.** :mod:`nsqpy.client.handlers` runs them: returning None/True FINs, returning
+  False or raising REQs with backoff (default delay: default_requeue_delay × attempts,
+  capped), ``enable_async()`` answers by hand; past max_attempts, ``giving_up`` then FIN. A
+  plain function added alone without ``concurrency`` runs inline on the event loop as frames
+  are parsed (no queue, no task per message); otherwise messages go through one
+  asyncio.Queue to each handler's workers (tasks, or threads for a plain function with
+  ``concurrency``).
 - **Discovery.** Each lookupd is asked GET /lookup?topic= at once, then every
   lookupd_poll_interval after a random jitter (lookupd_poll_jitter × interval), round robin
   over the lookupds, at most 3 tries per poll; new nsqd are connected. A dropped connection
@@ -30,6 +31,8 @@ Strategy (go-nsq consumer.go, v1.1, rule for rule):
   every lookupd_poll_interval until it comes back.
 - **Stop.** CLS on every connection; nsqd answers CLOSE_WAIT and sends nothing more; each
   connection closes once its in-flight messages are answered (or after ``timeout``).
+  ``wait_closed()`` returns once a stop has finished (go-nsq's StopChan); ``async with``
+  stops on exit.
 
 Source: go-nsq consumer.go, conn.go (v1.1)."""
 
@@ -37,23 +40,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import wire
+from .checks import check_name
 from .config import Config
 from .conn import Conn, NSQError
+from .handlers import GivingUp, Handler, HandlerRunner
 from .lookup import lookup
 from .message import Message
 
 log = logging.getLogger("nsqpy.client")
-
-#: A handler: called with each Message; may be a coroutine function.
-Handler = Callable[[Message], Any]
 
 _RESUME, _BACKOFF, _CONTINUE = 0, 1, 2
 
@@ -71,22 +71,21 @@ class ConsumerStats:
 
 
 class Consumer:
-    """Reads ``topic``/``channel`` (valid NSQ names; ValueError otherwise) from nsqd.
+    """Reads ``topic``/``channel`` (valid NSQ names; InvalidNameError, a ValueError naming the
+    rule, otherwise) from nsqd.
 
-    ``add_handler(handler, concurrency=1)`` before connecting; then ``await
+    ``add_handler(handler, concurrency=None, giving_up=None)`` before connecting; then ``await
     connect_to_nsqd("host:port")`` / ``connect_to_nsqds([...])`` (nsqd's TCP address) and/or
     ``await connect_to_lookupd("host:port")`` / ``connect_to_lookupds([...])`` (lookupd's HTTP
     address); ``await stop()`` at the end. Connecting raises as :class:`~nsqpy.client.conn.Conn`
     does (OSError, TimeoutError, NSQError: a refused SUB is e.g. E_BAD_TOPIC or
     E_UNAUTHORIZED); RuntimeError before any handler or after stop. ``stats()`` gives the
     counters. Everything runs on the event loop that called the constructor's first
-    coroutine."""
+    coroutine. ``async with`` stops it on exit; ``wait_closed()`` waits for a stop."""
 
     def __init__(self, topic: str, channel: str, config: Config | None = None) -> None:
-        if not wire.is_valid_name(topic):
-            raise ValueError(f"invalid topic name {topic!r}")
-        if not wire.is_valid_name(channel):
-            raise ValueError(f"invalid channel name {channel!r}")
+        check_name(topic, "topic")  # InvalidNameError (a ValueError) naming the rule
+        check_name(channel, "channel")
         self.topic = topic
         self.channel = channel
         self.config = config if config is not None else Config()
@@ -97,10 +96,9 @@ class Consumer:
         self._nsqd_addrs: list[str] = []
         self._lookupd_addrs: list[str] = []
         self._lookupd_index = 0
-        self._handlers: list[tuple[Handler, int, bool]] = []
-        self._inline: Handler | None = None
+        self._handlers: list[HandlerRunner] = []
+        self._inline: Callable[[Message], None] | None = None
         self._queue: asyncio.Queue[Message | None] | None = None
-        self._workers: list[asyncio.Task[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._received = self._finished = self._requeued = 0
         self._backoff_level = 0
@@ -109,6 +107,7 @@ class Consumer:
         self._need_redistribute = False
         self._rdy_retry: dict[str, asyncio.TimerHandle] = {}
         self._stopping = False
+        self._closed = asyncio.Event()
         self._started = False
         self._recheck: asyncio.Event | None = None
         self._session: Any = None
@@ -116,17 +115,24 @@ class Consumer:
 
     # ------------------------------------------------------------------ handlers
 
-    def add_handler(self, handler: Handler, concurrency: int = 1) -> None:
-        """Add ``handler`` (sync or async callable taking a Message) run by ``concurrency``
-        workers. Raises RuntimeError once connected (go-nsq panics)."""
+    def add_handler(
+        self,
+        handler: Handler,
+        concurrency: int | None = None,
+        giving_up: GivingUp | None = None,
+    ) -> None:
+        """Add ``handler`` (a plain or coroutine function taking a Message; see
+        :mod:`nsqpy.client.handlers` for the contract: return None/True FINs, return False or
+        raise REQs with backoff, ``msg.enable_async()`` answers by hand). ``concurrency``: N
+        worker threads for a plain function (N tasks for a coroutine function); without it a
+        plain function runs inline on the event loop and must not block, a coroutine function
+        in one task. ``giving_up(msg)`` (plain or async) runs for a message delivered more
+        than ``config.max_attempts`` times (0: never give up), instead of the handler and
+        before the FIN. Raises RuntimeError once connected (go-nsq panics), ValueError for
+        concurrency < 1, TypeError for something not callable."""
         if self._started:
             raise RuntimeError("add_handler after connecting")
-        if concurrency < 1:
-            raise ValueError(f"concurrency {concurrency} < 1")
-        is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004
-        )
-        self._handlers.append((handler, concurrency, is_async))
+        self._handlers.append(HandlerRunner(handler, concurrency, giving_up, self.config))
 
     def _start(self) -> None:
         if self._started:
@@ -134,62 +140,18 @@ class Consumer:
         if not self._handlers:
             raise RuntimeError("no handlers: call add_handler first")
         self._started = True
-        if len(self._handlers) == 1 and not self._handlers[0][2]:
-            self._inline = self._handlers[0][0]
+        if len(self._handlers) == 1 and self._handlers[0].can_run_inline:
+            self._inline = self._handlers[0].run_inline
         else:
             self._queue = asyncio.Queue()
-            for h, n, _ in self._handlers:
-                for _ in range(n):
-                    self._workers.append(asyncio.create_task(self._worker(h)))
+            for h in self._handlers:
+                h.start(self._queue)
         self._spawn(self._rdy_loop())
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         t: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
-
-    def _fails(self, msg: Message) -> bool:
-        n = self.config.max_attempts
-        if n and msg.attempts > n:
-            log.warning("msg %s attempted %d times, giving up", msg.id.decode(), msg.attempts)
-            msg.finish()
-            return True
-        return False
-
-    def _run_sync(self, handler: Handler, msg: Message) -> None:
-        n = self.config.max_attempts
-        if n and msg.attempts > n and self._fails(msg):
-            return
-        try:
-            handler(msg)
-        except Exception as e:
-            log.error("handler returned error (%r) for msg %s", e, msg.id.decode())
-            if msg._auto:
-                msg.requeue()
-            return
-        if msg._auto:
-            msg.finish()
-
-    async def _worker(self, handler: Handler) -> None:
-        q = self._queue
-        assert q is not None
-        while True:
-            msg = await q.get()
-            if msg is None:
-                return
-            if self._fails(msg):
-                continue
-            try:
-                r = handler(msg)
-                if inspect.isawaitable(r):
-                    await r
-            except Exception as e:
-                log.error("handler returned error (%r) for msg %s", e, msg.id.decode())
-                if msg._auto:
-                    msg.requeue()
-                continue
-            if msg._auto:
-                msg.finish()
 
     # ------------------------------------------------------------------ Conn delegate
 
@@ -202,7 +164,7 @@ class Consumer:
             )
         inline = self._inline
         if inline is not None:
-            self._run_sync(inline, msg)
+            inline(msg)
         else:
             assert self._queue is not None
             self._queue.put_nowait(msg)
@@ -514,6 +476,7 @@ class Consumer:
         ``timeout`` s the connections are closed anyway (their unanswered messages go back to
         nsqd's queue at its msg_timeout... at once, as nsqd requeues a closed client's)."""
         if self._stopping:
+            await self._closed.wait()
             return
         self._stopping = True
         for t in list(self._tasks):
@@ -531,13 +494,61 @@ class Consumer:
         for c in conns:
             c.close()
         if self._queue is not None:
-            for _ in self._workers:
-                self._queue.put_nowait(None)
-            await asyncio.wait(self._workers, timeout=max(0.1, timeout))
-            for w in self._workers:
-                w.cancel()
+            for runner in self._handlers:
+                for _ in range(runner.workers):
+                    self._queue.put_nowait(None)
+        for runner in self._handlers:
+            await runner.stop(timeout)
         if self._session is not None:
             await self._session.close()
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        """Return once stop() (called from anywhere) has finished: go-nsq's StopChan."""
+        await self._closed.wait()
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ go-nsq's extras
+
+    def is_starved(self) -> bool:
+        """go-nsq's IsStarved: whether some open connection has messages in flight and at
+        least 85 % of its RDY count in flight (the handlers are the bottleneck; a batching
+        handler should process what it holds)."""
+        for c in self.conns.values():
+            threshold = int(c.rdy * 0.85)
+            if c.in_flight > 0 and c.in_flight >= threshold and not c.closing:
+                return True
+        return False
+
+    def disconnect_from_nsqd(self, addr: str) -> None:
+        """go-nsq's DisconnectFromNSQD: forget ``addr`` (TCP "host:port") and close its
+        connection; no redial (with lookupds, a later poll may connect it again, as in
+        go-nsq). Its in-flight messages go back to nsqd's queue. ValueError when ``addr`` is
+        not one this consumer connected to (go-nsq's ErrNotConnected)."""
+        if addr not in self._nsqd_addrs:
+            raise ValueError(f"not connected to nsqd {addr}")
+        self._nsqd_addrs.remove(addr)
+        conn = self.conns.get(addr)
+        if conn is not None:
+            conn.close()
+
+    def disconnect_from_lookupd(self, addr: str) -> None:
+        """go-nsq's DisconnectFromNSQLookupd: stop polling the lookupd at ``addr``. ValueError
+        when it is not one of this consumer's lookupds, or is the only one left (go-nsq
+        refuses that too: call stop() to end discovery)."""
+        if addr not in self._lookupd_addrs:
+            raise ValueError(f"not connected to nsqlookupd {addr}")
+        if len(self._lookupd_addrs) == 1:
+            raise ValueError(
+                f"cannot disconnect from only remaining nsqlookupd HTTP address {addr}"
+            )
+        self._lookupd_addrs.remove(addr)
+        self._lookupd_index = 0
 
     def _close_conn(self, conn: Conn) -> None:
         if not conn.is_open:

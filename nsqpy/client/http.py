@@ -7,8 +7,8 @@ by ``close()`` or ``async with``. Each method is one request with NSQ's V1 Accep
 total ``timeout`` (seconds). A 200 answer is read as the endpoint gives it (plain "OK", JSON,
 or nothing); any other status raises NSQHTTPError with the status and NSQ's text from the
 ``{"message": ...}`` body (``TOPIC_NOT_FOUND``, ``INVALID_TOPIC``, ...). Topic and channel
-names are checked with the protocol's rule (nsqpy.wire.is_valid_name) before any request:
-ValueError, no request sent. Durations given to a method are seconds, as elsewhere in
+names are checked with the protocol's rule (nsqpy.internal.names.is_valid_name) before any
+request: ValueError, no request sent. Durations given to a method are seconds, as elsewhere in
 nsqpy.client; the query carries what the daemon reads (``defer`` in milliseconds).
 
 The blocking wrappers (BlockingNsqdHTTPClient, BlockingLookupdClient) run the async client on
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-from ..wire import is_valid_name
+from ..internal.names import is_valid_name
 from .stats import NsqdStats
 
 if TYPE_CHECKING:

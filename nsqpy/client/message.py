@@ -37,9 +37,10 @@ class Message:
     ``nsqd_address`` ("host:port" of the nsqd it came from).
 
     With auto response on (the default), the consumer FINs the message when the handler
-    returns and REQs it (with backoff) when the handler raises; ``disable_auto_response()``
-    hands that to the handler, which must then call ``finish()`` or ``requeue()`` before
-    nsqd's msg_timeout (or ``touch()`` to extend it)."""
+    returns (None, True, anything but False) and REQs it (with backoff) when the handler
+    returns False or raises; ``enable_async()`` (alias ``disable_auto_response()``) hands that
+    to the handler, which must then call ``finish()`` or ``requeue()`` before nsqd's
+    msg_timeout (or ``touch()`` to extend it), from any thread."""
 
     __slots__ = (
         "_auto",
@@ -73,7 +74,16 @@ class Message:
         """The handler answers this message itself (finish/requeue), maybe after returning."""
         self._auto = False
 
+    def enable_async(self) -> None:
+        """pynsq's and gnsq's name for :meth:`disable_auto_response`: the handler's return
+        (or raise) no longer answers; finish(), requeue() or touch() must."""
+        self._auto = False
+
     def is_auto_response_disabled(self) -> bool:
+        return not self._auto
+
+    def is_async(self) -> bool:
+        """pynsq's name for :meth:`is_auto_response_disabled`."""
         return not self._auto
 
     def has_responded(self) -> bool:

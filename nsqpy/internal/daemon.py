@@ -22,8 +22,8 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from .lg import fields
 
@@ -98,15 +98,15 @@ def serve(
     on_signal: str | None = None,
     after_start: Callable[[], None] | None = None,
 ) -> None:
-    """Build the daemon with ``make()`` on a uvloop event loop, start it, serve until SIGTERM or
-    SIGINT (logging ``on_signal`` if given), stop it, and exit the process: 0 after a clean
-    stop, 1 when start() raised OSError or ValueError (logged as FATAL). ``after_start`` runs
-    SETTLE_S seconds after start; the collector is on from then (at once without one)."""
-    import uvloop
-
+    """Build the daemon with ``make()`` on a uvloop event loop (asyncio's own loop where
+    uvloop is not installed: Windows, PyPy; logged), start it, serve until SIGTERM or SIGINT
+    (logging ``on_signal`` if given), stop it, and exit the process: 0 after a clean stop, 1
+    when start() raised OSError or ValueError (logged as FATAL). ``after_start`` runs SETTLE_S
+    seconds after start; the collector is on from then (at once without one)."""
     from .sdnotify import Notifier
 
     log = logging.getLogger("nsqpy")
+    run = event_loop_runner(log)
 
     async def main() -> int:
         daemon = make()
@@ -151,4 +151,15 @@ def serve(
         notifier.close()
         return 0
 
-    sys.exit(uvloop.run(main()))
+    sys.exit(run(main()))
+
+
+def event_loop_runner(log: logging.Logger) -> Callable[[Coroutine[Any, Any, int]], int]:
+    """``uvloop.run`` when uvloop is installed (a dependency where it builds: CPython off
+    Windows), else ``asyncio.run`` on asyncio's own loop, saying so in ``log``."""
+    try:
+        import uvloop
+    except ImportError:
+        log.info("uvloop is not installed: running on asyncio's own event loop")
+        return asyncio.run
+    return uvloop.run

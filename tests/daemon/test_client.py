@@ -15,6 +15,7 @@ import time
 
 import pytest
 from conftest import wait_for
+from listeners import RecordingListener
 
 from nsqpy.client import (
     BlockingConsumer,
@@ -388,11 +389,14 @@ async def test_client_blocking_wrappers(nsqd):
                 break
         assert bc.stats().finished == 4
         bc.stop()
-        impatient = BlockingProducer(nsqd.tcp_address, timeout=0.000001)
-        with pytest.raises(TimeoutError):  # (the PUB may still reach nsqd)
-            impatient.publish("blk_other", b"x")
-        impatient.timeout = 5
-        impatient.stop()
+        # an nsqd that accepts and never answers: the call's timeout is what ends it
+        with RecordingListener() as silent:
+            impatient = BlockingProducer(silent.address, Config(dial_timeout=5), timeout=0.5)
+            with pytest.raises(TimeoutError):
+                impatient.publish("blk_other", b"x")
+            assert silent.accepted == 1
+            impatient.timeout = 5
+            impatient.stop()
         return out
 
     out = await asyncio.to_thread(work)
