@@ -116,7 +116,8 @@ def _unread_replies(fd: int) -> int:
     if fd < 0:
         return 0
     try:
-        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0" * 4))[0]
+        queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0" * 4))[0]
+        return queued
     except OSError:
         return 0
 

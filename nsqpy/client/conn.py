@@ -194,7 +194,7 @@ class Conn(asyncio.Protocol):
             )
             if tr is None:
                 raise ConnectionError(f"TLS upgrade to {self.addr} failed")
-            self._transport = tr  # type: ignore[assignment]
+            self._transport = tr
             self._tls = True
             await self._tls_ok
         if self._codec_ok is not None:

@@ -60,7 +60,7 @@ def normalize_go_flags(
     return out
 
 
-class GoDuration(click.ParamType):
+class GoDuration(click.ParamType):  # type: ignore[type-arg]
     """A Go duration flag ("60s", "1m30s", "250ms") as whole milliseconds; an int (from a
     config file: go-options reads an integer duration as milliseconds) passes as it is."""
 

@@ -109,7 +109,7 @@ class GoUsageCommand(click.Command):
     ``go_program`` names the program in the first line.
     """
 
-    go_flags: Callable[[], Sequence[UsageFlag]] = staticmethod(lambda: ())  # type: ignore[assignment]
+    go_flags: Callable[[], Sequence[UsageFlag]] = staticmethod(lambda: ())
     go_program: str = ""
 
     def __init__(

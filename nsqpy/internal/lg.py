@@ -203,7 +203,7 @@ def setup_logging(
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     log = logging.getLogger(logger)
     log.handlers[:] = [handler]
     log.setLevel(LOG_LEVELS[level.lower()])

@@ -8,6 +8,8 @@ or splits an address by hand."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def split_host_port(addr: str) -> tuple[str, int]:
     """Go's net.SplitHostPort for ``host:port``, ``[v6]:port`` and ``:port``.
@@ -62,7 +64,7 @@ def split_host_port_lenient(addr: str) -> tuple[str, int]:
         return "", 0
 
 
-def format_listen_addr(sockname: tuple) -> str:
+def format_listen_addr(sockname: tuple[Any, ...]) -> str:
     """A bound listener's address as nsqd's startup line prints it: ``127.0.0.1:4150``, and
     ``[::]:4150`` for a wildcard (IPv4 or IPv6) listener."""
     host, port = sockname[0], sockname[1]

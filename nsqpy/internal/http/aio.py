@@ -77,7 +77,8 @@ def _fixed_path(app: web.Application, method: str, path: str) -> str | None:
 async def go_router(request: web.Request, handler: Any) -> web.StreamResponse:
     """httprouter's behaviour around the routes (see http.router's module docstring)."""
     try:
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
     except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
         pass
     app = request.app
@@ -104,7 +105,7 @@ async def go_router(request: web.Request, handler: Any) -> web.StreamResponse:
 
 async def start_site(
     app: web.Application, host: str | None, port: int, ssl_context: Any = None
-) -> tuple[web.AppRunner, tuple]:
+) -> tuple[web.AppRunner, tuple[Any, ...]]:
     """Serve ``app`` on host:port (port 0: the OS picks one), over TLS with ``ssl_context``.
 
     Returns (runner, bound socket address); raises OSError when the address cannot be bound.
