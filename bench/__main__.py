@@ -558,10 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _log("bench: interrupted")
         return 130
-    if _own_daemon(args):
-        target = args.nsqd_cmd or "nsqpy-d"
-    else:
-        target = f"nsqd at {args.nsqd_tcp_address}"
+    target = args.nsqd_cmd or "nsqpy-d" if _own_daemon(args) else f"nsqd at {args.nsqd_tcp_address}"
     print(
         f"\n{started:%Y-%m-%d %H:%M %Z}, {target}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}"

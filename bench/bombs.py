@@ -95,8 +95,11 @@ def make_bombs(max_body_size: int) -> dict[str, tuple[dict[str, Any], bytes]]:
     zeros = _deflate(_repeat(b"\0" * 1024, BOMB_PLAIN))
     oversized_pub = _deflate([b"PUB bombs\n" + _SIZE.pack(BOMB_PLAIN), *_repeat(b"\0", BOMB_PLAIN)])
     mpub = _deflate(
-        [b"MPUB bombs\n" + _SIZE.pack(max_body_size), *_repeat(b"\0", max_body_size)]
-        + [b"\0" * (max_body_size % (1024 * 1024))]
+        [
+            b"MPUB bombs\n" + _SIZE.pack(max_body_size),
+            *_repeat(b"\x00", max_body_size),
+            b"\x00" * (max_body_size % (1024 * 1024)),
+        ]
     )
     nops = _deflate(_repeat(b"NOP\n", BOMB_PLAIN))
     snappy_zeros = _snappy(b"\0" * (8 * 1024 * 1024))

@@ -198,7 +198,7 @@ def _argv(client: str, kind: str, addr: str, args: argparse.Namespace) -> list[s
         return [*common, "--channel", "ch", "--rdy", str(args.rdy)]
     argv = [sys.executable, "-m", "bench.client_bench", "--role", f"{client}-{kind}"]
     argv += ["--nsqd-tcp-address", addr, "--runfor", str(runfor), "--size", str(args.size)]
-    return argv + ["--batch-size", str(args.batch_size), "--rdy", str(args.rdy)]
+    return [*argv, "--batch-size", str(args.batch_size), "--rdy", str(args.rdy)]
 
 
 def one_run(client: str, args: argparse.Namespace) -> dict[str, Any]:

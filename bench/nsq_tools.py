@@ -66,13 +66,27 @@ def one_run(cmd: str | None, args: argparse.Namespace) -> dict[str, Any]:
         addr = f"127.0.0.1:{d.tcp_port}"
         common = ["--nsqd-tcp-address", addr, "--size", str(args.size), "--topic", "sub_bench"]
         writer = run_tool(
-            [_tool("bench_writer"), *common, "--runfor", f"{args.writer_runfor}s"]
-            + ["--batch-size", str(args.batch_size)],
+            [
+                _tool("bench_writer"),
+                *common,
+                "--runfor",
+                f"{args.writer_runfor}s",
+                "--batch-size",
+                str(args.batch_size),
+            ],
             timeout=args.writer_runfor + 60,
         )
         reader = run_tool(
-            [_tool("bench_reader"), *common, "--runfor", f"{args.reader_runfor}s"]
-            + ["--channel", "ch", "--rdy", str(args.rdy)],
+            [
+                _tool("bench_reader"),
+                *common,
+                "--runfor",
+                f"{args.reader_runfor}s",
+                "--channel",
+                "ch",
+                "--rdy",
+                str(args.rdy),
+            ],
             timeout=args.reader_runfor + 60,
         )
         left = d.target().queued("sub_bench", "ch")[0]

@@ -108,7 +108,7 @@ def compile_tree(pythonpath: str) -> None:
         spec = importlib.util.find_spec("nsqpy")
         if spec is None or not spec.submodule_search_locations:
             return
-        where = list(spec.submodule_search_locations)[0]
+        where = next(iter(spec.submodule_search_locations))
     subprocess.run([sys.executable, "-m", "compileall", "-q", where], check=False, timeout=300)
 
 

@@ -82,8 +82,14 @@ def one(nsqd: Nsqd, which: str, tool: str, run: int, n: int, tmp: Path) -> float
     out.mkdir()
     t0 = time.monotonic()
     p = subprocess.Popen(
-        [*_cmd(which, tool), f"--topic={topic}", "--channel=c", addr, f"--output-dir={out}"]
-        + ["--sync-interval=1s"],
+        [
+            *_cmd(which, tool),
+            f"--topic={topic}",
+            "--channel=c",
+            addr,
+            f"--output-dir={out}",
+            "--sync-interval=1s",
+        ],
         stderr=subprocess.DEVNULL,
     )
     try:

@@ -311,18 +311,15 @@ def check(c: Cluster, args: argparse.Namespace) -> list[str]:
     c.down()
     t = time.monotonic()
     svcs = [
-        s
-        for s in [
-            "lookupd1",
-            "lookupd2",
-            *NODES,
-            "nsqadmin",
-            "prometheus",
-            "spark-master",
-            "spark-worker1",
-            "spark-worker2",
-            "spark",
-        ]
+        "lookupd1",
+        "lookupd2",
+        *NODES,
+        "nsqadmin",
+        "prometheus",
+        "spark-master",
+        "spark-worker1",
+        "spark-worker2",
+        "spark",
     ]
     c.pc("up", "-d", "--no-build", *svcs, timeout=600)
     log(f"up: {', '.join(svcs)}")

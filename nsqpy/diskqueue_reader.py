@@ -142,7 +142,7 @@ class DiskQueueReader(QueueState):
         off = self._rbuf_off
         i = nxt - off
         end = len(buf)
-        if limit > 1 and 0 <= i and i + 4 <= end:
+        if limit > 1 and i >= 0 and i + 4 <= end:
             i = split_records(
                 buf, i, self.min_msg_size, self.max_msg_size, limit, out, positions, off
             )

@@ -34,8 +34,8 @@ from .internal.optiontable import (
 )
 
 __all__ = [
-    "NSQ_VERSION",
     "NSQPY_VERSION",
+    "NSQ_VERSION",
     "TABLE",
     "Options",
     "default_node_id",

@@ -155,8 +155,9 @@ def v1_exchange(port: int, steps: list[tuple[bytes, int]], timeout: float = 3) -
     out: list[bytes | str] = []
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.settimeout(timeout)
-        for data, replies in steps + [
-            (b"", 1) if any(d == SHUT_WR for d, _ in steps) else (b"PING\n", 1)
+        for data, replies in [
+            *steps,
+            (b"", 1) if any(d == SHUT_WR for d, _ in steps) else (b"PING\n", 1),
         ]:
             try:
                 if data == SHUT_WR:

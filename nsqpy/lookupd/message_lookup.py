@@ -45,10 +45,12 @@ async def answer(lookupd: NSQLookupd, query: dict[str, str]) -> dict[str, Any]:
     url = f"http://{dial_address(peer.broadcast_address, peer.http_port)}/message"
     try:
         timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(url, params=params) as resp:
-                data = await resp.json(content_type=None)
-                status = resp.status
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, params=params) as resp,
+        ):
+            data = await resp.json(content_type=None)
+            status = resp.status
     except (aiohttp.ClientError, TimeoutError, ValueError):
         raise NsqHTTPError(502, "NODE_UNREACHABLE") from None
     if status != 200:

@@ -485,10 +485,7 @@ class Replication:
         topic = nsqd.get_topic(name)
         if topic.exiting:
             raise TopicError("exiting")
-        if delay_ms:
-            records = [nsqd.new_record(bodies[0])]
-        else:
-            records = nsqd.new_records(bodies)
+        records = [nsqd.new_record(bodies[0])] if delay_ms else nsqd.new_records(bodies)
         if not self.ack_all:
             if delay_ms:
                 topic.put_deferred(records[0], delay_ms)

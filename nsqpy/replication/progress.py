@@ -352,7 +352,7 @@ class ProgressStore:
 
         _, channels = decode_round(body)
         if newest < 0 or epoch < newest:
-            raise StaleEpoch()
+            raise StaleEpoch
         content = self.merge(topic, epoch, channels)
         await asyncio.get_running_loop().run_in_executor(None, self.write, topic, content)
         return self.rounds[topic]

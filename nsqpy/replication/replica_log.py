@@ -129,7 +129,7 @@ class ReplicaLog:
         sender's seq of the batch, informational. StaleEpoch, Gap, NotFollowing, OSError."""
         async with self.lock:
             if epoch < self.epoch or epoch < self.min_epoch:
-                raise StaleEpoch()
+                raise StaleEpoch
             self.epoch = epoch
             if prev == "?":
                 return self.next_seq

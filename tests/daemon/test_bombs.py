@@ -158,10 +158,7 @@ def refused(port: int, fields: dict[str, bool], plain: bytes) -> tuple[bytes, bo
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(wire.MAGIC_V2 + identify(**fields))
         _, raw = read_frame(s)
-        if "deflate" in fields:
-            payload = deflate([plain])
-        else:
-            payload = bytes(cramjam.snappy.compress(plain))
+        payload = deflate([plain]) if "deflate" in fields else bytes(cramjam.snappy.compress(plain))
         try:
             s.sendall(payload)
         except OSError:
@@ -196,10 +193,7 @@ CASES = [
 def test_oversized_frames_refused_as_nsqd(daemon_factory, tmp_path: Path, daemon):
     """An oversized frame on a compressed stream: nsqd's error frame (compressed), then the
     close, before the rest of the stream is inflated; the same bytes from Go nsqd."""
-    if daemon == "go":
-        d = gobin.start_go_nsqd(tmp_path / "go")
-    else:
-        d = daemon_factory()
+    d = gobin.start_go_nsqd(tmp_path / "go") if daemon == "go" else daemon_factory()
     try:
         got = [refused(d.tcp_port, fields, plain) for fields, plain in CASES]
     finally:

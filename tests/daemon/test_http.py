@@ -707,7 +707,7 @@ def test_stats_json_shape(nsqd):
             assert isinstance(s["memory"].get(k), int), k
 
         [t] = s["topics"]
-        assert TOPIC_KEYS <= set(t), sorted(TOPIC_KEYS - set(t))
+        assert set(t) >= TOPIC_KEYS, sorted(TOPIC_KEYS - set(t))
         assert t["topic_name"] == "st"
         assert (t["depth"], t["backend_depth"], t["message_count"], t["message_bytes"]) == (
             0,
@@ -719,7 +719,7 @@ def test_stats_json_shape(nsqd):
         assert t["e2e_processing_latency"] == EMPTY_E2E
 
         [ch] = t["channels"]
-        assert CHANNEL_KEYS <= set(ch), sorted(CHANNEL_KEYS - set(ch))
+        assert set(ch) >= CHANNEL_KEYS, sorted(CHANNEL_KEYS - set(ch))
         assert ch["channel_name"] == "ch"
         assert (
             ch["depth"],
@@ -735,7 +735,7 @@ def test_stats_json_shape(nsqd):
         assert ch["e2e_processing_latency"] == EMPTY_E2E
 
         [cl] = ch["clients"]
-        assert CLIENT_KEYS <= set(cl), sorted(CLIENT_KEYS - set(cl))
+        assert set(cl) >= CLIENT_KEYS, sorted(CLIENT_KEYS - set(cl))
         local = c.sock.getsockname()
         assert cl["client_id"] == "cid-1"
         assert cl["hostname"] == "host-1"

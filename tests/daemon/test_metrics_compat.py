@@ -54,7 +54,7 @@ def _traffic(d: Daemon) -> tuple[list, dict]:
     def settled() -> dict | None:
         code, body, _ = d.http("GET", "/stats?format=json")
         s = json.loads(body)
-        ch = [t for t in s["topics"] if t["topic_name"] == "ct"][0]["channels"]
+        ch = next(t for t in s["topics"] if t["topic_name"] == "ct")["channels"]
         return s if any(x["requeue_count"] == 1 for x in ch) else None
 
     return [c, p], wait_for(settled, timeout=10, what="REQ in /stats")

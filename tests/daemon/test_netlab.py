@@ -39,8 +39,10 @@ def test_a_cut_host_is_unreachable_until_healed() -> None:
                 [
                     sys.executable,
                     "-c",
-                    "import sys, urllib.request as u; "
-                    "print(u.urlopen(u.Request(sys.argv[1], data=b'hi'), timeout=5).read())",
+                    (
+                        "import sys, urllib.request as u; "
+                        "print(u.urlopen(u.Request(sys.argv[1], data=b'hi'), timeout=5).read())"
+                    ),
                     url,
                 ],
             )

@@ -195,7 +195,7 @@ def topology(request, tmp_path: Path) -> Iterator[Topology]:
     try:
         topo = Topology(kind, tmp_path)
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        for ns in [n for n in (f"nsqpy{os.getpid() % 100000}n{i}" for i in (1, 2, 3))]:
+        for ns in [f"nsqpy{os.getpid() % 100000}n{i}" for i in (1, 2, 3)]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=15)
         subprocess.run(
             ["ip", "link", "del", f"nsqbr{os.getpid() % 100000}"], capture_output=True, timeout=15

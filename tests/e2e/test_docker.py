@@ -447,7 +447,7 @@ def test_compose_services_run_here_as_processes(tmp_path: Path) -> None:
             assert f"published 40 events to {topic}" in r.stdout
         assert topic
         for name, node in nodes.items():
-            (t,) = [t for t in node.get_json("/stats?format=json")["topics"]]
+            (t,) = list(node.get_json("/stats?format=json")["topics"])
             assert (t["topic_name"], t["message_count"]) == (topic, 40), name
         # Consumers through either lookupd find all three nodes under their compose names.
         for lk in lookupds:
@@ -749,7 +749,7 @@ def test_healthcheck_script_fails_without_an_ok_answer(tmp_path: Path) -> None:
         port = sock.getsockname()[1]  # bound, not listening: connection refused
         r = healthcheck("ping", f"http://127.0.0.1:{port}/ping")
     assert r.returncode == 1 and "refused" in r.stderr.lower(), r.stderr
-    cmd = [a for a in services()["lookupd1"]["command"]]
+    cmd = list(services()["lookupd1"]["command"])
     s = Server([*script("nsqpy-lookupd"), *localize(cmd, {})], "lookupd1")
     try:
         r = healthcheck("ping", f"http://{s.http_address}/info")  # answers, but not OK

@@ -154,8 +154,18 @@ def test_install_without_a_compiler_is_pure(tmp_path):
     env = dict(os.environ, CC=str(tmp_path / "no-such-cc"))
     env.pop("NSQPY_MYPYC", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v"]
-        + ["-w", str(tmp_path / "dist"), str(src)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-v",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -295,7 +295,7 @@ def test_dashboard_is_a_grafana_10_model_with_a_datasource_variable() -> None:
         for p in panels:
             ids.append(p["id"])
             g = p["gridPos"]
-            assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
             if p["type"] != "row":
                 assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
                 assert p["targets"], p["title"]
@@ -519,8 +519,10 @@ def test_follower_killed_shows_in_isr_queries(stack: Stack) -> None:
     leader.mpub("ledger", [b"after-%d" % i for i in range(5)])
     gap = stack.prom.wait_series(
         [
-            'max by (topic) (nsq_replication_replicas{topic="ledger"}'
-            ' - nsq_replication_isr{topic="ledger"}) == 1'
+            (
+                'max by (topic) (nsq_replication_replicas{topic="ledger"}'
+                ' - nsq_replication_isr{topic="ledger"}) == 1'
+            )
         ],
         timeout=90,
     )

@@ -168,13 +168,11 @@ def test_producer_raises_on_error_frame(daemon_factory) -> None:
     d = daemon_factory("--max-msg-size=100")
     with Producer(d.tcp_address, "small") as p:
         p.publish([b"x" * 100])
-    with pytest.raises(NSQError) as e:
-        with Producer(d.tcp_address, "small") as p:
-            p.publish([b"y" * 101])
+    with pytest.raises(NSQError) as e, Producer(d.tcp_address, "small") as p:
+        p.publish([b"y" * 101])
     assert e.value.code == "E_BAD_MESSAGE"
-    with pytest.raises(NSQError) as e:
-        with Producer(d.tcp_address, "bad/topic") as p:
-            p.publish([b"x"])
+    with pytest.raises(NSQError) as e, Producer(d.tcp_address, "bad/topic") as p:
+        p.publish([b"x"])
     assert e.value.code == "E_BAD_TOPIC"
     conn = NSQConnection(d.tcp_address)
     assert conn.connect()["max_rdy_count"] == 2500

@@ -476,7 +476,7 @@ def test_answer_matches_go_nsqadmin(
 ) -> None:
     answers, stack = nsqpy_answers
     cluster = json.loads((DATA / "cluster.json").read_text())
-    go_roles = {k: v for k, v in cluster["roles"].items()}
+    go_roles = dict(cluster["roles"].items())
     go_ports = {int(k): v for k, v in cluster["ports"].items()}
     want = normalize(recorded()[name], go_roles, go_ports)
     got = normalize(answers[name], stack.roles(), stack.ports())

@@ -211,8 +211,25 @@ identify_op = st.tuples(
 def tcp_op(draw: st.DrawFn) -> tuple[Any, ...]:
     kind = draw(
         st.sampled_from(
-            ["IDENTIFY", "PUB", "PUB", "MPUB", "DPUB", "SUB", "SUB", "RDY", "RDY", "FIN", "FIN"]
-            + ["REQ", "TOUCH", "NOP", "CLS", "RAW", "AUTH"]
+            [
+                "IDENTIFY",
+                "PUB",
+                "PUB",
+                "MPUB",
+                "DPUB",
+                "SUB",
+                "SUB",
+                "RDY",
+                "RDY",
+                "FIN",
+                "FIN",
+                "REQ",
+                "TOUCH",
+                "NOP",
+                "CLS",
+                "RAW",
+                "AUTH",
+            ]
         )
     )
     if kind == "IDENTIFY":
@@ -243,7 +260,7 @@ def tcp_op(draw: st.DrawFn) -> tuple[Any, ...]:
         op: tuple[Any, ...] = (kind, ref)
         if kind == "REQ":
             op += (draw(st.sampled_from(["0", "0", "60000", "3600001", "-1", "x"])),)
-        return op + (draw(st.sampled_from(["lf", "lf", "lf", "extra", "short"])),)
+        return (*op, draw(st.sampled_from(["lf", "lf", "lf", "extra", "short"])))
     if kind in ("NOP", "CLS"):
         return (kind, draw(st.sampled_from(["lf", "lf", "lf", "crlf", "extra"])))
     raw = draw(
@@ -288,7 +305,7 @@ def _declared(n: int, mode: int | str, limit: int) -> int:
 
 def _line(name: bytes, params: list[bytes], style: str) -> bytes:
     if style == "extra":
-        params = params + [b"extra"]
+        params = [*params, b"extra"]
     elif style == "short":
         params = params[:-1]
     line = b" ".join([name, *params])
@@ -346,10 +363,7 @@ def render(op: tuple[Any, ...], names: dict[str, str], ids: list[bytes]) -> byte
         return _line(b"RDY", [op[1].encode()], op[2])
     if kind in ("FIN", "REQ", "TOUCH"):
         ref = op[1]
-        if isinstance(ref, int):
-            msg_id = ids[ref % len(ids)] if ids else b"f" * 16
-        else:
-            msg_id = ref
+        msg_id = (ids[ref % len(ids)] if ids else b"f" * 16) if isinstance(ref, int) else ref
         params = [msg_id] + ([op[2].encode()] if kind == "REQ" else [])
         return _line(kind.encode(), params, op[-1])
     if kind in ("NOP", "CLS"):
@@ -709,7 +723,7 @@ _TEXT_VOLATILE = [
 def _norm_json(v: Any, key: str = "") -> Any:
     if isinstance(v, dict):
         if key == "memory":
-            return {k: "<n>" for k in v}
+            return dict.fromkeys(v, "<n>")
         return {k: ("<t>" if k in _STATS_VOLATILE else _norm_json(x, k)) for k, x in v.items()}
     if isinstance(v, list):
         return [_norm_json(x) for x in v]
@@ -808,8 +822,8 @@ def _identify(body: bytes) -> bytes:
 # (bytes after the magic, Go nsqd 1.3's replies as recorded side by side; each then closes)
 FOUND_TCP = {
     "invalid UTF-8 echoed": (b"\x80\xfe\n", [(1, b"E_INVALID invalid command \x80\xfe")]),
-    "RDY count echoed": (b"SUB t c\nRDY \xff\n", [(0, b"OK"), (1, b"E_INVALID RDY could not "
-                                                             b"parse count \xff")]),
+    "RDY count echoed": (b"SUB t c\nRDY \xff\n", [(0, b"OK"), (1, (b"E_INVALID RDY could not "
+                                                             b"parse count \xff"))]),
     "IDENTIFY int over int64": (_identify(b'{"msg_timeout":18446744073709551616}'),
                                 [_DECODE_FAILED]),
     "IDENTIFY nested 1000 deep": (_identify(b"[" * 1000 + b"]" * 1000), [_DECODE_FAILED]),

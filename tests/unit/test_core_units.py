@@ -314,7 +314,7 @@ def test_topic_pause_and_starting_hold_messages() -> None:
 def _scanner(selection: int = 20) -> QueueScanner:
     opts = Options()
     opts.queue_scan_selection_count = selection
-    return QueueScanner(opts, lambda: [], lambda: 0, rng=random.Random(7))
+    return QueueScanner(opts, list, lambda: 0, rng=random.Random(7))
 
 
 def test_scan_pass_processes_due_timeouts_of_the_sampled_channels() -> None:

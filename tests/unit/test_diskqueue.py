@@ -81,7 +81,7 @@ def parse_records(raw: bytes) -> list[bytes]:
     while pos < len(raw):
         assert pos + 4 <= len(raw), "truncated size field"
         (n,) = struct.unpack_from(">i", raw, pos)
-        assert 0 <= n and pos + 4 + n <= len(raw), "truncated record"
+        assert n >= 0 and pos + 4 + n <= len(raw), "truncated record"
         out.append(raw[pos + 4 : pos + 4 + n])
         pos += 4 + n
     return out

@@ -55,6 +55,8 @@ _INT_RANGE = {"int": 1 << 63, "int32": 1 << 31}
 class _Fraction(str):
     """A JSON number with a fraction or an exponent, as the model reads it."""
 
+    __slots__ = ()
+
 
 def _go_model(body: bytes) -> Any:
     """encode/json.Unmarshal of a JSON object into identifyDataV2, for the objects the

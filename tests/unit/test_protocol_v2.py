@@ -279,7 +279,7 @@ def test_a_run_of_fins_goes_through_finish_ids(core, clock) -> None:
     c = consumer(core, "f", "ch", rdy=3)
     publish(core, "f", b"a", b"b", b"c")
     ids = [m[1] for m in c.messages()]
-    core.finish_ids(c.state, ids + [b"0123456789abcdef"])
+    core.finish_ids(c.state, [*ids, b"0123456789abcdef"])
     assert c.only() == err(b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight")
     assert (c.state.finish_count, c.state.in_flight_count) == (3, 0)
 
@@ -480,10 +480,12 @@ def test_identify_feature_negotiation_reply(core) -> None:
     assert act == TIMERS
     assert c.only() == (
         wire.FRAME_TYPE_RESPONSE,
-        b'{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,'
-        b'"msg_timeout":30000,"tls_v1":false,"deflate":false,"deflate_level":6,'
-        b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
-        b'"output_buffer_size":16384,"output_buffer_timeout":250}',
+        (
+            b'{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,'
+            b'"msg_timeout":30000,"tls_v1":false,"deflate":false,"deflate_level":6,'
+            b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
+            b'"output_buffer_size":16384,"output_buffer_timeout":250}'
+        ),
     )
     assert c.state.heartbeat_interval_ms == 5000
 

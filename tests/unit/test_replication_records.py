@@ -93,12 +93,18 @@ def test_repl_node_info_roundtrip() -> None:
         b"not json",
         b"[1]",
         b'{"v":2,"topic":"t"}',
-        b'{"v":1,"topic":"t","replicas":"3","placement":[],"leader":"","leader_lease":"0",'
-        b'"isr":[],"epoch":1}',
-        b'{"v":1,"topic":"t","replicas":1,"placement":["a"],"leader":"a","leader_lease":"x",'
-        b'"isr":["a"],"epoch":1}',
-        b'{"v":1,"topic":"t","replicas":1,"placement":["a"],"leader":"a","leader_lease":"1",'
-        b'"isr":["a"],"epoch":true}',
+        (
+            b'{"v":1,"topic":"t","replicas":"3","placement":[],"leader":"","leader_lease":"0",'
+            b'"isr":[],"epoch":1}'
+        ),
+        (
+            b'{"v":1,"topic":"t","replicas":1,"placement":["a"],"leader":"a","leader_lease":"x",'
+            b'"isr":["a"],"epoch":1}'
+        ),
+        (
+            b'{"v":1,"topic":"t","replicas":1,"placement":["a"],"leader":"a","leader_lease":"1",'
+            b'"isr":["a"],"epoch":true}'
+        ),
     ],
 )
 def test_repl_topic_record_refuses_bad_values(raw: bytes) -> None:

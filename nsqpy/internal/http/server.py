@@ -23,6 +23,7 @@ Requests go to a http.router.Router; what its routes do not decide is answered b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -399,10 +400,8 @@ class HTTPServer:
             if c.transport is not None:
                 c.transport.close()
         if self.server is not None:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.server.wait_closed(), 2)
-            except TimeoutError:
-                pass
             self.server = None
 
 
@@ -467,7 +466,7 @@ async def listen_unix(
     --http-address). Like Go's net.Listen("unix"), an existing file at ``path`` is refused
     (OSError "bind: address already in use"); close_unix() removes the socket file, as Go's
     UnixListener.Close does."""
-    if os.path.lexists(path):
+    if os.path.lexists(path):  # noqa: ASYNC240 (at start-up, before anything is served)
         raise OSError(f"listen unix {path}: bind: address already in use")
     loop = asyncio.get_running_loop()
     return await loop.create_unix_server(factory, path, backlog=backlog)
@@ -475,10 +474,8 @@ async def listen_unix(
 
 def close_unix(path: str) -> None:
     """Remove a unix listener's socket file (after closing the listener); never raises."""
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 async def serve(
