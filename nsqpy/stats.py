@@ -5,8 +5,8 @@ Strategy: plain dicts built on request, keys in nsqd's order; Go's nil slices be
 where nsqd's would. Memory figures come from Python's allocator and /proc (Go's heap figures
 have no Python equivalent; the keys are kept so readers do not break). A replicated topic
 (--etcd-endpoints) gets one more key, "replication": {"replicas", "leader", "isr", "epoch",
-"role", "lag", "replica_log_depth", "promoted"} (replication/node.py topic_stats); no other
-topic does, so the shape of an R=1 node is nsqd's."""
+"role", "lag", "followers", "replica_log_depth", "promoted", ...} (replication/local.py
+role_stats lists every key); no other topic does, so the shape of an R=1 node is nsqd's."""
 
 from __future__ import annotations
 
