@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -180,18 +181,27 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
     """The ``replication`` object of a replicated topic's /stats entry (node.TopicRole ``tr``,
     its ReplicaLog ``rlog`` or None): the record (replicas, leader, isr, epoch), this node's
     role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
-    (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool}, for every
-    linked placement node, catching-up ones included), ``replica_log_depth``, the counters
-    (promoted, redelivered, progress_sent, progress_received, undelivered, resets, trimmed:
-    replica-log entries dropped as finished on every channel)."""
+    (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool,
+    "lag_seconds": seconds since it last acknowledged while entries were pending for it, 0
+    when caught up}, for every linked placement node, catching-up ones included),
+    ``replica_log_depth``, the counters (promoted, redelivered, progress_sent,
+    progress_received, undelivered, resets, trimmed: replica-log entries dropped as finished
+    on every channel, failovers: new leaders seen, min_isr_refused: publishes refused as
+    leader with the ISR below --min-isr)."""
     rec = tr.state.record
     lag = 0
     followers: dict[str, dict[str, Any]] = {}
     s = tr.stream
     if s is not None:
+        now = time.monotonic()
         for node, lk in s.links.items():
             behind = s.next_seq - lk.acked
-            followers[node] = {"lag": behind, "in_isr": bool(lk.in_isr)}
+            since = lk.behind_since
+            followers[node] = {
+                "lag": behind,
+                "in_isr": bool(lk.in_isr),
+                "lag_seconds": round(now - since, 3) if since else 0,
+            }
             if lk.in_isr:
                 lag = max(lag, behind)
     return {
@@ -210,4 +220,6 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
         "undelivered": s.dropped if s is not None else 0,
         "resets": tr.resets,
         "trimmed": tr.trimmed,
+        "failovers": tr.failovers,
+        "min_isr_refused": tr.min_isr_refused,
     }

@@ -232,6 +232,9 @@ class Replication:
         fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
+        elif tr.state.record.leader and rec.leader != tr.state.record.leader:
+            if rec.epoch > old_epoch:
+                tr.failovers += 1
         tr.state = state
         rlog = self.logs.get(topic)
         if rlog is not None:
@@ -511,9 +514,10 @@ class Replication:
         if tr is None:
             tr = await self.ensure(name, self.opts.replicas)
         answer = self.publish(tr, name, bodies, delay_ms)
-        if isinstance(answer, bool):
-            return answer
-        return bool(await answer)
+        ok = answer if isinstance(answer, bool) else bool(await answer)
+        if not ok:
+            tr.note_refused(self.opts.min_isr)
+        return ok
 
     def forward(
         self, tr: TopicRole, bodies: list[bytes], delay_ms: int = 0

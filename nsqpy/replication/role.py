@@ -25,12 +25,17 @@ class TopicRole:
     leading, ``promoted`` (entries put into the topic at promotions), ``redelivered`` (of
     those, puts into channels the progress record named and did not show finished), ``high``
     (minting node id -> highest message ID put into the topic, progress.py),
-    ``progress_sent`` (rounds a follower took) and the progress sender task while leader."""
+    ``progress_sent`` (rounds a follower took) and the progress sender task while leader,
+    ``failovers`` (records seen naming a new leader in a later epoch than one this node knew
+    led) and ``min_isr_refused`` (publishes this node refused as leader while the ISR was
+    below --min-isr)."""
 
     __slots__ = (
+        "failovers",
         "forwarder",
         "held",
         "high",
+        "min_isr_refused",
         "progress_sent",
         "progress_task",
         "promoted",
@@ -59,3 +64,11 @@ class TopicRole:
         self.high: dict[int, int] = {}
         self.progress_sent = 0
         self.progress_task: asyncio.Task[None] | None = None
+        self.failovers = 0
+        self.min_isr_refused = 0
+
+    def note_refused(self, min_isr: int) -> None:
+        """A publish was answered "not acknowledged": counted in ``min_isr_refused`` when this
+        node leads the topic with its ISR below ``min_isr`` (--min-isr)."""
+        if self.role == LEADER and len(self.state.record.isr) < min_isr:
+            self.min_isr_refused += 1

@@ -111,9 +111,12 @@ class TCPPublish:
             raise FatalClientError(cmd.failed, f"{cmd.name} failed {e}") from None
         n = len(bodies)
         core = self.core
+        repl = self.repl
 
         def then(ok: Answer) -> int:
             if ok is not True:
+                # counted for /metrics (nsq_replication_min_isr_refused_total)
+                tr.note_refused(repl.opts.min_isr)
                 raise FatalClientError(
                     cmd.failed, f"{cmd.name} failed not acknowledged by the in-sync replicas"
                 )
