@@ -37,7 +37,7 @@ from admin_cluster import (  # noqa: F401 (cluster_fixture, admin_fixture: the f
 from conftest import DAEMON_CWD, RawClient, wait_for
 
 from nsqpy import guid
-from nsqpy.admin import clusterinfo as ci
+from nsqpy.internal.clusterinfo import types as ci
 from nsqpy.testing import Nsqd
 
 # the cluster, the admin and their helpers: tests/admin_cluster.py (shared with the browser tests)

@@ -11,7 +11,7 @@ one) on both sides; connect times and durations are compared by type only; lists
 are compared in a canonical order (Go sorts nodes by hostname only, and both nodes share one).
 
 Where Go's answer depends on which node answered first (TopicStats.Add reuses the first node's
-channel record as the cluster-wide one: see nsqpy/admin/clusterinfo.py), only the shape is
+channel record as the cluster-wide one: see nsqpy/internal/clusterinfo/types.py), only the shape is
 compared: ``SHAPE_ONLY`` lists those places, and the README lists the difference. There a null
 stands for any Go slice or pointer, and nsqpy's keys must be among Go's (Go's reused record
 keeps the node's own keys, e.g. a percentile's "value").
