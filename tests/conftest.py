@@ -21,7 +21,7 @@ from nsqpy import wire
 from nsqpy.message import decode_record
 from nsqpy.testing import Nsqd, Nsqlookupd
 from nsqpy.testing import wait_for as wait_for  # re-exported for the test modules
-from nsqpy.wire_client import WireClient
+from nsqpy.testing.wire_client import WireClient
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where the daemons under test run (`python -m nsqpy` imports the nsqpy found there first): the
@@ -43,7 +43,7 @@ class Daemon(Nsqd):
 
 
 class RawClient(WireClient):
-    """A blocking TCP V2 client for exact-byte tests (nsqpy.wire_client.WireClient on
+    """A blocking TCP V2 client for exact-byte tests (nsqpy.testing.wire_client.WireClient on
     127.0.0.1:``port``; every read has a timeout; heartbeats come out as frames, unanswered)."""
 
     def __init__(self, port: int, timeout: float = 5, magic: bytes = wire.MAGIC_V2) -> None:

@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 from conftest import DAEMON_CWD, ROOT
 
-from nsqpy.build_info import COMPILED_MODULES, build_name, compiled_modules, toolchain_missing
+from nsqpy.build_info import (
+    COMPILED_MODULES,
+    build_name,
+    compiled_modules,
+    module_path,
+    toolchain_missing,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -81,7 +87,8 @@ def test_compiled_modules_are_the_ones_imported(compiled):
     ).stdout.split()
     assert len(out) == len(COMPILED)
     for m, path in zip(COMPILED, out):
-        assert path.startswith(str(compiled / "nsqpy" / m)) and path.endswith(".so"), path
+        assert path.startswith(str(compiled / module_path(m)[: -len(".py")])), path
+        assert path.endswith(".so"), path
 
 
 def test_core_and_protocol_tests_pass_compiled(compiled):

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 from test_auth import STANDARD, AuthServer  # noqa: E402
 from test_tls import Certs  # noqa: E402
 
-from nsqpy.spark.client import Producer  # noqa: E402
+from nsqpy.spark.client import BatchPublisher  # noqa: E402
 from nsqpy.spark.options import conn_config  # noqa: E402
 from nsqpy.spark.source import DEFAULT_MAX_IN_FLIGHT, NSQD_MAX_RDY_COUNT  # noqa: E402
 
@@ -139,7 +139,7 @@ def test_spark_source_and_sink_over_tls_with_auth(spark, broker, certs, tmp_path
     opts = conn_options(certs, compression)
     bodies = [b"secure-%05d" % i for i in range(N)]
     config = conn_config(opts, "test-publisher")
-    with Producer(d.tcp_address, "orders", batch_size=400, config=config) as p:
+    with BatchPublisher(d.tcp_address, "orders", batch_size=400, config=config) as p:
         p.publish(bodies)
     assert p.published == N
 
