@@ -14,7 +14,6 @@ import socket
 import time
 
 import pytest
-from conftest import wait_for
 
 from nsqpy.client import (
     BlockingConsumer,
@@ -26,6 +25,7 @@ from nsqpy.client import (
     Producer,
     ProducerPool,
 )
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.asyncio
 

@@ -33,9 +33,9 @@ from nsqpy.spark.client import BatchPublisher, NSQError
 from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
 
 if TYPE_CHECKING:  # imported where used: the script (the consumer) does not have tests/ on its path
-    from nsq_connection import NSQConnection
+    from support.nsq_connection import NSQConnection
 
-# Not conftest's: this file also runs as a script (the consumer), where tests/ is not on the path.
+# Not support.daemons': this file also runs as a script (the consumer), without tests/ on its path.
 ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "cluster"
@@ -266,7 +266,7 @@ class Publisher:
             conn.mpub(TOPIC, bodies)
 
     def _run(self, k: int) -> None:
-        from nsq_connection import NSQConnection
+        from support.nsq_connection import NSQConnection
 
         n = len(self.nodes)
         mine = list(range(k, self.count, n))

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, wait_for
+from support.daemons import ROOT
 
 from nsqpy.spark.client import BatchPublisher
-from nsqpy.testing import DaemonProcess
+from nsqpy.testing import DaemonProcess, wait_for
 
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"

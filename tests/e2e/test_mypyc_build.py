@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DAEMON_CWD, ROOT
+from support.daemons import DAEMON_CWD, ROOT
 
 from nsqpy.build_info import (
     COMPILED_MODULES,
@@ -108,7 +108,7 @@ def test_core_and_protocol_tests_pass_compiled(compiled):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
         cwd=compiled.parent,
-        # the daemons the tests start run from the compiled tree too (tests/conftest.py)
+        # the daemons the tests start run from the compiled tree too (tests/support/daemons.py)
         env=dict(os.environ, PYTHONPATH=str(compiled), NSQPY_TEST_DAEMON_CWD=str(compiled)),
         capture_output=True,
         text=True,

@@ -24,12 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Daemon, wait_for
-from nsq_connection import NSQConnection
+from support.daemons import ROOT, Daemon
+from support.nsq_connection import NSQConnection
 
 from nsqpy import wire
 from nsqpy.spark.client import BatchPublisher, NSQError, parse_address
 from nsqpy.spark.lookup import lookup_producers, parse_lookup
+from nsqpy.testing import wait_for
 from nsqpy.testing.wire_client import WireClient
 
 JOBS = ROOT / "spark_jobs"

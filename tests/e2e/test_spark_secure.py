@@ -9,7 +9,8 @@ The test publishes N messages over TLS+AUTH, streams them through the source int
 table until every body is there, checks on nsqd's /stats that the source's connection used TLS,
 the compression asked for, and AUTH, and that every message was FIN'd; then the sink writes N
 more over TLS+AUTH and the channel's depth shows them. One SparkSession for the module; Go nsqd
-comes from tests/gobin.py (skipped, saying why, where it is missing). Every wait is bounded."""
+comes from tests/support/gobin.py (skipped, saying why, where it is missing). Every wait is
+bounded."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import gobin
 import pytest
-from conftest import Daemon, wait_for
+from support import gobin
+from support.daemons import Daemon
+
+from nsqpy.testing import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import Daemon, wait_for
+from support.daemons import Daemon
 
 from nsqpy.spark.client import BatchPublisher
 from nsqpy.spark.spool import SCHEMA, Spool, read_slice
+from nsqpy.testing import wait_for
 
 
 def _batch(first: int, n: int, addr: str = "127.0.0.1:1") -> pa.RecordBatch:

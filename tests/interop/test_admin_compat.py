@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admin_cluster import Admin
-from conftest import RawClient, wait_for
+from support.admin_cluster import Admin
+from support.raw_client import RawClient
 
-from nsqpy.testing import Nsqd, Nsqlookupd
+from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "nsqadmin-1.3"
 CLIENT_HOSTNAME = "tester-host"  #: the consumer's IDENTIFY hostname (nsqds report the machine's)
