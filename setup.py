@@ -39,7 +39,8 @@ from setuptools.command.build_ext import build_ext
 #: (a ``bytes`` parameter refuses a bytearray), and the tests pass both ways.
 _HERE = Path(__file__).resolve().parent
 _BUILD_INFO = runpy.run_path(str(_HERE / "nsqpy" / "build_info.py"))
-COMPILED_MODULES = [f"nsqpy/{name}.py" for name in _BUILD_INFO["COMPILED_MODULES"]]
+_module_path = _BUILD_INFO["module_path"]
+COMPILED_MODULES = [_module_path(name) for name in _BUILD_INFO["COMPILED_MODULES"]]
 _toolchain_missing = _BUILD_INFO["toolchain_missing"]
 
 _MODE = os.environ.get("NSQPY_MYPYC", "auto").strip().lower() or "auto"
@@ -82,7 +83,7 @@ def _ext_modules() -> list:
         return []
     # NSQPY_MYPYC_MODULES="wire pqueue channel ..." replaces the list (experiments, benchmarks)
     names = os.environ.get("NSQPY_MYPYC_MODULES", "").split()
-    modules = [f"nsqpy/{n}.py" for n in names] if names else COMPILED_MODULES
+    modules = [_module_path(n) for n in names] if names else COMPILED_MODULES
     try:
         return mypycify(modules, opt_level=os.environ.get("NSQPY_MYPYC_OPT", "3"))
     except BaseException as e:  # mypy reports type errors with SystemExit

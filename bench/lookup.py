@@ -23,7 +23,7 @@ import time
 
 from bench.target import Daemon, proc_status_kib
 from nsqpy import message, wire
-from nsqpy.wire_client import WireClient
+from nsqpy.testing.wire_client import WireClient
 
 
 def _connect(d: Daemon) -> WireClient:

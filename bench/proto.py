@@ -1,6 +1,6 @@
 """The client side of the TCP V2 protocol, as lean as the benchmark needs it.
 
-Strategy: every connection is an nsqpy.wire_client.WireClient (blocking socket, TCP_NODELAY,
+Strategy: every connection is an nsqpy.testing.wire_client.WireClient (blocking socket, TCP_NODELAY,
 one receive buffer); commands are pre-encoded once with nsqpy.wire's encoders; the hot loops
 walk the frames in place with wire.iter_frames and take IDs at message.py's offsets, never one
 object per frame. A connection says hello as NSQ's bench tools do (magic, then IDENTIFY with
@@ -11,9 +11,9 @@ from __future__ import annotations
 import struct
 
 from nsqpy import message, wire
-from nsqpy.wire_client import NOP as NOP
-from nsqpy.wire_client import WireClient
-from nsqpy.wire_client import WireError as ProtocolError
+from nsqpy.testing.wire_client import NOP as NOP
+from nsqpy.testing.wire_client import WireClient
+from nsqpy.testing.wire_client import WireError as ProtocolError
 
 __all__ = ["NOP", "ProtocolError", "WireClient"]
 

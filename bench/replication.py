@@ -1,7 +1,7 @@
 """Publish throughput of a replicated topic (R=3, --replica-ack=all-isr) beside an R=1 topic on
 the same three nsqpy-d nodes, on loopback.
 
-One etcd (tests/etcd_server.py: Debian's etcd-server, temp data dir) and three nsqpy-d nodes
+One etcd (tests/support/etcd_server.py: Debian's etcd-server, temp data dir) and three nsqpy-d nodes
 joined to it (ephemeral ports, temp data dirs). Topic ``r3`` is created with
 ``/topic/create?replicas=3``, topic ``r1`` with ``replicas=1``; both are published to on the
 *leader* of r3 (so the R=1 figure is the same process, the same connections, without
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from etcd_server import EtcdServer  # noqa: E402
+from support.etcd_server import EtcdServer  # noqa: E402
 
 from nsqpy.client import Producer  # noqa: E402
 from nsqpy.testing.process import Nsqd, wait_for  # noqa: E402

@@ -26,7 +26,7 @@ import time
 
 from nsqpy import message, wire
 from nsqpy.testing import Nsqd
-from nsqpy.wire_client import WireClient
+from nsqpy.testing.wire_client import WireClient
 
 
 def cpu_seconds(pid: int) -> float:

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))
 
 from bench.target import Daemon  # noqa: E402
-from nsqpy.spark.client import Producer  # noqa: E402
+from nsqpy.spark.client import BatchPublisher  # noqa: E402
 
 
 class MachineCPU:
@@ -146,7 +146,7 @@ def _mark(args: argparse.Namespace, event: str, **fields: Any) -> None:
 def prefill(address: str, topic: str, count: int, size: int) -> float:
     body = b"x" * size
     t = time.monotonic()
-    with Producer(address, topic, batch_size=500, window=8) as p:
+    with BatchPublisher(address, topic, batch_size=500, window=8) as p:
         for i in range(count):
             p.put(b"%010d" % i + body[10:] if size > 10 else body)
     return count / (time.monotonic() - t)

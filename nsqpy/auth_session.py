@@ -16,7 +16,8 @@ from __future__ import annotations
 from . import wire
 from .auth import AuthState
 from .internal.gojson import encode
-from .wire import FatalClientError, go_quote
+from .internal.gostrconv import quote as go_quote
+from .wire import FatalClientError
 
 
 class AuthSession:

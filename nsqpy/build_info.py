@@ -14,7 +14,8 @@ import shutil
 import sysconfig
 from pathlib import Path
 
-#: The modules setup.py compiles (it reads this list by path, so it is the only one).
+#: The modules setup.py compiles, dotted names under nsqpy (it reads this list by path, so it is
+#: the only one; module_path gives each one's file).
 COMPILED_MODULES: tuple[str, ...] = (
     "wire",
     "pqueue",
@@ -30,8 +31,14 @@ COMPILED_MODULES: tuple[str, ...] = (
     "topic",
     "channel",
     "diskqueue_codec",
-    "frames",
+    "client.frames",
 )
+
+
+def module_path(name: str) -> str:
+    """The source file of COMPILED_MODULES' ``name``, relative to the checkout
+    (``"client.frames"`` -> ``"nsqpy/client/frames.py"``)."""
+    return "nsqpy/" + name.replace(".", "/") + ".py"
 
 
 def compiled_modules() -> list[str]:

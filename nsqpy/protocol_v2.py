@@ -41,12 +41,13 @@ from .channel import Channel, ChannelError
 from .client_stats import ClientStats
 from .internal import gojson
 from .internal.gojson import GoJSONError, GoStruct
+from .internal.gostrconv import quote as go_quote
 from .message import Message
 from .options import NSQ_VERSION
 from .stream_upgrade import Upgrade, negotiated_codec
 from .tls import TLS_NOT_REQUIRED
 from .topic import TopicError
-from .wire import ClientError, FatalClientError, go_quote
+from .wire import ClientError, FatalClientError
 
 if TYPE_CHECKING:
     from .nsqd import NSQD

@@ -99,37 +99,6 @@ class FatalClientError(ClientError):
     fatal: ClassVar[bool] = True
 
 
-def go_quote(b: bytes) -> str:
-    """Go's %q (strconv.Quote) of a byte string, for nsqd's error texts."""
-    s = b.decode("utf-8", "surrogateescape")
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif 0xDC80 <= o <= 0xDCFF:  # an invalid UTF-8 byte
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        elif not ch.isprintable():
-            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-_GO_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
 
 
 _U64 = (1 << 64) - 1

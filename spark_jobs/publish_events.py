@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nsqpy.spark.client import NSQError, Producer  # noqa: E402
+from nsqpy.spark.client import BatchPublisher, NSQError  # noqa: E402
 
 KINDS = ("view", "click", "cart", "buy")
 
@@ -48,7 +48,7 @@ def make_event(i: int, t: float, rng: random.Random, users: int, lateness: float
 
 
 class _Publisher:
-    """A Producer that dials again when its connection drops (``retry_seconds`` > 0)."""
+    """A BatchPublisher that dials again when its connection drops (``retry_seconds`` > 0)."""
 
     def __init__(self, address: str, topic: str, batch: int, retry_seconds: float) -> None:
         self.address, self.topic, self.batch = address, topic, batch
@@ -56,12 +56,12 @@ class _Publisher:
         self.reconnects = 0
         self.p = self._dial()
 
-    def _dial(self) -> Producer:
+    def _dial(self) -> BatchPublisher:
         give_up = time.monotonic() + self.retry_seconds
         delay = 0.1
         while True:
             try:
-                return Producer(self.address, self.topic, batch_size=self.batch, timeout=10)
+                return BatchPublisher(self.address, self.topic, batch_size=self.batch, timeout=10)
             except OSError:
                 if time.monotonic() + delay > give_up:
                     raise

@@ -1,9 +1,9 @@
 """nsqadmin's JSON API (nsqadmin/http.go, v1 endpoints) on aiohttp.
 
-Strategy: glue only. Each handler asks cluster.Cluster (which asks the daemons in parallel)
-and answers nsqadmin's JSON shape through internal.http.aio's V1 helpers (internal.gojson's
-bytes): Go's field order, "message" carrying "WARNING: ..." when some daemon failed, 502
-"UPSTREAM_ERROR: ..." only when every daemon asked failed. Every destructive action goes
+Strategy: glue only. Each handler asks ClusterInfo (nsqpy.internal.clusterinfo, which asks the
+daemons in parallel) and answers nsqadmin's JSON shape through internal.http.aio's V1 helpers
+(internal.gojson's bytes): Go's field order, "message" carrying "WARNING: ..." when some daemon
+failed, 502 "UPSTREAM_ERROR: ..." only when every daemon asked failed. Every destructive action goes
 through AdminAPI.perform, which the HTML forms (pages.py) call too: the ACL check
 (--admin-user against the --acl-http-header header; 403 FORBIDDEN and nothing changed
 otherwise), the cluster calls, and the audit event for --notification-http-endpoint
@@ -18,14 +18,15 @@ from typing import Any
 
 from aiohttp import web
 
+from ..internal.clusterinfo import types as ci
+from ..internal.clusterinfo.data import ClusterInfo
+from ..internal.clusterinfo.types import UpstreamError
 from ..internal.gojson import GoJSONError, GoStruct, unmarshal_strings
 from ..internal.http.aio import error_response, go_json_response
 from ..internal.http.v1 import NsqHTTPError
 from ..internal.lg import LOG_LEVELS
 from ..wire import is_valid_name
-from . import clusterinfo as ci
-from .cluster import Cluster
-from .clusterinfo import UpstreamError, warn_message
+from . import summaries
 from .notify import Notifier
 from .options import AdminOptions, option_by_cfg_name
 
@@ -67,7 +68,7 @@ class AdminAPI:
     """The /api handlers of one nsqadmin: ``opts`` (read at each request: PUT /config can
     change the lookupds and the log level), ``cluster`` (reads and actions), ``notifier``."""
 
-    def __init__(self, opts: AdminOptions, cluster: Cluster, notifier: Notifier) -> None:
+    def __init__(self, opts: AdminOptions, cluster: ClusterInfo, notifier: Notifier) -> None:
         self.opts = opts
         self.cluster = cluster
         self.notifier = notifier
@@ -103,8 +104,8 @@ class AdminAPI:
                             inactive[name], _ = await self.cluster.lookupd_topic_channels(name)
                         except UpstreamError:
                             inactive[name] = []
-            return {"topics": inactive, "message": warn_message(messages)}
-        return {"topics": topics, "message": warn_message(messages)}
+            return {"topics": inactive, "message": summaries.warn_message(messages)}
+        return {"topics": topics, "message": summaries.warn_message(messages)}
 
     async def topic(self, request: web.Request) -> Any:
         """GET /api/topics/:topic: the cluster-wide TopicStats with "nodes" (per node, with
@@ -115,7 +116,7 @@ class AdminAPI:
         rows, _, node_errors = await self.cluster.nsqd_stats(producers, name, "", False)
         if node_errors:
             messages.append(ci.err_list(node_errors.values()))
-        return {**ci.aggregate_topic(name, rows), "message": warn_message(messages)}
+        return {**ci.aggregate_topic(name, rows), "message": summaries.warn_message(messages)}
 
     async def channel(self, request: web.Request) -> Any:
         """GET /api/topics/:topic/:channel: the cluster-wide ChannelStats with "nodes",
@@ -130,15 +131,15 @@ class AdminAPI:
         stats = channels.get(channel)
         if stats is None:
             # Go embeds a nil *ChannelStats: encoding/json writes only the outer field
-            return {"message": warn_message(messages)}
-        return {**stats, "message": warn_message(messages)}
+            return {"message": summaries.warn_message(messages)}
+        return {**stats, "message": summaries.warn_message(messages)}
 
     async def nodes(self, request: web.Request) -> Any:
         """GET /api/nodes: {"nodes": [producer...], "message"}."""
         producers, errors = await self.cluster.producers()
         return {
             "nodes": producers,
-            "message": warn_message([ci.err_list(errors)] if errors else []),
+            "message": summaries.warn_message([ci.err_list(errors)] if errors else []),
         }
 
     async def node(self, request: web.Request) -> Any:
@@ -151,13 +152,13 @@ class AdminAPI:
         if producer is None:
             raise NsqHTTPError(404, "NODE_NOT_FOUND")
         rows, _, node_errors = await self.cluster.nsqd_stats([producer], "", "", True)
-        total_messages, total_clients = ci.node_totals(rows)
+        total_messages, total_clients = summaries.node_totals(rows)
         return {
             "node": node,
             "topics": rows or None,
             "total_messages": total_messages,
             "total_clients": total_clients,
-            "message": warn_message([ci.err_list(errors)] if errors else []),
+            "message": summaries.warn_message([ci.err_list(errors)] if errors else []),
         }
 
     async def counter(self, request: web.Request) -> Any:
@@ -168,7 +169,10 @@ class AdminAPI:
         _, channels, node_errors = await self.cluster.nsqd_stats(producers, "", "", False)
         if node_errors:
             messages.append(ci.err_list(node_errors.values()))
-        return {"stats": ci.counter_stats(channels), "message": warn_message(messages)}
+        return {
+            "stats": summaries.counter_stats(channels),
+            "message": summaries.warn_message(messages),
+        }
 
     # ------------------------------------------------------------ actions
 
@@ -222,7 +226,7 @@ class AdminAPI:
             self.notifier.admin_action(request, name, topic, ch, node)
         if errors:
             log.warning("%s", ci.err_list(errors))
-        return warn_message([ci.err_list(errors)] if errors else []), extra
+        return summaries.warn_message([ci.err_list(errors)] if errors else []), extra
 
     async def _body(self, request: web.Request, *fields: str) -> dict[str, str]:
         """The string ``fields`` of the JSON body as nsqadmin's Go decoder reads them ("" when

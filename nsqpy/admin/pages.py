@@ -1,11 +1,11 @@
 """nsqadmin's pages, rendered on the server from jinja2 templates (templates/), no build step.
 
-Strategy: each GET page asks cluster.Cluster for what it shows (in parallel, with the HTTP
-client's deadlines), turns a failed node into an error row on its table and a warning at the
-top (never a blank page, never a 500), and renders one template. Every page is complete
-without JavaScript; static/admin.js only refreshes the live part (#live) in place and asks
-for a confirmation before a destructive form is sent. Destructive actions are HTML forms that
-POST to the page's own URL; the handler calls AdminAPI.perform (the same door as the JSON
+Strategy: each GET page asks ClusterInfo (nsqpy.internal.clusterinfo) for what it shows (in
+parallel, with the HTTP client's deadlines), turns a failed node into an error row on its table
+and a warning at the top (never a blank page, never a 500), and renders one template. Every page
+is complete without JavaScript; static/admin.js only refreshes the live part (#live) in place
+and asks for a confirmation before a destructive form is sent. Destructive actions are HTML
+forms that POST to the page's own URL; the handler calls AdminAPI.perform (the same door as the JSON
 API: ACL, cluster calls, audit event) and answers 303 back to a page with a notice, or the
 error page with the API's status (403 for a non-admin, nothing changed). A POST whose Origin
 header names another host is refused (403) so another site cannot press the buttons."""
@@ -26,12 +26,13 @@ import jinja2
 from aiohttp import web
 
 from ..guid import decode_id
+from ..internal.clusterinfo import types as ci
+from ..internal.clusterinfo.data import ClusterInfo
+from ..internal.clusterinfo.types import Stats, UpstreamError
 from ..internal.gotime import date_time, date_time_ms
 from ..internal.http.v1 import NsqHTTPError
 from ..options import NSQ_VERSION, NSQPY_VERSION
-from . import clusterinfo as ci
-from .cluster import Cluster
-from .clusterinfo import Stats, UpstreamError
+from . import summaries
 from .history import History, sparkline
 from .http_api import AdminAPI
 from .options import AdminOptions
@@ -97,7 +98,7 @@ class Pages:
     """The HTML pages of one nsqadmin (see the module comment)."""
 
     def __init__(
-        self, opts: AdminOptions, cluster: Cluster, api: AdminAPI, history: History
+        self, opts: AdminOptions, cluster: ClusterInfo, api: AdminAPI, history: History
     ) -> None:
         self.opts = opts
         self.cluster = cluster
@@ -174,7 +175,7 @@ class Pages:
 
     async def _topic_data(
         self, topic: str, channel: str = "", clients: bool = False
-    ) -> tuple[list[ci.Producer], list[Stats], dict[str, Stats], dict[str, str], list[str]]:
+    ) -> tuple[list[ci.ProducerInfo], list[Stats], dict[str, Stats], dict[str, str], list[str]]:
         """(producers, node rows, channel map, node errors, warnings) for a topic page."""
         warnings: list[str] = []
         try:
@@ -187,7 +188,9 @@ class Pages:
         rows, channels, node_errors = await self.cluster.stats(producers, topic, channel, clients)
         return producers, rows, channels, node_errors, warnings
 
-    def _error_rows(self, producers: list[ci.Producer], node_errors: dict[str, str]) -> list[Any]:
+    def _error_rows(
+        self, producers: list[ci.ProducerInfo], node_errors: dict[str, str]
+    ) -> list[Any]:
         return [
             {"node": ci.http_address(p), "hostname": p["hostname"], "error": node_errors[a]}
             for p in producers
@@ -301,7 +304,7 @@ class Pages:
         error = node_errors.get(node, "")
         if error:
             warnings.append(f"{node}: {error}")
-        total_messages, total_clients = ci.node_totals(rows)
+        total_messages, total_clients = summaries.node_totals(rows)
         infos, metrics = await asyncio.gather(
             self.cluster.node_infos([producer]), self.cluster.node_metrics(node)
         )
@@ -354,7 +357,7 @@ class Pages:
             producers, warnings = await self.cluster.producers()
             _, channels, node_errors = await self.cluster.stats(producers, "", "", False)
             warnings += [f"{n}: {e}" for n, e in node_errors.items()]
-            total = sum(s["message_count"] for s in ci.counter_stats(channels).values())
+            total = sum(s["message_count"] for s in summaries.counter_stats(channels).values())
         except UpstreamError as e:
             warnings.append(str(e))
         return self.render(
@@ -364,7 +367,7 @@ class Pages:
 
     async def message(self, request: web.Request) -> web.Response:
         """/message?id=ID[&topic=T][&body=1]: where one message is now (nsqpy's GET /message,
-        through the lookupds or every nsqd: Cluster.find_message): its ID decoded, the node
+        through the lookupds or every nsqd: ClusterInfo.find_message): its ID decoded, the node
         that made it, each place that holds it and in what state; 400 for a malformed ID."""
         msg_id = request.query.get("id", "").strip()
         topic = request.query.get("topic", "").strip()

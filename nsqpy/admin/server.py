@@ -2,7 +2,7 @@
 
 Strategy: as nsqadmin.New/Main: the options are checked first (ValueError with nsqadmin's
 text), then the listener is bound and "HTTP: listening on <addr>" logged with the real port
-(port 0 picks a free one). The JSON API (http_api) and the pages (pages) share one Cluster
+(port 0 picks a free one). The JSON API (http_api) and the pages (pages) share one ClusterInfo
 and one HTTP client session; the routes sit under --base-path, with http.aio.go_router's
 redirect/405/404 rules around them. The sampler task asks the cluster every
 --sample-interval and records every topic's and channel's totals in the History (it never
@@ -19,15 +19,17 @@ from typing import Any
 
 from aiohttp import web
 
+from ..internal.clusterinfo import types as ci
+from ..internal.clusterinfo.data import ClusterInfo
+from ..internal.clusterinfo.http_client import HTTPClient
+from ..internal.clusterinfo.types import UpstreamError
 from ..internal.http.aio import go_router, start_site
 from ..internal.lg import fields
 from ..internal.netaddr import format_listen_addr, split_host_port
 from ..internal.reqmetrics import CONTENT_TYPE
-from . import clusterinfo as ci
 from . import http_api, pages
-from .cluster import Cluster, HTTPClient
-from .clusterinfo import UpstreamError
 from .history import History, Key
+from .metrics import UpstreamMetrics
 from .notify import Notifier
 from .options import AdminOptions
 
@@ -98,6 +100,7 @@ class AdminServer:
         self.client: HTTPClient | None = None
         self.notifier: Notifier | None = None
         self.history = History(opts.sample_interval_ms / 1000, opts.history_window_ms / 1000)
+        self.upstream = UpstreamMetrics(opts.nsqlookupd_http_addresses)
 
     def build_app(self) -> web.Application:
         opts = self.opts
@@ -106,7 +109,8 @@ class AdminServer:
             opts.http_client_request_timeout_ms / 1000,
             client_ssl_context(opts),
         )
-        self.cluster = Cluster(
+        self.client.observe = self.upstream.observe
+        self.cluster = ClusterInfo(
             self.client, opts.nsqlookupd_http_addresses, opts.nsqd_http_addresses
         )
         self.notifier = Notifier(opts.notification_http_endpoint, self.client.timeout)
@@ -126,10 +130,7 @@ class AdminServer:
     async def metrics(self, request: web.Request) -> web.Response:
         """GET /metrics (beyond nsqadmin): upstream request times and errors by kind
         (admin/metrics.py), in Prometheus' text format."""
-        assert self.client is not None
-        return web.Response(
-            body=self.client.metrics.scrape(), headers={"Content-Type": CONTENT_TYPE}
-        )
+        return web.Response(body=self.upstream.scrape(), headers={"Content-Type": CONTENT_TYPE})
 
     async def start(self) -> None:
         """Check the options, bind --http-address, start the sampler and the notifier. Raises

@@ -6,7 +6,7 @@ IDENTIFY with ``feature_negotiation``, then, as nsqd's answer says, the TLS upgr
 socket (``loop.start_tls``) and its ``OK``, the snappy (framed stream) or deflate (raw, wbits
 -15) layer and its compressed ``OK``, and AUTH when nsqd says ``auth_required``.
 
-Reads: bytes go into one bytearray (inflated first when a codec is on); :func:`nsqpy.frames.
+Reads: bytes go into one bytearray (inflated first when a codec is on); :func:`nsqpy.client.frames.
 scan_frames` collects all the message frames up to the next other frame in one call (compiled
 by mypyc in the compiled build), and the consumed prefix is dropped with one ``del``. The
 codec starts right after the frame nsqd sent before switching (the IDENTIFY answer, or the
@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 from .. import wire
 from ..compression import INFLATE_STEP, CompressionError, DeflateCodec, SnappyCodec
-from ..frames import NO_FRAME, scan_frames
 from ..message import BODY_START, ID_END, ID_START
 from .config import Config
+from .frames import NO_FRAME, scan_frames
 from .message import Message
 
 #: nsqd's error codes after which the connection stays open (protocol_v2.go ClientErr, not
@@ -272,7 +272,7 @@ class Conn(asyncio.Protocol):
                 return  # no whole frame yet (a large one arriving): copy nothing
             data = bytes(buf)  # one copy per read: what the scan and on_records take
             while True:
-                # all message frames up to the next other frame, in one call (nsqpy.frames)
+                # all message frames up to the next other frame, in one call (nsqpy.client.frames)
                 pos, ftype, start, end = scan_frames(data, pos, max_size, starts, ends)
                 if bulk is None and starts:
                     for s, e in zip(starts, ends, strict=True):

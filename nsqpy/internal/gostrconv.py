@@ -2,7 +2,7 @@
 
 Strategy: small pure functions named after their Go originals, each stating which spellings
 Go accepts; callers turn ValueError into their own error (a usage error, an E_* reply).
-Source: Go's src/strconv/atob.go and atoi.go."""
+Source: Go's src/strconv/atob.go, atoi.go and quote.go."""
 
 from __future__ import annotations
 
@@ -36,3 +36,37 @@ def parse_int(text: str, bits: int = 64) -> int:
     if not -limit <= n < limit:
         raise ValueError(f'strconv.ParseInt: parsing "{text}": value out of range')
     return n
+
+
+def quote(b: bytes) -> str:
+    """Go's strconv.Quote (and %q) of a byte string: ``"..."`` with Go's escapes; an invalid
+    UTF-8 byte is written ``\\xNN``. For the error texts nsqd and nsqadmin answer with."""
+    s = b.decode("utf-8", "surrogateescape")
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # an invalid UTF-8 byte
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif not ch.isprintable():
+            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}

@@ -2,7 +2,7 @@
 
 Strategy: the same model as nsqlookupd/registration_db.go (a registration is a
 (category, key, subkey) triple: ("client", "", ""), ("topic", T, ""), ("channel", T, C); each
-maps peer id -> Producer). Each registration is one entry, reached both from a flat map
+maps peer id -> Membership). Each registration is one entry, reached both from a flat map
 (exact finds: one dict lookup) and from a tree category -> key -> subkey (so "*" finds walk one
 category, or one topic's channels), plus an index peer id -> its registrations (in the order
 they were made) so a disconnect or /nodes never scans the whole map. Registrations outlive
@@ -14,7 +14,7 @@ producers in the order they registered.
 Memory at cluster scale (200 nsqds x 1,500 registrations each) is one dict slot per
 (registration, peer) in each direction: the Registration tuple (and its strings) is the
 entry's one object, shared by every peer's index, and a peer's memberships share one
-untombstoned Producer until a tombstone gives that membership its own.
+untombstoned Membership until a tombstone gives that membership its own.
 
 /lookup's answer is cached per topic (``lookup``): an entry is dropped by every change that
 can alter it (a producer or registration of the topic added or removed, a channel
@@ -134,7 +134,7 @@ class PeerInfo:
         return kept[1]
 
 
-class Producer:
+class Membership:
     """A peer's membership in one registration; the tombstone belongs to that membership
     (registration_db.go Producer). ``tombstoned_at`` is Unix nanoseconds."""
 
@@ -159,8 +159,8 @@ class Producer:
 
 
 def filter_by_active(
-    producers: Iterable[Producer], inactive_timeout_ns: int, tombstone_lifetime_ns: int, now: int
-) -> list[Producer]:
+    producers: Iterable[Membership], inactive_timeout_ns: int, tombstone_lifetime_ns: int, now: int
+) -> list[Membership]:
     """Go's Producers.FilterByActive: drop producers not heard from for more than
     ``inactive_timeout_ns`` and those tombstoned within ``tombstone_lifetime_ns``."""
     return [
@@ -184,22 +184,22 @@ def _is_node(peer: PeerInfo, node: str) -> bool:
 
 
 class _Entry:
-    """One registration: its canonical key and its producers (peer id -> Producer)."""
+    """One registration: its canonical key and its producers (peer id -> Membership)."""
 
     __slots__ = ("reg", "producers")
 
     def __init__(self, reg: Registration) -> None:
         self.reg = reg
-        self.producers: dict[str, Producer] = {}
+        self.producers: dict[str, Membership] = {}
 
 
 class _Peer:
-    """One peer id's side: the Producer its untombstoned memberships share and its
+    """One peer id's side: the Membership its untombstoned memberships share and its
     registrations in the order they were made (a dict used as an ordered set)."""
 
     __slots__ = ("producer", "regs")
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Membership) -> None:
         self.producer = producer
         self.regs: dict[Registration, None] = {}
 
@@ -228,7 +228,7 @@ class RegistrationDB:
         self._flat: dict[tuple[str, str, str], _Entry] = {}
         # category -> key -> subkey -> the same entries
         self._tree: dict[str, dict[str, dict[str, _Entry]]] = {}
-        # peer id -> its shared Producer and registrations
+        # peer id -> its shared Membership and registrations
         self._by_peer: dict[str, _Peer] = {}
         # topic -> cached /lookup answer, all built with the same two durations
         self._lookups: dict[str, _Cached[object]] = {}
@@ -260,7 +260,7 @@ class RegistrationDB:
 
     def add_producer(self, k: Registration, peer: PeerInfo) -> bool:
         """Add ``peer`` to ``k`` (creating it); False when the peer was already there (its
-        Producer, and so its tombstone, is kept)."""
+        Membership, and so its tombstone, is kept)."""
         return self._add(k, peer) is not None
 
     def _add(self, k: tuple[str, str, str], peer: PeerInfo) -> Registration | None:
@@ -275,9 +275,9 @@ class RegistrationDB:
             return None
         side = self._by_peer.get(pid)
         if side is None:
-            side = self._by_peer[pid] = _Peer(Producer(peer))
+            side = self._by_peer[pid] = _Peer(Membership(peer))
         shared = side.producer
-        producers[pid] = shared if shared.peer_info is peer else Producer(peer)
+        producers[pid] = shared if shared.peer_info is peer else Membership(peer)
         reg = e.reg
         side.regs[reg] = None
         if self._lookups and reg.category != "client":
@@ -336,20 +336,20 @@ class RegistrationDB:
                 out.append(subkeys[subkey].reg)
         return out
 
-    def find_producers(self, category: str, key: str, subkey: str) -> list[Producer]:
+    def find_producers(self, category: str, key: str, subkey: str) -> list[Membership]:
         """Producers of the matching registrations, each peer once (the first registration's
-        Producer wins, registrations taken in sorted order)."""
+        Membership wins, registrations taken in sorted order)."""
         if key != "*" and subkey != "*":
             e = self._flat.get((category, key, subkey))
             return list(e.producers.values()) if e is not None else []
-        seen: dict[str, Producer] = {}
+        seen: dict[str, Membership] = {}
         for reg in self.find_registrations(category, key, subkey):
             for peer_id, p in self._flat[reg].producers.items():
                 seen.setdefault(peer_id, p)
         return list(seen.values())
 
-    def producer(self, k: Registration, peer_id: str) -> Producer | None:
-        """The peer's Producer in ``k``, if any."""
+    def producer(self, k: Registration, peer_id: str) -> Membership | None:
+        """The peer's Membership in ``k``, if any."""
         e = self._flat.get(k)
         return e.producers.get(peer_id) if e is not None else None
 
@@ -358,7 +358,7 @@ class RegistrationDB:
         side = self._by_peer.get(peer_id)
         return sorted(side.regs) if side is not None else []
 
-    def registrations(self) -> list[tuple[Registration, list[Producer]]]:
+    def registrations(self) -> list[tuple[Registration, list[Membership]]]:
         """Every registration with its producers (sorted by key, producers by peer id)."""
         out = []
         for category in sorted(self._tree):
@@ -470,8 +470,8 @@ class RegistrationDB:
                 if _is_node(p.peer_info, node):
                     side = self._by_peer.get(peer_id)
                     if side is not None and p is side.producer:
-                        # a shared Producer: this membership gets its own
-                        p = producers[peer_id] = Producer(p.peer_info)
+                        # a shared Membership: this membership gets its own
+                        p = producers[peer_id] = Membership(p.peer_info)
                     p.tombstone(now)
                     n += 1
             self._changed(reg)

@@ -1,35 +1,27 @@
 """The connector's publishing client and address helpers, on nsqpy.client.
 
 Strategy: the sink (and the jobs, bench and tests that pre-fill topics) publish through
-:class:`Producer`, a blocking, pipelined MPUB publisher for one nsqd and one topic: its
+:class:`BatchPublisher`, a blocking, pipelined MPUB publisher for one nsqd and one topic: its
 connection is an :class:`nsqpy.client.Conn` (IDENTIFY, TLS, snappy/deflate, AUTH and heartbeats
 as nsqpy.client does them, configured by nsqpy.spark.options.conn_config) on an event loop that
 runs in a daemon thread (nsqpy.client.blocking's loop thread). The calling thread encodes each
 MPUB and hands it to the loop (``call_soon_threadsafe``), keeping up to ``window`` unanswered,
 and checks every answer, in order, for ``OK`` (nsqd answers in order). The source's consuming
-side lives in nsqpy.spark.fetch, on the same Conn.
-
-``NSQConnection`` is a plain blocking connection on nsqpy.wire_client.WireClient kept for
-tests/e2e/test_cluster.py's publisher (no TLS, no compression, no AUTH); the connector does not
-use it."""
+side lives in nsqpy.spark.fetch, on the same Conn."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
-import socket
 import struct
 from collections import deque
-from typing import Any
 
 from nsqpy import wire
 from nsqpy.client import Config, Conn, NSQError
 from nsqpy.client.blocking import _LoopThread
 from nsqpy.internal.netaddr import split_host_port
-from nsqpy.wire_client import ConnectionClosed, WireClient
 
-__all__ = ["NSQConnection", "NSQError", "Producer", "parse_address", "split_addresses"]
+__all__ = ["BatchPublisher", "NSQError", "parse_address", "split_addresses"]
 
 USER_AGENT = "nsqpy-spark/0.2"
 
@@ -57,7 +49,7 @@ def split_addresses(value: str | None) -> list[str]:
     return out
 
 
-class Producer:
+class BatchPublisher:
     """Publishes to ``topic`` on the nsqd at ``address`` with MPUB, a few in flight at once.
 
     ``config``: the connection's nsqpy.client Config (TLS, compression, auth_secret; default
@@ -199,7 +191,7 @@ class Producer:
         finally:
             self._lt.close()
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> BatchPublisher:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -208,70 +200,3 @@ class Producer:
                 self.flush()
         finally:
             self.close()
-
-
-class NSQConnection:
-    """A blocking publishing connection (IDENTIFY, PUB, MPUB) on nsqpy.wire_client.WireClient,
-    for tests/e2e/test_cluster.py; no TLS, compression or AUTH (use :class:`Producer`)."""
-
-    def __init__(self, address: str, *, timeout: float = 10.0) -> None:
-        self.address = address
-        self.timeout = timeout
-        self.wire: WireClient | None = None
-        self.settings: dict[str, Any] = {}
-
-    def connect(self) -> dict[str, Any]:
-        """Connect, send the magic and IDENTIFY; returns nsqd's settings. Raises OSError,
-        NSQError."""
-        self.wire = WireClient.connect(parse_address(self.address), timeout=self.timeout)
-        try:
-            fields = {"client_id": socket.gethostname().split(".")[0],
-                      "user_agent": USER_AGENT, "feature_negotiation": True}  # fmt: skip
-            self.wire.command(b"IDENTIFY", body=json.dumps(fields).encode())
-            data = self._response()
-            self.settings = json.loads(data) if data.startswith(b"{") else {}
-        except BaseException:
-            self.close()
-            raise
-        return self.settings
-
-    def pub(self, topic: str, body: bytes) -> None:
-        """PUB and wait for OK; raises NSQError when nsqd answers anything else."""
-        self._send(wire.encode_command(b"PUB", topic.encode(), body=body))
-        self._expect_ok()
-
-    def mpub(self, topic: str, bodies: list[bytes]) -> None:
-        """MPUB and wait for OK; raises NSQError when nsqd answers anything else."""
-        self._send(wire.encode_mpub(topic.encode(), bodies))
-        self._expect_ok()
-
-    def _send(self, data: bytes) -> None:
-        if self.wire is None:
-            raise ConnectionError(f"connection to {self.address} is closed")
-        self.wire.send(data)
-
-    def _response(self) -> bytes:
-        if self.wire is None:
-            raise ConnectionError(f"connection to {self.address} is closed")
-        try:
-            ftype, data = self.wire.read_frame(self.timeout)
-        except ConnectionClosed as e:
-            raise ConnectionError(f"{self.address} closed the connection") from e
-        if ftype == wire.FRAME_TYPE_ERROR:
-            raise NSQError.from_frame(data)
-        if ftype != wire.FRAME_TYPE_RESPONSE:
-            raise NSQError("E_BAD_RESPONSE", f"unexpected frame type {ftype}")
-        return data
-
-    def _expect_ok(self) -> None:
-        data = self._response()
-        if data != wire.OK:
-            raise NSQError("E_BAD_RESPONSE", f"expected OK, got {data[:100]!r}")
-
-    def close(self) -> None:
-        client, self.wire = self.wire, None
-        if client is not None:
-            try:
-                client.close()
-            except OSError:
-                pass

@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from .client import Producer, split_addresses
+from .client import BatchPublisher, split_addresses
 from .lookup import lookup_producers
 from .options import CONN_OPTIONS, conn_config, int_option
 from .trace import trace
@@ -101,14 +101,14 @@ class _NSQWriterBase:
                 )
         return addrs
 
-    def _producer(self, topic: str, partition: int) -> Producer:
+    def _producer(self, topic: str, partition: int) -> BatchPublisher:
         addrs = self._addresses(topic)
         errors = []
         config = conn_config(self.conn_options, f"spark-sink-{partition}")
         for i in range(len(addrs)):
             address = addrs[(partition + i) % len(addrs)]
             try:
-                return Producer(
+                return BatchPublisher(
                     address,
                     topic,
                     batch_size=self.batch_size,
@@ -125,7 +125,7 @@ class _NSQWriterBase:
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        producers: dict[str, Producer] = {}
+        producers: dict[str, BatchPublisher] = {}
         t_start = time.perf_counter()
         t_spark = t_encode = t_send = 0.0  # waiting for Spark's batches, encoding, publishing
         rows = 0

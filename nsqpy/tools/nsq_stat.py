@@ -1,12 +1,13 @@
 """`nsqpy nsq_stat`: poll a channel's /stats on every nsqd of its topic and print one line per
 interval, as NSQ's apps/nsq_stat/nsq_stat.go (v1.3.0) does.
 
-Strategy: a loop on asyncio and clusterinfo.py: find the topic's producers (lookupd /lookup or
-each nsqd's /stats), sum the channel over them, print the header at every 25th report (the
+Strategy: a loop on asyncio and the cluster-info layer (nsqpy.internal.clusterinfo, as Go's
+nsq_stat uses internal/clusterinfo): find the topic's producers (lookupd /lookup or each nsqd's
+/stats), sum the channel over them (ChannelStats.Add), print the header at every 25th report (the
 first report only primes the rates and prints no line), then sleep ``--interval``. Rates are
 the message count's change (ingress) and the change not left in depth (egress) over the
-interval, truncated toward zero. ``--count N`` stops after N lines; errors are fatal, as in Go
-(log.Fatalf, exit 1)."""
+interval, truncated toward zero. ``--count N`` stops after N lines; errors, a partial answer
+too, are fatal, as in Go (log.Fatalf, exit 1)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from .clusterinfo import ChannelStats, ClusterError, ClusterInfo
+from ..internal.clusterinfo.data import ClusterInfo
+from ..internal.clusterinfo.http_client import FetchError, HTTPClient
+from ..internal.clusterinfo.types import Stats, UpstreamError, err_list
 from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse, print_version
 
 FLAGS = (
@@ -39,9 +42,10 @@ HEADER = (
 HEADER_EVERY = 25
 
 
-def format_line(cur: ChannelStats, prev: ChannelStats, interval_s: float) -> str:
-    """One report line: rates per second over ``interval_s`` then the current counters."""
-    c, o = cur.counters, prev.counters
+def format_line(c: Stats, o: Stats, interval_s: float) -> str:
+    """One report line from the channel's stats now (``c``) and at the last report (``o``),
+    both cluster-wide channel stats records: rates per second over ``interval_s`` then the
+    current counters."""
     ingress = int((c["message_count"] - o["message_count"]) / interval_s)
     egress = int((c["message_count"] - o["message_count"] - (c["depth"] - o["depth"])) / interval_s)
     return (
@@ -57,26 +61,26 @@ async def stat_loop(opts: dict) -> None:
     interval = opts["interval"]
     count = opts["count"]
     lookupds, nsqds = opts["lookupd_http_address"], opts["nsqd_http_address"]
-    prev: ChannelStats | None = None
-    async with ClusterInfo(
+    prev: Stats | None = None
+    async with HTTPClient(
         opts["http_client_connect_timeout"], opts["http_client_request_timeout"]
-    ) as ci:
+    ) as client:
+        ci = ClusterInfo(client, lookupds, nsqds)
         i = 0
         while count is None or count >= i:
             try:
-                if lookupds:
-                    producers, errs = await ci.lookupd_topic_producers(topic, lookupds)
-                else:
-                    producers, errs = await ci.nsqd_topic_producers(topic, nsqds)
-                if errs:
-                    raise ClusterError("; ".join(errs))
-            except (ClusterError, OSError) as e:
+                producers, errs = await ci.topic_producers(topic)
+                if errs:  # Go's PartialErr is an error too
+                    raise UpstreamError(err_list(errs))
+            except (UpstreamError, FetchError, OSError) as e:
                 fail(f"ERROR: failed to get topic producers - {e}")
             try:
-                stats, errs = await ci.nsqd_channel_stats(producers, topic, channel)
-                if errs:
-                    raise ClusterError("; ".join(errs))
-            except (ClusterError, OSError) as e:
+                _, stats, node_errs = await ci.nsqd_stats(
+                    producers, topic, channel, include_clients=False
+                )
+                if node_errs:
+                    raise UpstreamError(err_list(node_errs.values()))
+            except (UpstreamError, FetchError, OSError) as e:
                 fail(f"ERROR: failed to get nsqd stats - {e}")
             cur = stats.get(channel)
             if cur is None:

@@ -20,7 +20,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .clusterinfo import ClusterError, ClusterInfo
+from ..internal.clusterinfo.data import ClusterInfo
+from ..internal.clusterinfo.http_client import FetchError, HTTPClient
+from ..internal.clusterinfo.types import UpstreamError, err_list
 from .file_logger import FileLogger, FileOptions
 from .flags import (
     BOOL,
@@ -206,9 +208,10 @@ async def discover(opts: dict, fopts: FileOptions) -> None:
     if opts["topic"]:
         await signals.wait()
     else:
-        async with ClusterInfo(
+        async with HTTPClient(
             opts["http_client_connect_timeout"], opts["http_client_request_timeout"]
-        ) as ci:
+        ) as client:
+            ci = ClusterInfo(client, opts["lookupd_http_address"], [])
             while not signals.stop.is_set():
                 try:
                     await asyncio.wait_for(signals.stop.wait(), opts["topic_refresh"])
@@ -216,10 +219,10 @@ async def discover(opts: dict, fopts: FileOptions) -> None:
                 except TimeoutError:
                     pass
                 try:
-                    topics, errs = await ci.lookupd_topics(opts["lookupd_http_address"])
+                    topics, errs = await ci.lookupd_topics()
                     if errs:
-                        raise ClusterError("; ".join(errs))
-                except (TimeoutError, ClusterError, OSError) as e:
+                        raise UpstreamError(err_list(errs))
+                except (TimeoutError, UpstreamError, FetchError, OSError) as e:
                     app_log(4, f"could not retrieve topic list: {e}")
                     continue
                 await update(topics)

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from admin_cluster import (  # noqa: F401 (cluster_fixture, admin_fixture: the fixtures)
+from support.admin_cluster import (  # noqa: F401 (cluster_fixture, admin_fixture: the fixtures)
     Admin,
     Cluster,
     admin_fixture,
@@ -34,13 +34,15 @@ from admin_cluster import (  # noqa: F401 (cluster_fixture, admin_fixture: the f
     dead_letter,
     pub_both,
 )
-from conftest import DAEMON_CWD, RawClient, wait_for
+from support.daemons import DAEMON_CWD
+from support.raw_client import RawClient
 
 from nsqpy import guid
-from nsqpy.admin import clusterinfo as ci
-from nsqpy.testing import Nsqd
+from nsqpy.internal.clusterinfo import types as ci
+from nsqpy.testing import Nsqd, wait_for
 
-# the cluster, the admin and their helpers: tests/admin_cluster.py (shared with the browser tests)
+# the cluster, the admin and their helpers: tests/support/admin_cluster.py (shared with the
+# browser tests)
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:

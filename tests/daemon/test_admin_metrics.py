@@ -1,6 +1,6 @@
 """GET /metrics on nsqpy-admin: its upstream requests to nsqlookupd and nsqd, timed and
 counted by kind, with a lookupd address that refuses connections for the errors. Real
-processes (tests/admin_cluster.py's cluster); the scrape goes to ``promtool check metrics``
+processes (tests/support/admin_cluster.py's cluster); the scrape goes to ``promtool check metrics``
 where it is installed.
 """
 
@@ -11,9 +11,10 @@ import socket
 import subprocess
 
 import pytest
-from admin_cluster import Admin, Cluster, cluster_fixture, pub_both  # noqa: F401 (the fixture)
-from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.admin_cluster import Admin, Cluster, cluster_fixture, pub_both  # noqa: F401 (the fixture)
+
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

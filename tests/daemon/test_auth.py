@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DAEMON_CWD, wait_for
+from support.daemons import DAEMON_CWD
 
 from nsqpy import wire
+from nsqpy.testing import wait_for
 
 AUTH_SERVER = r"""
 import json, sys, time, urllib.parse

@@ -20,8 +20,8 @@ import zlib
 from pathlib import Path
 
 import cramjam
-import gobin
 import pytest
+from support import gobin
 
 from nsqpy import wire
 

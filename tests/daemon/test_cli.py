@@ -9,8 +9,8 @@ import sys
 import time
 
 import pytest
-from conftest import DAEMON_CWD, Daemon
-from unixsock import start_on_unix_sockets, unix_http, unix_pub
+from support.daemons import DAEMON_CWD, Daemon
+from support.unixsock import start_on_unix_sockets, unix_http, unix_pub
 
 from nsqpy.cli import normalize_go_flags
 

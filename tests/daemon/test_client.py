@@ -14,8 +14,7 @@ import socket
 import time
 
 import pytest
-from conftest import wait_for
-from listeners import RecordingListener
+from support.listeners import RecordingListener
 
 from nsqpy.client import (
     BlockingConsumer,
@@ -27,6 +26,7 @@ from nsqpy.client import (
     Producer,
     ProducerPool,
 )
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,5 +1,5 @@
 """nsqpy.client's HTTP admin clients against nsqpy-d registered with nsqpy-lookupd: the checks
-of tests/client_http_checks.py (Go's daemons get the same ones in
+of tests/support/client_http_checks.py (Go's daemons get the same ones in
 tests/interop/test_client_http_go.py)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 pytest.register_assert_rewrite("client_http_checks")
 
-from client_http_checks import CHECKS, Pair, run_check  # noqa: E402
-from conftest import Daemon, Lookupd  # noqa: E402
+from support.client_http_checks import CHECKS, Pair, run_check  # noqa: E402
+from support.daemons import Daemon, Lookupd  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 

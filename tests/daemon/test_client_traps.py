@@ -17,8 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
-from listeners import RecordingListener
+from support.listeners import RecordingListener
 
 from nsqpy.client import (
     BlockingConsumer,
@@ -30,6 +29,7 @@ from nsqpy.client import (
     Producer,
 )
 from nsqpy.client.checks import InvalidNameError, MessageTooBigError
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.asyncio
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import cramjam
 import pytest
-from conftest import ROOT, wait_for
+from support.daemons import ROOT
 
 from nsqpy import wire
 from nsqpy.compression import (
@@ -26,6 +26,7 @@ from nsqpy.compression import (
     DeflateCodec,
     SnappyCodec,
 )
+from nsqpy.testing import wait_for
 
 OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
 

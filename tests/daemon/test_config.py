@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 from nsqpy.config import flag_name, option_value, parse_percentiles
 from nsqpy.options import Options
@@ -97,7 +97,7 @@ def test_command_line_flag_wins_over_config_file(daemon_factory, tmp_path):
         'mem_queue_size = 5000\nmsg_timeout = "30s"\ntcp_address = "127.0.0.1:1"\n'
         "statsd_mem_stats = false\n",
     )
-    # conftest's --tcp-address=127.0.0.1:0 is on the command line: it wins over the file
+    # the test daemon's --tcp-address=127.0.0.1:0 is on the command line: it wins over the file
     d = daemon_factory(f"--config={path}", "--mem-queue-size=7", "--statsd-mem-stats=true")
     assert cfg(d, "mem_queue_size") == (200, b"7")
     assert cfg(d, "msg_timeout") == (200, b"30000000000")  # not on the command line: the file

@@ -10,9 +10,8 @@ from __future__ import annotations
 import collections
 import json
 
-from conftest import wait_for
-
 from nsqpy import wire
+from nsqpy.testing import wait_for
 
 
 def test_always_req_consumer_dead_letters_after_exactly_max_attempts(daemon_factory) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 import nsqpy
 from nsqpy.testing import Nsqd, Nsqlookupd

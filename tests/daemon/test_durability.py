@@ -10,9 +10,11 @@ import threading
 import time
 
 import pytest
-from conftest import Daemon, RawClient, wait_for
+from support.daemons import Daemon
+from support.raw_client import RawClient
 
 from nsqpy import wire
+from nsqpy.testing import wait_for
 
 
 def _holds_nothing(d: Daemon, topic: str, channel: str) -> bool:

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gobin
 import pytest
-from conftest import DAEMON_CWD, ROOT
+from support import gobin
+from support.daemons import DAEMON_CWD, ROOT
 
 from nsqpy.testing import NsqAdmin, Nsqd, Nsqlookupd
 

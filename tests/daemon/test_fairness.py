@@ -22,7 +22,9 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, wait_for
+from support.daemons import ROOT
+
+from nsqpy.testing import wait_for
 
 
 def _rss_kib(pid: int) -> int:

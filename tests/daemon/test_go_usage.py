@@ -5,7 +5,7 @@ flag.PrintDefaults layout on stdout, defaults included."""
 from __future__ import annotations
 
 import pytest
-from go_usage_text import COMMANDS, parse_usage, usage
+from support.go_usage_text import COMMANDS, parse_usage, usage
 
 
 @pytest.mark.parametrize("spelling", ["-h", "-help", "--help", "--h"])

@@ -15,7 +15,10 @@ import struct
 import time
 
 import pytest
-from conftest import Daemon, RawClient, wait_for
+from support.daemons import Daemon
+from support.raw_client import RawClient
+
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

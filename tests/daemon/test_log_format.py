@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import DAEMON_CWD
+from support.daemons import DAEMON_CWD
 
 from nsqpy.testing import DaemonProcess, NsqAdmin, Nsqd, Nsqlookupd
 

@@ -17,7 +17,9 @@ import threading
 import time
 
 import pytest
-from conftest import Daemon, wait_for
+from support.daemons import Daemon
+
+from nsqpy.testing import wait_for
 
 _SIZE = struct.Struct(">i")
 

@@ -13,9 +13,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import DAEMON_CWD, Lookupd, wait_for
+from support.daemons import DAEMON_CWD, Lookupd
 
 from nsqpy.build_info import build_name
+from nsqpy.testing import wait_for
 
 NSQD_BODY = {
     "broadcast_address": "nsqd1",

@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 
-from conftest import Lookupd
+from support.daemons import Lookupd
 
 
 class Peer:

@@ -10,8 +10,9 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
+
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

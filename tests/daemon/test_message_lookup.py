@@ -10,9 +10,10 @@ import os
 import time
 import urllib.parse
 
-from conftest import Daemon, wait_for
+from support.daemons import Daemon
 
 from nsqpy.guid import decode_id
+from nsqpy.testing import wait_for
 
 
 def _find(d, msg_id: bytes | str, **params: str) -> tuple[int, dict]:

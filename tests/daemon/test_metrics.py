@@ -13,10 +13,11 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import Daemon, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.daemons import Daemon
 
 from nsqpy.options import NSQ_VERSION, NSQPY_VERSION
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,10 +14,11 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import Daemon, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.daemons import Daemon
 
 from nsqpy.metrics_compat import CHANNEL, FAMILIES, TOPIC, label_names
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 

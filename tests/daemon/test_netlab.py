@@ -1,5 +1,5 @@
-"""tests/netlab.py, the separate network hosts the failure tests of replicated topics run on:
-nsqpy-d in one host is reached from another host and from the machine, a cut link makes it
+"""tests/support/netlab.py, the separate network hosts the failure tests of replicated topics run
+on: nsqpy-d in one host is reached from another host and from the machine, a cut link makes it
 unreachable from both (bounded by a connect timeout), and healing brings it back."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from netlab import NetLab, unavailable
+from support.netlab import NetLab, unavailable
 
 from nsqpy.testing import Nsqd, wait_for
 

@@ -10,7 +10,7 @@ import asyncio
 import sys
 
 import pytest
-from conftest import DAEMON_CWD
+from support.daemons import DAEMON_CWD
 
 from nsqpy.client import Config, Consumer, Producer
 from nsqpy.testing import Nsqd

@@ -14,9 +14,10 @@ import struct
 import time
 
 import pytest
-from conftest import RawClient, pack_len, wait_for
+from support.raw_client import RawClient, pack_len
 
 from nsqpy import wire
+from nsqpy.testing import wait_for
 
 OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
 
@@ -476,7 +477,7 @@ def test_many_bad_clients_do_not_disturb_a_good_one(nsqd):
 @pytest.fixture(scope="module")
 def shared_nsqd(tmp_path_factory):
     """One daemon for the many one-connection error cases (each uses its own topic)."""
-    from conftest import Daemon
+    from support.daemons import Daemon
 
     d = Daemon([], tmp_path_factory.mktemp("shared"))
     yield d

@@ -1,6 +1,7 @@
 """nsqpy-admin's view of a replicated topic (the replicas, the ISR,
 the leader and the lag): three nsqpy-d nodes joined through a real etcd
-(tests/etcd_server.py) and one nsqpy-lookupd, nsqpy-admin over the lookupd as its own process.
+(tests/support/etcd_server.py) and one nsqpy-lookupd, nsqpy-admin over the lookupd as its own
+process.
 
 - /api/topics/:topic keeps the leader's ``replication`` object on its node row, as the node's
   /stats gives it, and the topic page has a Replication table with the role, the replicas, the
@@ -15,8 +16,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from replication_cluster import (
+from support.etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
     create,

@@ -1,6 +1,6 @@
 """Replicated topics' data path with real processes: nsqpy-d nodes
-on loopback (ephemeral ports, temp data dirs) joined through a real etcd (tests/etcd_server.py),
-published to with nsqpy's go-nsq-like client.
+on loopback (ephemeral ports, temp data dirs) joined through a real etcd
+(tests/support/etcd_server.py), published to with nsqpy's go-nsq-like client.
 
 - a replicated PUB/MPUB/DPUB is answered OK only once every in-sync follower has it in its
   replica log (the followers' /stats show the entries at the moment of the answer); with
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import pytest
-from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from replication_cluster import (  # the cluster harness, shared with the other replication tests
+from support.etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.replication_cluster import (  # the harness the replication tests share
     TTL,
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)

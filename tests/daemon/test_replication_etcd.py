@@ -1,6 +1,6 @@
-"""nsqpy.replication against a real etcd 3.4 (tests/etcd_server.py: a child process on loopback,
-OS-picked ports, a temp data dir, 1 s minimum lease TTL): membership with leases, the topic
-record's creation race, leader election when the leader's lease lapses, epoch fencing of a
+"""nsqpy.replication against a real etcd 3.4 (tests/support/etcd_server.py: a child process on
+loopback, OS-picked ports, a temp data dir, 1 s minimum lease TTL): membership with leases, the
+topic record's creation race, leader election when the leader's lease lapses, epoch fencing of a
 deposed leader, may_acknowledge turning False before the server expires the lease, and watches.
 
 Each "node" is its own NodeSession + Coordinator over its own EtcdClient (its own HTTP
@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 
 from nsqpy.replication import (
     Coordinator,
@@ -45,7 +45,7 @@ pytestmark = [
     pytest.mark.timeout(60),
 ]
 
-TTL = 1  # seconds: etcd's floor with the 100 ms election timeout of tests/etcd_server.py
+TTL = 1  # seconds: etcd's floor with the 100 ms election timeout of tests/support/etcd_server.py
 T = TypeVar("T")
 
 

@@ -3,7 +3,7 @@ real nsqpy-d processes joined through a real etcd, two nsqlookupds (in the leade
 them Go's nsqlookupd 1.3 where it is found), producers that wait for each acknowledgement, and
 two channels with two readers each that find the leader through nsqlookupd, plus in the leader
 crash a third channel read by Go's nsq_tail (go-nsq, unchanged) where it is found
-(tests/replication_cluster.py has the harness and the checker).
+(tests/support/replication_cluster.py has the harness and the checker).
 
 - **Leader crash**: 100,000 messages; the leader is killed -9 a third of the way in. Every
   acknowledged message is delivered on both channels (0 lost), nothing never published is
@@ -12,9 +12,9 @@ crash a third channel read by Go's nsq_tail (go-nsq, unchanged) where it is foun
   acknowledgement of a publish sent after it), and the old node, restarted on its data,
   catches up and is back in the in-sync set.
 - **Random faults**: a seeded schedule (``NSQPY_FAULT_SEED``, printed; ``NSQPY_FAULTS`` of them)
-  of kill -9, SIGSTOP, SIGTERM and (each node in its own network host, tests/netlab.py, where
-  the machine allows: root and iproute2) a cut link, of the leader or a follower, each held for
-  a drawn time and then recovered (restart, SIGCONT, heal), one at a time, while producers
+  of kill -9, SIGSTOP, SIGTERM and (each node in its own network host, tests/support/netlab.py,
+  where the machine allows: root and iproute2) a cut link, of the leader or a follower, each held
+  for a drawn time and then recovered (restart, SIGCONT, heal), one at a time, while producers
   publish; after each the cluster must elect a leader,
   take publishes again and bring every node back into the in-sync set. The same checks on the
   whole history at the end; the schedule and the counts are printed.
@@ -32,12 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gobin
-import netlab
 import pytest
-from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from netlab import NetLab
-from replication_cluster import (
+from support import gobin, netlab
+from support.etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.netlab import NetLab
+from support.replication_cluster import (
     TTL,
     History,
     Nodes,
@@ -217,7 +216,7 @@ KINDS = (
     "pause-follower",
     "stop-leader",
 )
-#: with network hosts (tests/netlab.py): the victim's link cut, then healed
+#: with network hosts (tests/support/netlab.py): the victim's link cut, then healed
 PARTITIONS = ("partition-leader", "partition-follower")
 
 

@@ -1,6 +1,6 @@
 """Followers' replica logs are trimmed of what every channel finished (replication/local.py
 trim_log, after each progress round), with real processes: three nsqpy-d nodes and a real
-etcd (tests/etcd_server.py), nsqpy's client.
+etcd (tests/support/etcd_server.py), nsqpy's client.
 
 2,000 messages read and finished on both channels leave no entry in the followers' logs
 (``replication.trimmed`` 2,000, ``replica_log_depth`` 0); 100 more finished on one channel
@@ -14,8 +14,8 @@ drops its copy and its replica log.
 from __future__ import annotations
 
 import pytest
-from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from replication_cluster import (
+from support.etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
     create,

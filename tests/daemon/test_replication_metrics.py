@@ -1,5 +1,6 @@
 """The ``nsq_replication_*`` families of GET /metrics on a 3-node replicated topic: real
-nsqpy-d nodes joined through a real etcd (tests/etcd_server.py, tests/replication_cluster.py).
+nsqpy-d nodes joined through a real etcd (tests/support/etcd_server.py,
+tests/support/replication_cluster.py).
 
 On the leader and on the followers the families show the record (replicas, ISR, epoch,
 --min-isr) and each node's part; the leader alone has the per-follower lag. A follower stopped
@@ -17,9 +18,9 @@ import signal
 import subprocess
 
 import pytest
-from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from prometheus_client.parser import text_string_to_metric_families
-from replication_cluster import (
+from support.etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
     create,

@@ -1,7 +1,7 @@
 """Pipelined replicated publishes (replication/tcp_publish.py, "Pipelining"): one connection
 has several replicated publishes waiting for their commits at once, and every answer still
 comes in the order of the commands, exact bytes over a raw socket. Three nsqpy-d nodes joined
-through a real etcd (tests/etcd_server.py); one follower is stopped (SIGSTOP, with a long
+through a real etcd (tests/support/etcd_server.py); one follower is stopped (SIGSTOP, with a long
 --replica-timeout) so that no commit can happen while the commands go in.
 
 - three PUBs and an MPUB to the replicated topic, then a PUB to an R=1 topic, a NOP and a PUB
@@ -20,9 +20,9 @@ import os
 import signal
 
 import pytest
-from conftest import RawClient
-from etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from replication_cluster import (
+from support.etcd_server import etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.raw_client import RawClient
+from support.replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
     create,

@@ -1,5 +1,5 @@
 """Replicated topics' high watermark and channel-progress replication with real
-processes: nsqpy-d nodes on loopback joined through a real etcd (tests/etcd_server.py).
+processes: nsqpy-d nodes on loopback joined through a real etcd (tests/support/etcd_server.py).
 
 - high watermark: with a follower stopped (SIGSTOP, a replica timeout long enough to keep it in
   the ISR), a PUB to the leader is neither acknowledged nor delivered to the leader's consumer;
@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 import pytest
-from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from replication_cluster import (
+from support.etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.replication_cluster import (
     Nodes,
     cluster_fixture,  # noqa: F401 (the fixture)
     create,
@@ -44,7 +44,8 @@ pytestmark = [
 
 @pytest.fixture
 def nodes(cluster: Nodes) -> Nodes:
-    """The harness's cluster (tests/replication_cluster.py): own --etcd-cluster, stopped after."""
+    """The harness's cluster (tests/support/replication_cluster.py): own --etcd-cluster,
+    stopped after."""
     return cluster
 
 

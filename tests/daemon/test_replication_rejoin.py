@@ -4,8 +4,8 @@ leader's history (replication/leader_stream.py "Rejoining") and is re-admitted t
 after any failover every placement node can be an in-sync replica again.
 
 Real processes: nsqpy-d nodes on loopback with their own data dirs, a real etcd
-(tests/etcd_server.py), producers that wait for their acknowledgements (nsqpy's client, MPUBs
-of 20, sent to any live node and retried on another one after an error).
+(tests/support/etcd_server.py), producers that wait for their acknowledgements (nsqpy's client,
+MPUBs of 20, sent to any live node and retried on another one after an error).
 
 - a leader killed -9 mid-load, restarted on its data dir: it empties its own topic (its old
   data, unacknowledged tail included), takes the new leader's history, is back in the ISR;
@@ -14,8 +14,8 @@ of 20, sent to any live node and retried on another one after an error).
 - a rolling restart of all three nodes (SIGTERM, the same data dir, the next one once the
   restarted node is back in the ISR), the leader included, under load: 0 lost, the ISR all
   three at the end; duplicates and the failover times printed;
-- a partition: each node in its own network namespace (tests/netlab.py, root needed), etcd on
-  the machine; the leader's link cut while producers publish to every node: a new leader once
+- a partition: each node in its own network namespace (tests/support/netlab.py, root needed), etcd
+  on the machine; the leader's link cut while producers publish to every node: a new leader once
   its lease lapsed, and once healed the old leader is reset and re-admitted; 0 lost.
 
 Waits are on events or bounded polls; the only timed waits are etcd's lease TTL (2 s here).
@@ -29,10 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-import netlab
 import pytest
-from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
-from replication_cluster import (
+from support import netlab
+from support.etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
+from support.replication_cluster import (
     TTL,
     History,
     Nodes,
@@ -198,7 +198,7 @@ while time.monotonic() < end:
 @pytest.mark.asyncio
 @pytest.mark.skipif(netlab.unavailable() is not None, reason=f"netlab: {netlab.unavailable()}")
 async def test_partitioned_leader_rejoins_isr_after_heal(tmp_path: Path) -> None:
-    """Each node in its own network namespace (tests/netlab.py), etcd on the machine. The
+    """Each node in its own network namespace (tests/support/netlab.py), etcd on the machine. The
     leader's link is cut while producers publish to it and to the others, one of them inside
     the leader's own host (which still reaches it): that one's last acknowledgement from the
     cut-off leader comes within the lease TTL of the cut; a new leader is elected once the

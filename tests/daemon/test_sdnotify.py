@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DAEMON_CWD
+from support.daemons import DAEMON_CWD
 
 from nsqpy.testing import parse_listening
 

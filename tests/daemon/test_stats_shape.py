@@ -18,7 +18,9 @@ import socket
 import time
 
 import pytest
-from conftest import Daemon, wait_for
+from support.daemons import Daemon
+
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -330,7 +332,7 @@ def test_e2e_bad_percentile_fails_at_start(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from support.daemons import ROOT
 
     r = subprocess.run(
         [

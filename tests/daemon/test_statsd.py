@@ -15,7 +15,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import Daemon, wait_for
+from support.daemons import Daemon
+
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

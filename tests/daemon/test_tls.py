@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 import trustme
-from conftest import DAEMON_CWD, wait_for
+from support.daemons import DAEMON_CWD
 
 from nsqpy import wire
+from nsqpy.testing import wait_for
 
 OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
 

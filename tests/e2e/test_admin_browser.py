@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admin_cluster import (  # noqa: F401 (cluster_fixture: the "cluster" fixture, shared)
+from support.admin_cluster import (  # noqa: F401 (cluster_fixture: the "cluster" fixture, shared)
     Admin,
     Cluster,
     admin_over,
@@ -31,7 +31,10 @@ from admin_cluster import (  # noqa: F401 (cluster_fixture: the "cluster" fixtur
     dead_letter,
     pub_both,
 )
-from conftest import ROOT, RawClient, wait_for
+from support.daemons import ROOT
+from support.raw_client import RawClient
+
+from nsqpy.testing import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
 from prometheus_client.parser import text_string_to_metric_families
+from support.daemons import ROOT
 
 from nsqpy.replication.metrics import NAMES as REPLICATION_NAMES
 

@@ -25,14 +25,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from nsqpy.spark.client import NSQConnection, NSQError, Producer
+from nsqpy.spark.client import BatchPublisher, NSQError
 from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
 
-# Not conftest's: this file also runs as a script (the consumer), where tests/ is not on the path.
+if TYPE_CHECKING:  # imported where used: the script (the consumer) does not have tests/ on its path
+    from support.nsq_connection import NSQConnection
+
+# Not support.daemons': this file also runs as a script (the consumer), without tests/ on its path.
 ROOT = Path(__file__).resolve().parents[2]
 
 TOPIC = "cluster"
@@ -263,6 +266,8 @@ class Publisher:
             conn.mpub(TOPIC, bodies)
 
     def _run(self, k: int) -> None:
+        from support.nsq_connection import NSQConnection
+
         n = len(self.nodes)
         mine = list(range(k, self.count, n))
         conn: NSQConnection | None = None
@@ -676,7 +681,7 @@ def test_spark_source_reads_every_node_through_nsqpy_lookupd(
     n = 3000
     bodies = [b"s-%05d" % i for i in range(n)]
     for k, node in enumerate((a, b)):
-        with Producer(node.tcp_address, "sparked", batch_size=250) as p:
+        with BatchPublisher(node.tcp_address, "sparked", batch_size=250) as p:
             p.publish(bodies[k::2])
     wait_for(
         lambda: lookup_nodes(lk, "sparked") == {a.tcp_address, b.tcp_address}, 15, 0.1,

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, wait_for
+from support.daemons import ROOT
 
-from nsqpy.spark.client import Producer
-from nsqpy.testing import DaemonProcess
+from nsqpy.spark.client import BatchPublisher
+from nsqpy.testing import DaemonProcess, wait_for
 
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
@@ -728,7 +728,7 @@ def test_nsqd_stops_cleanly_after_publish_and_restarts_on_its_volume(tmp_path: P
     args = localize(cmd, {}, tmp_path / "nsqd1")
     s = Server([*script("nsqpy-d"), *args], "nsqd1")
     try:
-        with Producer(s.tcp_address, "kept") as p:
+        with BatchPublisher(s.tcp_address, "kept") as p:
             p.publish([b"m%d" % i for i in range(100)])
     finally:
         assert s.stop() == 0, s.log_text()

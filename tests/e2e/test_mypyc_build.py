@@ -18,9 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DAEMON_CWD, ROOT
+from support.daemons import DAEMON_CWD, ROOT
 
-from nsqpy.build_info import COMPILED_MODULES, build_name, compiled_modules, toolchain_missing
+from nsqpy.build_info import (
+    COMPILED_MODULES,
+    build_name,
+    compiled_modules,
+    module_path,
+    toolchain_missing,
+)
 
 # One worker builds once for the module's tests (pytest-xdist).
 pytestmark = [
@@ -89,7 +95,8 @@ def test_compiled_modules_are_the_ones_imported(compiled):
     ).stdout.split()
     assert len(out) == len(COMPILED)
     for m, path in zip(COMPILED, out):
-        assert path.startswith(str(compiled / "nsqpy" / m)) and path.endswith(".so"), path
+        assert path.startswith(str(compiled / module_path(m)[: -len(".py")])), path
+        assert path.endswith(".so"), path
 
 
 def test_core_and_protocol_tests_pass_compiled(compiled):
@@ -109,7 +116,7 @@ def test_core_and_protocol_tests_pass_compiled(compiled):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
         cwd=compiled.parent,
-        # the daemons the tests start run from the compiled tree too (tests/conftest.py)
+        # the daemons the tests start run from the compiled tree too (tests/support/daemons.py)
         env=dict(os.environ, PYTHONPATH=str(compiled), NSQPY_TEST_DAEMON_CWD=str(compiled)),
         capture_output=True,
         text=True,

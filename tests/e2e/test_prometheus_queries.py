@@ -1,7 +1,7 @@
 """Queries, the Grafana dashboard and the alert rules, run by a real Prometheus against real
 daemons.
 
-One Prometheus per module (tests/prometheus_server.py: Debian's binary, 1 s scrapes and rule
+One Prometheus per module (tests/support/prometheus_server.py: Debian's binary, 1 s scrapes and rule
 evaluations, docker/prometheus/nsq-alerts.yml loaded) scrapes what the module starts: one
 nsqpy-lookupd, two nsqpy-d registered with it (end-to-end latency percentiles on), nsqpy-admin
 over the lookupd, two nsqpy-d with ``--metrics-compat`` (``nsq_exporter_v1`` and
@@ -44,13 +44,14 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, RawClient, wait_for
-from etcd_server import EtcdServer, etcd_binary
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_server import PrometheusServer, prometheus_binary, static_job
-from replication_cluster import Nodes, create
+from support.daemons import ROOT
+from support.etcd_server import EtcdServer, etcd_binary
+from support.prometheus_server import PrometheusServer, prometheus_binary, static_job
+from support.raw_client import RawClient
+from support.replication_cluster import Nodes, create
 
-from nsqpy.testing import NsqAdmin, Nsqd, Nsqlookupd
+from nsqpy.testing import NsqAdmin, Nsqd, Nsqlookupd, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 

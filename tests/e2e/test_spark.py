@@ -24,12 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Daemon, wait_for
+from support.daemons import ROOT, Daemon
+from support.nsq_connection import NSQConnection
 
 from nsqpy import wire
-from nsqpy.spark.client import NSQConnection, NSQError, Producer, parse_address
+from nsqpy.spark.client import BatchPublisher, NSQError, parse_address
 from nsqpy.spark.lookup import lookup_producers, parse_lookup
-from nsqpy.wire_client import WireClient
+from nsqpy.testing import wait_for
+from nsqpy.testing.wire_client import WireClient
 
 JOBS = ROOT / "spark_jobs"
 sys.path.insert(0, str(JOBS))
@@ -42,7 +44,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def publish(address: str, topic: str, bodies: list[bytes]) -> int:
-    with Producer(address, topic, batch_size=500) as p:
+    with BatchPublisher(address, topic, batch_size=500) as p:
         p.publish(bodies)
     assert p.published == len(bodies)
     return p.published
@@ -156,7 +158,7 @@ def fake_lookupd() -> Iterator:
 
 def test_producer_publishes_and_checks_ok(nsqd: Daemon) -> None:
     bodies = [f"m{i}".encode() for i in range(2345)]
-    with Producer(nsqd.tcp_address, "pubs", batch_size=100, window=3) as p:
+    with BatchPublisher(nsqd.tcp_address, "pubs", batch_size=100, window=3) as p:
         p.publish(bodies)
         p.send_encoded(1, wire.encode_mpub(b"pubs", [b"one more"])[len(b"MPUB pubs\n") + 4 :])
     assert p.published == 2346
@@ -166,12 +168,12 @@ def test_producer_publishes_and_checks_ok(nsqd: Daemon) -> None:
 
 def test_producer_raises_on_error_frame(daemon_factory) -> None:
     d = daemon_factory("--max-msg-size=100")
-    with Producer(d.tcp_address, "small") as p:
+    with BatchPublisher(d.tcp_address, "small") as p:
         p.publish([b"x" * 100])
-    with pytest.raises(NSQError) as e, Producer(d.tcp_address, "small") as p:
+    with pytest.raises(NSQError) as e, BatchPublisher(d.tcp_address, "small") as p:
         p.publish([b"y" * 101])
     assert e.value.code == "E_BAD_MESSAGE"
-    with pytest.raises(NSQError) as e, Producer(d.tcp_address, "bad/topic") as p:
+    with pytest.raises(NSQError) as e, BatchPublisher(d.tcp_address, "bad/topic") as p:
         p.publish([b"x"])
     assert e.value.code == "E_BAD_TOPIC"
     conn = NSQConnection(d.tcp_address)
@@ -180,10 +182,10 @@ def test_producer_raises_on_error_frame(daemon_factory) -> None:
         conn.pub("bad/topic", b"x")
     assert e.value.code == "E_BAD_TOPIC"
     conn.close()
-    with Producer(d.tcp_address, "small") as p, pytest.raises(ValueError):
+    with BatchPublisher(d.tcp_address, "small") as p, pytest.raises(ValueError):
         p.put(b"")
     with pytest.raises(OSError):
-        Producer("127.0.0.1:1", "small", timeout=2)
+        BatchPublisher("127.0.0.1:1", "small", timeout=2)
 
 
 # ------------------------------------------------------------------------------------ lookupd
@@ -474,7 +476,7 @@ def test_available_now_reads_500000_queued_then_only_the_new_ones(
     with all of them; a second run reads only what was published in between."""
     d = daemon_factory("--mem-queue-size=600000")
     n = 500_000
-    with Producer(d.tcp_address, "backfill", batch_size=1000, window=8) as p:
+    with BatchPublisher(d.tcp_address, "backfill", batch_size=1000, window=8) as p:
         for i in range(n):
             p.put(b"b%06d" % i)
     d.post("/channel/create", topic="backfill", channel="c")  # before the new ones arrive
@@ -635,7 +637,7 @@ def test_kill_driver_three_times_during_200000_messages(
     published = [0]
 
     def publisher(stage: int) -> None:  # 50,000 messages over 10 s
-        with Producer(nsqd.tcp_address, "crash", batch_size=500) as p:
+        with BatchPublisher(nsqd.tcp_address, "crash", batch_size=500) as p:
             for i in range(stage * 50_000, (stage + 1) * 50_000, 2500):
                 p.publish(bodies[i : i + 2500])
                 published[0] += 2500
@@ -750,7 +752,7 @@ def test_kill_nsqd_mid_stream_loses_nothing_it_acknowledged(spark, tmp_path: Pat
         while not stop.is_set() and i < 40_000:
             batch = [b"n-%06d" % j for j in range(i, i + 200)]
             try:
-                with Producer(f"127.0.0.1:{tcp}", "nk", batch_size=200) as p:
+                with BatchPublisher(f"127.0.0.1:{tcp}", "nk", batch_size=200) as p:
                     p.publish(batch)
                 acked.extend(batch)
             except (OSError, NSQError):

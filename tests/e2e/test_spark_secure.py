@@ -9,7 +9,8 @@ The test publishes N messages over TLS+AUTH, streams them through the source int
 table until every body is there, checks on nsqd's /stats that the source's connection used TLS,
 the compression asked for, and AUTH, and that every message was FIN'd; then the sink writes N
 more over TLS+AUTH and the channel's depth shows them. One SparkSession for the module; Go nsqd
-comes from tests/gobin.py (skipped, saying why, where it is missing). Every wait is bounded."""
+comes from tests/support/gobin.py (skipped, saying why, where it is missing). Every wait is
+bounded."""
 
 from __future__ import annotations
 
@@ -20,16 +21,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import gobin
 import pytest
-from conftest import Daemon, wait_for
+from support import gobin
+from support.daemons import Daemon
+
+from nsqpy.testing import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 
 from test_auth import STANDARD, AuthServer  # noqa: E402
 from test_tls import Certs  # noqa: E402
 
-from nsqpy.spark.client import Producer  # noqa: E402
+from nsqpy.spark.client import BatchPublisher  # noqa: E402
 from nsqpy.spark.options import conn_config  # noqa: E402
 from nsqpy.spark.source import DEFAULT_MAX_IN_FLIGHT, NSQD_MAX_RDY_COUNT  # noqa: E402
 
@@ -139,7 +142,7 @@ def test_spark_source_and_sink_over_tls_with_auth(spark, broker, certs, tmp_path
     opts = conn_options(certs, compression)
     bodies = [b"secure-%05d" % i for i in range(N)]
     config = conn_config(opts, "test-publisher")
-    with Producer(d.tcp_address, "orders", batch_size=400, config=config) as p:
+    with BatchPublisher(d.tcp_address, "orders", batch_size=400, config=config) as p:
         p.publish(bodies)
     assert p.published == N
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import Daemon, wait_for
+from support.daemons import Daemon
 
-from nsqpy.spark.client import Producer
+from nsqpy.spark.client import BatchPublisher
 from nsqpy.spark.spool import SCHEMA, Spool, read_slice
+from nsqpy.testing import wait_for
 
 
 def _batch(first: int, n: int, addr: str = "127.0.0.1:1") -> pa.RecordBatch:
@@ -124,7 +125,7 @@ def test_spool_segments_slices_torn_tail_and_delete(tmp_path: Path) -> None:
 
 
 def publish(address: str, topic: str, bodies: list[bytes]) -> None:
-    with Producer(address, topic, batch_size=500) as p:
+    with BatchPublisher(address, topic, batch_size=500) as p:
         p.publish(bodies)
 
 

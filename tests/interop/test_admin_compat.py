@@ -11,10 +11,10 @@ one) on both sides; connect times and durations are compared by type only; lists
 are compared in a canonical order (Go sorts nodes by hostname only, and both nodes share one).
 
 Where Go's answer depends on which node answered first (TopicStats.Add reuses the first node's
-channel record as the cluster-wide one: see nsqpy/admin/clusterinfo.py), only the shape is
-compared: ``SHAPE_ONLY`` lists those places, and docs/compatibility.md lists the difference.
-There a null stands for any Go slice or pointer, and nsqpy's keys must be among Go's (Go's
-reused record keeps the node's own keys, e.g. a percentile's "value").
+channel record as the cluster-wide one: see nsqpy/internal/clusterinfo/types.py), only the
+shape is compared: ``SHAPE_ONLY`` lists those places, and docs/compatibility.md lists the
+difference. There a null stands for any Go slice or pointer, and nsqpy's keys must be among
+Go's (Go's reused record keeps the node's own keys, e.g. a percentile's "value").
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admin_cluster import Admin
-from conftest import RawClient, wait_for
+from support.admin_cluster import Admin
+from support.raw_client import RawClient
 
-from nsqpy.testing import Nsqd, Nsqlookupd
+from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "nsqadmin-1.3"
 CLIENT_HOSTNAME = "tester-host"  #: the consumer's IDENTIFY hostname (nsqds report the machine's)

@@ -3,7 +3,7 @@
 then /stats' client fields), backoff and requeue attempts as Go nsqd counts them, and discovery
 through Go nsqlookupd's /lookup answer.
 
-Go's nsqd comes from tests/gobin.py (skipped with the reason when it is missing)."""
+Go's nsqd comes from tests/support/gobin.py (skipped with the reason when it is missing)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import asyncio
 import sys
 from pathlib import Path
 
-import gobin
 import pytest
-from conftest import wait_for
+from support import gobin
+
+from nsqpy.testing import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 

@@ -1,20 +1,20 @@
 """nsqpy.client's HTTP admin clients against Go's nsqd and nsqlookupd 1.3 and against nsqpy-d
-and nsqpy-lookupd, side by side: every check of tests/client_http_checks.py runs on both pairs,
-so a difference shows as one check passing on one implementation and failing on the other.
-The Go half needs the Go binaries (tests/gobin.py) and skips, saying why, without them."""
+and nsqpy-lookupd, side by side: every check of tests/support/client_http_checks.py runs on
+both pairs, so a difference shows as one check passing on one implementation and failing on
+the other. The Go half needs the Go binaries (tests/support/gobin.py) and skips, saying why, without them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
-import gobin
 import pytest
+from support import gobin
 
 pytest.register_assert_rewrite("client_http_checks")
 
-from client_http_checks import CHECKS, Pair, run_check  # noqa: E402
-from conftest import Daemon, Lookupd  # noqa: E402
+from support.client_http_checks import CHECKS, Pair, run_check  # noqa: E402
+from support.daemons import Daemon, Lookupd  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -3,18 +3,18 @@ client accepts a topic name exactly when Go nsqd 1.3 and nsqpy-d accept it (HTTP
 or 400 INVALID_TOPIC), so what nsqpy.client refuses before sending is what nsqd would have
 refused, no more and no less.
 
-Go's nsqd comes from tests/gobin.py (skipped with the reason when it is missing)."""
+Go's nsqd comes from tests/support/gobin.py (skipped with the reason when it is missing)."""
 
 from __future__ import annotations
 
 import string
 import urllib.parse
 
-import gobin
 import pytest
-from conftest import DAEMON_CWD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import gobin
+from support.daemons import DAEMON_CWD
 
 from nsqpy.client.checks import InvalidNameError, check_name
 from nsqpy.testing import Nsqd

@@ -49,11 +49,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import gobin
 import pytest
-from conftest import Daemon
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
+from support import gobin
+from support.daemons import Daemon
 
 from nsqpy import wire
 

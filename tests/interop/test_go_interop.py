@@ -1,7 +1,7 @@
 """Side by side with the Go originals: nsqpy-d and nsqpy-lookupd against Go nsqd 1.3,
 nsqlookupd 1.3 and nsq_tail (go-nsq's ConnectToNSQLookupd).
 
-Every test needs the Go binaries (see tests/gobin.py: $NSQ_GO_BIN, /opt/nsq-go/bin or the
+Every test needs the Go binaries (see tests/support/gobin.py: $NSQ_GO_BIN, /opt/nsq-go/bin or the
 PATH, v1.3.x) and skips, saying how to provide them, where they are absent (CI installs them
 with .ci/install-go-nsq, so there every test runs).
 
@@ -27,10 +27,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import gobin
 import pytest
-from conftest import Daemon, Lookupd, wait_for
-from gobin import CLOSED, SHUT_WR, GoProcess, v1_exchange
+from support import gobin
+from support.daemons import Daemon, Lookupd
+from support.gobin import CLOSED, SHUT_WR, GoProcess, v1_exchange
+
+from nsqpy.testing import wait_for
 
 MAGIC = b"  V1"
 
@@ -919,7 +921,7 @@ def test_unix_socket_listeners_match_go_nsqd(tmp_path):
     lines, and the socket files gone after SIGTERM."""
     import sys
 
-    from unixsock import start_on_unix_sockets, unix_http, unix_pub
+    from support.unixsock import start_on_unix_sockets, unix_http, unix_pub
 
     results = {}
     for name, cmd in (("go", [gobin.require("nsqd")]), ("py", [sys.executable, "-m", "nsqpy"])):

@@ -9,7 +9,7 @@ One Go nsqd and one nsqpy-d (module scope) get the same requests; their answers 
   * IDENTIFY with a lone surrogate escape in client_id: Go decodes it as U+FFFD, and /stats
     shows the client (nsqpy-d answered 500 there before its decoder became gojson.GoStruct).
 
-Needs the Go binaries (tests/gobin.py); skips without them.
+Needs the Go binaries (tests/support/gobin.py); skips without them.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gobin
 import pytest
-from conftest import Daemon, RawClient
+from support import gobin
+from support.daemons import Daemon
+from support.raw_client import RawClient
 
 FLAGS = ("--max-req-timeout=1h",)
 

@@ -38,7 +38,7 @@ def _channels(topic_stats: dict) -> dict[str, dict]:
 
 
 def _gpoll(pred, timeout: float, what: str):
-    """Like conftest.wait_for, but sleeps with gevent so live gnsq greenlets keep running."""
+    """Like nsqpy.testing.wait_for, but sleeps with gevent so live gnsq greenlets keep running."""
     deadline = time.monotonic() + timeout
     while True:
         v = pred()

@@ -7,7 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, wait_for
+from support.daemons import ROOT
+
+from nsqpy.testing import wait_for
 
 
 def run_roundtrip(nsqd, count: int, timeout: float, topic: str = "roundtrip") -> dict:

@@ -1,4 +1,4 @@
-"""`nsqpy <tool>` next to Go's own tool (NSQ v1.3.0, tests/gobin.py finds them): the same
+"""`nsqpy <tool>` next to Go's own tool (NSQ v1.3.0, tests/support/gobin.py finds them): the same
 flags and the same input, against one nsqpy-d (registered with one nsqpy-lookupd), give the
 same output: nsq_tail's lines, to_nsq's published messages, nsq_stat's columns, nsq_to_file's
 file names and contents (gzip, rotation, work dir, topic pattern), nsq_to_nsq's copies and
@@ -27,8 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, RawClient
-from gobin import require
+from support.daemons import ROOT
+from support.gobin import require
+from support.raw_client import RawClient
 
 from nsqpy.testing import Nsqd, Nsqlookupd, wait_for
 

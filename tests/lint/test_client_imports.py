@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from support.daemons import ROOT
 
 #: Modules of the daemons (prefixes) and third-party packages the client must not load.
 DENY = (

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 
 @pytest.mark.timeout(600)

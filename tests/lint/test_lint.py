@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from support.daemons import ROOT
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

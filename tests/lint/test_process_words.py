@@ -13,7 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT
+from support.daemons import ROOT
 
 #: What a process reference looks like (case-insensitive).
 PATTERNS = [

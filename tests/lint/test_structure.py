@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from conftest import ROOT
+from support.daemons import ROOT
 
 PACKAGE = ROOT / "nsqpy"
 MAX_CLASS_LINES = 500

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 UNITS = ROOT / "contrib" / "systemd"
 DAEMONS = ("nsqpy-d", "nsqpy-lookupd", "nsqpy-admin")

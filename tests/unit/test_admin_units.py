@@ -1,15 +1,17 @@
-"""nsqpy-admin in process: clusterinfo's merging and aggregation of lookupd and nsqd answers
-(nsqadmin's clusterinfo/data.go, as nsqadmin 1.3 shapes them), the stats history ring and
-sparklines, and the options' validation. Inputs are literal JSON-shaped dicts: no process, no
-socket (tests/daemon/test_admin_api.py checks the same against a real cluster)."""
+"""nsqpy-admin in process: the cluster-info layer's merging and aggregation of lookupd and nsqd
+answers (nsqadmin's clusterinfo/data.go, as nsqadmin 1.3 shapes them), nsqadmin's summaries, the
+stats history ring and sparklines, and the options' validation. Inputs are literal JSON-shaped
+dicts: no process, no socket (tests/daemon/test_admin_api.py checks the same against a real
+cluster)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nsqpy.admin import clusterinfo as ci
+from nsqpy.admin import summaries
 from nsqpy.admin.history import History, sparkline
 from nsqpy.admin.options import AdminOptions, normalize_base_path
+from nsqpy.internal.clusterinfo import types as ci
 
 
 def _lookupd_node(port: int, version: str = "1.3.0", topics=("b", "a"), tomb=(False, True)):
@@ -111,12 +113,12 @@ def test_topic_aggregation_sums_nodes_and_merges_channels() -> None:
     # by channel name for one topic, "topic:channel" across topics
     assert list(ci.aggregate_channels(rows, "t")) == ["c"]
     assert list(ci.aggregate_channels(rows)) == ["t:c"]
-    counter = ci.counter_stats(ci.aggregate_channels(rows))
+    counter = summaries.counter_stats(ci.aggregate_channels(rows))
     assert counter == {
         "t:c:n1:1": {"node": "n1:1", "topic_name": "t", "channel_name": "c", "message_count": 4},
         "t:c:n2:1": {"node": "n2:1", "topic_name": "t", "channel_name": "c", "message_count": 10},
     }
-    assert ci.node_totals([r for r in rows if r["node"] == "n2:1"]) == (17, 1)
+    assert summaries.node_totals([r for r in rows if r["node"] == "n2:1"]) == (17, 1)
 
 
 def test_prometheus_plain_samples() -> None:
@@ -127,8 +129,8 @@ def test_prometheus_plain_samples() -> None:
 
 def test_empty_topic_and_messages() -> None:
     assert ci.aggregate_topic("nope", [])["nodes"] is None
-    assert ci.warn_message([]) == ""
-    assert ci.warn_message(["a\nb", "c"]) == "WARNING: a\nb; c"
+    assert summaries.warn_message([]) == ""
+    assert summaries.warn_message(["a\nb", "c"]) == "WARNING: a\nb; c"
     assert str(ci.all_failed("nsqd", ["x", "y"])) == "failed to query any nsqd: x\ny"
     # a pre-1.0 envelope and a missing topic list
     assert ci.node_topic_stats({"data": {"topics": None}}, "n", "h") == []

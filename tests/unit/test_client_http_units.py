@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 from nsqpy.client.http import Producer, _config_value, _error_text, base_url
 from nsqpy.client.stats import E2eLatency, NsqdStats, Percentile, PubCount

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 from nsqpy.admin.options import TABLE as ADMIN
 from nsqpy.internal.optiontable import Kind, Table

@@ -1,4 +1,4 @@
-"""nsqpy.frames' two walks (bytewise, the compiled one; struct, the uncompiled one) against
+"""nsqpy.client.frames' two walks (bytewise, the compiled one; struct, the uncompiled one) against
 nsqpy.wire.iter_frames (the frame splitter they replace in the client): the same frames from the
 same bytes, cut anywhere, and their stops (a non-message frame, a message over the size limit, a
 bad size field)."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nsqpy import wire
-from nsqpy.frames import NO_FRAME, scan_frames_bytewise, scan_frames_struct
+from nsqpy.client.frames import NO_FRAME, scan_frames_bytewise, scan_frames_struct
 from nsqpy.message import BODY_START
 
 

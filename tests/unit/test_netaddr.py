@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsqpy.admin.clusterinfo import producer_from_nsqd
+from nsqpy.internal.clusterinfo.types import producer_from_nsqd
 from nsqpy.internal.netaddr import (
     dial_address,
     format_listen_addr,

@@ -232,7 +232,7 @@ NSQPY_EXTRAS = {"tcp-port", "http-port", "auth-http-request-method"}
 
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_flags_and_defaults_match_gos_help(name: str) -> None:
-    import gobin
+    from support import gobin
 
     table = TABLES[name]
     go = _go_help(gobin.require(name))

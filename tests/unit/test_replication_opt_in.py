@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from support.daemons import ROOT
 
 _PROGRAM = """
 import sys

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support.daemons import ROOT
 
 from nsqpy.internal import lg
 from nsqpy.internal.sdnotify import Notifier, socket_address, watchdog_period

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
+from nsqpy.internal.clusterinfo import types as ci
 from nsqpy.tools import flags, nsq_stat, nsq_tail, nsq_to_file
-from nsqpy.tools.clusterinfo import ChannelStats
 from nsqpy.tools.hostpool import INITIAL_RETRY_DELAY, HostPool
 from nsqpy.tools.nsq_to_http import get_url, parse_headers
 from nsqpy.tools.nsq_to_nsq import Backoff, JsonFilter, go_float
@@ -108,12 +108,19 @@ def test_tools_get_url_and_headers() -> None:
             parse_headers([bad])
 
 
+def _channel_row(counters: dict[str, int]) -> dict:
+    """One node's row of channel "c" of topic "t", as the cluster-info layer reads nsqd's /stats."""
+    body = {"topics": [{"topic_name": "t", "channels": [{"channel_name": "c", **counters}]}]}
+    return ci.node_topic_stats(body, "n:1", "h")[0]["channels"][0]
+
+
 def test_tools_nsq_stat_line() -> None:
-    prev, cur = ChannelStats(), ChannelStats()
-    prev.add({"message_count": 10, "depth": 4})
+    # nsq_stat prints the cluster-wide channel (ChannelStats.Add over the nodes' rows)
+    prev, cur = ci.new_channel_total("t", "c"), ci.new_channel_total("t", "c")
+    ci.channel_add(prev, _channel_row({"message_count": 10, "depth": 4}))
     counters = {"message_count": 25, "depth": 6, "backend_depth": 2, "in_flight_count": 3}
     counters.update(deferred_count=1, requeue_count=2, timeout_count=1, client_count=2)
-    cur.add(counters)
+    ci.channel_add(cur, _channel_row(counters))
     line = nsq_stat.format_line(cur, prev, 2.0)
     assert line == (
         "      7       6 |       6       4       2     3     1 |"

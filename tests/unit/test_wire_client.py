@@ -1,5 +1,5 @@
-"""Unit tests for nsqpy.wire_client.WireClient over a socketpair (the server side is this test,
-writing frames by hand): frames, heartbeats, the buffer's growth, timeouts, EOF."""
+"""Unit tests for nsqpy.testing.wire_client.WireClient over a socketpair (the server side is this
+test, writing frames by hand): frames, heartbeats, the buffer's growth, timeouts, EOF."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from nsqpy import message, wire
-from nsqpy.wire_client import ConnectionClosed, WireClient, WireError
+from nsqpy.testing.wire_client import ConnectionClosed, WireClient, WireError
 
 
 @pytest.fixture

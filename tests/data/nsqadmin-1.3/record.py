@@ -1,7 +1,7 @@
 """Record Go nsqadmin 1.3's JSON API answers for tests/test_admin_compat.py.
 
 Runs the Go binaries already on this machine (nsqlookupd, two nsqd, nsqadmin v1.3.x, found as
-tests/gobin.py finds them: $NSQ_GO_BIN, /opt/nsq-go/bin, the PATH; nothing is fetched or
+tests/support/gobin.py finds them: $NSQ_GO_BIN, /opt/nsq-go/bin, the PATH; nothing is fetched or
 built) on loopback with ephemeral ports, builds the cluster state of
 test_admin_compat.build_state, asks every request of test_admin_compat and writes each answer
 to <name>.json next to this file, and the run's addresses (to normalise them) to cluster.json.
@@ -18,8 +18,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # tests/
 
-import gobin  # noqa: E402
 import test_admin_compat as compat  # noqa: E402
+from support import gobin  # noqa: E402
 
 
 def main() -> int:

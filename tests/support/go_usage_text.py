@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from conftest import DAEMON_CWD
+from support.daemons import DAEMON_CWD
 
 #: command name -> the python -m arguments that run it
 COMMANDS = {

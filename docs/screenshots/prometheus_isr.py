@@ -1,10 +1,10 @@
 """Screenshot of Prometheus's graph page while the leader of a replicated topic is killed.
 
-    cd REPO && python tests/prometheus_screenshot.py [--out docs/screenshots/prometheus-isr.png]
+    cd REPO && python docs/screenshots/prometheus_isr.py [--out docs/screenshots/prometheus-isr.png]
 
-Starts a real etcd (tests/etcd_server.py), three nsqpy-d nodes joined through it
-(tests/replication_cluster.py) with a topic ``ledger`` replicated on all three, and a real
-Prometheus (tests/prometheus_server.py) scraping the nodes every second with the alert rules
+Starts a real etcd (tests/support/etcd_server.py), three nsqpy-d nodes joined through it
+(tests/support/replication_cluster.py) with a topic ``ledger`` replicated on all three, and a real
+Prometheus (tests/support/prometheus_server.py) scraping the nodes every second with the alert rules
 loaded. A publisher thread sends to whichever node leads the topic, 10 messages a second. Once
 Prometheus has some seconds of a full ISR, the leader is killed with SIGKILL; the ISR drops to
 2 of 3 and a follower takes over; the killed node is then started again on its data and
@@ -28,16 +28,15 @@ import time
 import urllib.parse
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support's helpers
 
-from etcd_server import EtcdServer  # noqa: E402
-from prometheus_server import PrometheusServer, static_job  # noqa: E402
-from replication_cluster import Nodes, create  # noqa: E402
+from support.etcd_server import EtcdServer  # noqa: E402
+from support.prometheus_server import PrometheusServer, static_job  # noqa: E402
+from support.replication_cluster import Nodes, create  # noqa: E402
 
 from nsqpy.testing import Nsqd  # noqa: E402
 
-ROOT = HERE.parent
 RULES = ROOT / "docker" / "prometheus" / "nsq-alerts.yml"
 TOPIC = "ledger"
 ISR = f'max by (topic) (nsq_replication_isr{{topic="{TOPIC}"}})'

@@ -56,7 +56,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class EtcdServer:
     """``EtcdServer(data_dir)`` starts it and returns once it serves clients (RuntimeError with
     its last log lines when it cannot); ``endpoint`` is "HOST:PORT" (``host`` 127.0.0.1 unless
-    given: tests/netlab.py's gateway address serves its network hosts); ``stop()``."""
+    given: tests/support/netlab.py's gateway address serves its network hosts); ``stop()``."""
 
     def __init__(
         self,

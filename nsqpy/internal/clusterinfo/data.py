@@ -1,173 +1,43 @@
-"""nsqadmin's ClusterInfo reads and actions over HTTP (internal/clusterinfo/data.go).
+"""The cluster-info reads and actions over HTTP that nsqpy-admin, nsq_stat and nsq_to_file
+share (Go's internal/clusterinfo/data.go).
 
-Strategy: one aiohttp ClientSession (keep-alive, connect and request timeouts as
---http-client-connect-timeout/--http-client-request-timeout, TLS client settings) shared by
-every request; each read asks all the daemons concerned at once (asyncio.gather) and turns the
-answers into nsqadmin's records through clusterinfo (pure). A daemon that fails becomes a
-message, never an exception: reads return ``(value, errors)``, and raise
-clusterinfo.UpstreamError only when every daemon asked failed, as nsqadmin's PartialErr /
-error split does. The error text follows Go's http client: 'Get "URL": <reason>' and
-'got response 500 Internal Server Error "<body>"'. A 403 to a plain-http URL is retried once at
-https on the port the answer names (Go's GETV1/POSTV1: nsqd with --tls-required answers so).
-Actions POST to lookupds one after another and to nsqds in parallel, collecting errors."""
+Strategy: one HTTPClient (http_client.py) shared by every request; each read asks all the
+daemons concerned at once (asyncio.gather) and turns the answers into records through types.py
+(pure). A daemon that fails becomes a message, never an exception: reads return ``(value,
+errors)`` and raise types.UpstreamError ("failed to query any nsqd: ...") only when every
+daemon asked failed, as Go's PartialErr / error split does; what a caller does with a partial
+answer is its own choice (nsqpy-admin warns, nsq_stat exits as Go's does). Actions POST to
+lookupds one after another and to nsqds in parallel, collecting errors. See
+docs/architecture-clusterinfo.md."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import ssl
-import time
-from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote_plus, urlsplit, urlunsplit
+from urllib.parse import quote_plus
 
-import aiohttp
-
-from ..internal.netaddr import join_host_port
-from ..wire import go_quote
-from . import clusterinfo as ci
-from .clusterinfo import Producer, Stats
-from .metrics import UpstreamMetrics
+from . import types as ci
+from .http_client import FetchError, HTTPClient
+from .types import ProducerInfo, Stats
 
 log = logging.getLogger("nsqpy")
-
-
-class FetchError(Exception):
-    """One HTTP request to a daemon that failed; ``str()`` is the message nsqadmin shows."""
 
 
 def _q(value: str) -> str:
     return quote_plus(value, safe="")
 
 
-class HTTPClient:
-    """http_api.Client: GET/POST V1 requests with nsqadmin's Accept header and deadlines
-    (``connect_timeout`` and ``request_timeout`` in seconds)."""
-
-    def __init__(
-        self,
-        connect_timeout: float = 2.0,
-        request_timeout: float = 5.0,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.timeout = aiohttp.ClientTimeout(
-            total=request_timeout, sock_connect=connect_timeout, connect=connect_timeout
-        )
-        self.ssl_context = ssl_context
-        self._session: aiohttp.ClientSession | None = None
-        #: Request times and failures by upstream kind, for GET /metrics (admin/metrics.py).
-        self.metrics = UpstreamMetrics()
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=100, ssl=self.ssl_context if self.ssl_context is not None else True
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self.timeout,
-                headers={"Accept": "application/vnd.nsq; version=1.0"},
-            )
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def request(self, method: str, url: str, body: bytes | None = None) -> bytes:
-        """The body of a 200 answer; FetchError with Go's wording otherwise.
-
-        As http_api.Client's GETV1/POSTV1: a 403 to a plain-http URL is asked once more at
-        https, on the port its JSON body names as "https_port" (nsqd with --tls-required
-        answers {"message": "TLS_REQUIRED", "https_port": N} on its HTTP listener); a body
-        that is not JSON is an error, a missing port is port 0, as in Go. Each call is
-        timed and counted in :attr:`metrics`."""
-        t0 = time.perf_counter()
-        ok = False
-        try:
-            data = await self._request(method, url, body)
-            ok = True
-            return data
-        finally:
-            self.metrics.observe(url, time.perf_counter() - t0, ok)
-
-    async def _request(self, method: str, url: str, body: bytes | None) -> bytes:
-        status, data = await self._once(method, url, body)
-        if status == 403 and not url.startswith("https"):
-            url = https_endpoint(url, data)
-            status, data = await self._once(method, url, body)
-        if status != 200:
-            reason = HTTPStatus(status).phrase if status in _STATUSES else ""
-            text = go_quote(data)
-            raise FetchError(f"got response {status} {reason} {text}")
-        return data
-
-    async def _once(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
-        """One request: (status, body); FetchError with Go's wording when it fails."""
-        verb = method.capitalize()
-        try:
-            async with self.session().request(method, url, data=body) as resp:
-                return resp.status, await resp.read()
-        except TimeoutError:
-            raise FetchError(
-                f'{verb} "{url}": context deadline exceeded '
-                "(Client.Timeout exceeded while awaiting headers)"
-            ) from None
-        except aiohttp.ClientConnectorError as e:
-            where = join_host_port(e.host, e.port or 0)
-            raise FetchError(f'{verb} "{url}": dial tcp {where}: {_reason(e)}') from None
-        except aiohttp.ClientError as e:
-            raise FetchError(f'{verb} "{url}": {e or type(e).__name__}') from None
-
-    async def get_json(self, url: str) -> Any:
-        """GETV1: the decoded JSON of a 200 answer; FetchError otherwise."""
-        data = await self.request("GET", url)
-        try:
-            return json.loads(data)
-        except ValueError as e:
-            raise FetchError(f'Get "{url}": invalid JSON answer: {e}') from None
-
-    async def post(self, url: str) -> None:
-        """POSTV1: a bodyless POST that must answer 200; FetchError otherwise."""
-        await self.request("POST", url)
-
-
-_STATUSES = {s.value for s in HTTPStatus}
-
-
-def https_endpoint(url: str, body: bytes) -> str:
-    """http_api.httpsEndpoint: ``url`` with scheme https and the port of the 403 answer's
-    "https_port" (0 when absent). Raises FetchError when the body is not a JSON object
-    with an integer port (Go's json.Unmarshal error)."""
-    try:
-        port = json.loads(body).get("https_port", 0)
-    except (ValueError, AttributeError) as e:
-        raise FetchError(f"invalid JSON in 403 answer of {url}: {e}") from None
-    if not isinstance(port, int) or isinstance(port, bool):
-        raise FetchError(f"json: cannot unmarshal https_port {port!r} into Go value of type int")
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    return urlunsplit(parts._replace(scheme="https", netloc=join_host_port(host, port)))
-
-
-def _reason(e: aiohttp.ClientConnectorError) -> str:
-    err = e.os_error
-    if isinstance(err, ConnectionRefusedError):
-        return "connect: connection refused"
-    return f"connect: {err.strerror or err}" if err is not None else str(e)
-
-
-class Cluster:
-    """ClusterInfo for one nsqadmin: ``lookupd`` and ``nsqd`` are the configured HTTP
-    addresses (nsqadmin uses lookupds when any are given, else the nsqds)."""
+class ClusterInfo:
+    """The cluster one nsqpy-admin or tool sees: ``lookupd`` and ``nsqd`` are the configured
+    HTTP addresses (lookupds are asked when any are given, else the nsqds), ``client`` the
+    HTTP client every request goes through (its owner closes it)."""
 
     def __init__(self, client: HTTPClient, lookupd: list[str], nsqd: list[str]) -> None:
         self.client = client
         self.lookupd = list(lookupd)
         self.nsqd = list(nsqd)
-        client.metrics.lookupd.update(self.lookupd)
 
     # ------------------------------------------------------------ fan-out
 
@@ -219,15 +89,15 @@ class Cluster:
         """The topic list /api/topics answers: from the lookupds, else the nsqds."""
         return await (self.lookupd_topics() if self.lookupd else self.nsqd_topics())
 
-    async def lookupd_producers(self) -> tuple[list[Producer], list[str]]:
+    async def lookupd_producers(self) -> tuple[list[ProducerInfo], list[str]]:
         """GetLookupdProducers: every lookupd's /nodes merged (clusterinfo.merge_lookupd_nodes)."""
         answers = await self._gather([f"http://{a}/nodes" for a in self.lookupd])
         pairs = [(addr, body) for addr, (body, err) in zip(self.lookupd, answers) if err is None]
         _, errors = self._split(answers, "nsqlookupd")
         return ci.merge_lookupd_nodes(pairs), errors
 
-    async def _nsqd_producer(self, addr: str, topic: str = "") -> Producer | None:
-        """One configured nsqd as a Producer (None when ``topic`` is given and it lacks it);
+    async def _nsqd_producer(self, addr: str, topic: str = "") -> ProducerInfo | None:
+        """One configured nsqd as a ProducerInfo (None when ``topic`` is given and it lacks it);
         FetchError when it does not answer."""
         q = f"&topic={_q(topic)}" if topic else ""
         stats_url = f"http://{addr}/stats?format=json{q}&include_clients=false"
@@ -246,11 +116,11 @@ class Cluster:
 
     async def nsqd_producers(
         self, topic: str = "", addrs: list[str] | None = None
-    ) -> tuple[list[Producer], list[str]]:
+    ) -> tuple[list[ProducerInfo], list[str]]:
         """GetNSQDProducers (every configured nsqd, or ``addrs``) or, with ``topic``,
         GetNSQDTopicProducers (those that have it)."""
 
-        async def one(addr: str) -> tuple[Producer | None, str | None]:
+        async def one(addr: str) -> tuple[ProducerInfo | None, str | None]:
             try:
                 return await self._nsqd_producer(addr, topic), None
             except FetchError as e:
@@ -261,18 +131,18 @@ class Cluster:
         _, errors = self._split(answers, "nsqd")
         return [p for p, err in answers if p is not None], errors
 
-    async def producers(self) -> tuple[list[Producer], list[str]]:
+    async def producers(self) -> tuple[list[ProducerInfo], list[str]]:
         """GetProducers: the lookupds' nodes, else the configured nsqds."""
         return await (self.lookupd_producers() if self.lookupd else self.nsqd_producers())
 
-    async def lookupd_topic_producers(self, topic: str) -> tuple[list[Producer], list[str]]:
+    async def lookupd_topic_producers(self, topic: str) -> tuple[list[ProducerInfo], list[str]]:
         """GetLookupdTopicProducers: every lookupd's /lookup?topic= producers, one per HTTP
         address (a lookupd that does not know the topic answers 404: an error, as in Go)."""
         answers = await self._gather([f"http://{a}/lookup?topic={_q(topic)}" for a in self.lookupd])
         ok, errors = self._split(answers, "nsqlookupd")
         return ci.merge_topic_producers(ok), errors
 
-    async def topic_producers(self, topic: str) -> tuple[list[Producer], list[str]]:
+    async def topic_producers(self, topic: str) -> tuple[list[ProducerInfo], list[str]]:
         """GetTopicProducers: from the lookupds, else the configured nsqds that have it."""
         if self.lookupd:
             return await self.lookupd_topic_producers(topic)
@@ -280,7 +150,7 @@ class Cluster:
 
     async def nsqd_stats(
         self,
-        producers: list[Producer],
+        producers: list[ProducerInfo],
         topic: str = "",
         channel: str = "",
         include_clients: bool = True,
@@ -294,7 +164,7 @@ class Cluster:
 
     async def stats(
         self,
-        producers: list[Producer],
+        producers: list[ProducerInfo],
         topic: str = "",
         channel: str = "",
         include_clients: bool = True,
@@ -323,7 +193,7 @@ class Cluster:
         rows.sort(key=lambda t: (t["hostname"], t["node"]))
         return rows, ci.aggregate_channels(rows, topic), node_errors
 
-    async def node_infos(self, producers: list[Producer]) -> dict[str, tuple[Any, str | None]]:
+    async def node_infos(self, producers: list[ProducerInfo]) -> dict[str, tuple[Any, str | None]]:
         """Each producer's /info (for start_time: uptime) by HTTP address: ``(info, error)``."""
         addrs = [ci.http_address(p) for p in producers]
         answers = await self._gather([f"http://{a}/info" for a in addrs])
@@ -351,10 +221,10 @@ class Cluster:
                 errors.append(str(e))
         return errors
 
-    async def _producers_post(self, producers: list[Producer], uri: str, qs: str) -> list[str]:
+    async def _producers_post(self, producers: list[ProducerInfo], uri: str, qs: str) -> list[str]:
         """producersPOST: POST to every producer (at once); the errors."""
 
-        async def one(p: Producer) -> str | None:
+        async def one(p: ProducerInfo) -> str | None:
             try:
                 await self.client.post(f"http://{ci.http_address(p)}/{uri}?{qs}")
             except FetchError as e:
@@ -418,7 +288,7 @@ class Cluster:
         producers, errors = await self.topic_producers(topic)
         qs = f"topic={_q(topic)}&channel={_q(channel)}"
 
-        async def one(p: Producer) -> tuple[int, str | None]:
+        async def one(p: ProducerInfo) -> tuple[int, str | None]:
             url = f"http://{ci.http_address(p)}/message/replay?{qs}"
             try:
                 answer = json.loads(await self.client.request("POST", url))
@@ -450,9 +320,9 @@ class Cluster:
 
     async def find_message(self, msg_id: str, topic: str = "", body: bool = False) -> MessageHunt:
         """Where message ``msg_id`` is (nsqpy's GET /message?id= on nsqpy-lookupd and nsqpy-d,
-        docs/operations/index.md): with lookupds, each lookupd in turn until one answers 200
-        (it routes by the ID's node id to the nsqpy-d that made it; a 404 NODE_NOT_FOUND sends
-        the question to the next lookupd); with nsqds only, every nsqd at once. A 400
+        README "Where is message X?"): with lookupds, each lookupd in turn until one answers
+        200 (it routes by the ID's node id to the nsqpy-d that made it; a 404 NODE_NOT_FOUND
+        sends the question to the next lookupd); with nsqds only, every nsqd at once. A 400
         (INVALID_ID, INVALID_TOPIC) ends the hunt. Never raises: errors are in the result."""
         q = (
             f"id={_q(msg_id)}"

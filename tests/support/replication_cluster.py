@@ -1,9 +1,9 @@
 """A replicated nsqpy-d cluster under test, and the history a fault test checks.
 
 Shared by the replication tests (tests/daemon/test_replication_*.py): :class:`Nodes` starts
-nsqpy-d nodes joined through one etcd (tests/etcd_server.py), each with its own data dir so it
-can be killed and restarted on it; :class:`Producers` publish numbered bodies, waiting for each
-acknowledgement and moving to another node when one fails; :class:`Readers` consume every
+nsqpy-d nodes joined through one etcd (tests/support/etcd_server.py), each with its own data dir
+so it can be killed and restarted on it; :class:`Producers` publish numbered bodies, waiting for
+each acknowledgement and moving to another node when one fails; :class:`Readers` consume every
 channel through nsqlookupd as applications do; :class:`History` holds what was attempted, what
 was acknowledged and what each channel delivered, and :meth:`History.verdict` checks it the way
 a Jepsen checker checks a queue:
@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_server import EtcdServer
-from netlab import NetLab
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.client.conn import NSQError
 from nsqpy.testing.process import Nsqd, wait_for
+from support.etcd_server import EtcdServer
+from support.netlab import NetLab
 
 TTL = 2  # seconds of each node's etcd lease
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from .message import BODY_START
+from ..message import BODY_START
 
 #: nsqd's frame types (protocol_v2.go frameTypeResponse, frameTypeError, frameTypeMessage)
 FRAME_TYPE_RESPONSE: Final = 0

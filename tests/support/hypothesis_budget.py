@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-UNIT = Path(__file__).resolve().parent / "unit"
+UNIT = Path(__file__).resolve().parents[1] / "unit"
 QUICK_DIVISOR = 5
 QUICK_MIN = 10
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import RawClient, wait_for
 
-from nsqpy.testing import NsqAdmin, Nsqd, Nsqlookupd
+from nsqpy.testing import NsqAdmin, Nsqd, Nsqlookupd, wait_for
+from support.raw_client import RawClient
 
 # nsqpy-admin as its own process (nsqpy.testing's launcher; ``cmd=`` runs Go's nsqadmin instead)
 Admin = NsqAdmin

@@ -1,4 +1,4 @@
-"""The one blocking client of the TCP V2 wire: for bench, the tests and the Spark connector.
+"""The one blocking client of the TCP V2 wire, test and bench support: exact bytes in and out.
 
 Strategy: one socket, one receive buffer. ``fill()`` is one ``recv_into`` the free end of the
 buffer (the consumed bytes are dropped first, by moving the partial tail of a frame to the
@@ -27,8 +27,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import wire
-from .message import decode_record
+from .. import wire
+from ..message import decode_record
 
 NOP = b"NOP\n"
 

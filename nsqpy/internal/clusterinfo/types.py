@@ -1,13 +1,16 @@
-"""nsqadmin's view of a cluster, built from the JSON the daemons answer (internal/clusterinfo).
+"""The cluster's records, built from the JSON the daemons answer (Go's internal/clusterinfo
+types.go and the pure half of data.go).
 
 Strategy: pure functions from decoded JSON dicts (lookupd's /nodes and /lookup, nsqd's /info
-and /stats?format=json) to the dicts nsqadmin 1.3's API answers, with Go's field order and
-Go's aggregation rules (TopicStats.Add, ChannelStats.Add, E2eProcessingLatencyAggregate.Add,
-GetLookupdProducers' merge by TCP address, out_of_date by version). No sockets, no asyncio:
-cluster.py fetches, this module aggregates, and both the API and the pages read the result.
+and /stats?format=json) to the records nsqadmin 1.3's API answers and nsq_stat prints, with
+Go's field order and Go's aggregation rules (TopicStats.Add, ChannelStats.Add,
+E2eProcessingLatencyAggregate.Add, GetLookupdProducers' merge by TCP address, out_of_date by
+version). No sockets, no asyncio: data.py fetches, this module aggregates, and nsqpy-admin's
+API and pages and the tools read the result. See docs/architecture-clusterinfo.md.
 
 Records are plain dicts in the shape nsqadmin's JSON has them (types.go):
-  producer: remote_addresses, remote_address, hostname, broadcast_address, tcp_port,
+  producer info (an nsqd as lookupd or nsqd describes it; Go's clusterinfo.Producer):
+            remote_addresses, remote_address, hostname, broadcast_address, tcp_port,
             http_port, version, topics [{topic, tombstoned}], out_of_date
   topic stats: node, hostname, topic_name, depth, memory_depth, backend_depth, message_count,
             nodes, channels, paused, e2e_processing_latency
@@ -32,9 +35,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..internal.netaddr import join_host_port, split_host_port_lenient
+from ..netaddr import join_host_port, split_host_port_lenient
 
-Producer = dict[str, Any]
+#: An nsqd as lookupd or nsqd describes it (Go's clusterinfo.Producer): see the module text.
+ProducerInfo = dict[str, Any]
+#: A topic, channel or client stats record: see the module text.
 Stats = dict[str, Any]
 
 
@@ -46,11 +51,6 @@ class UpstreamError(Exception):
 def err_list(errors: Iterable[str]) -> str:
     """clusterinfo.ErrList.Error(): the errors joined by newlines."""
     return "\n".join(errors)
-
-
-def warn_message(messages: list[str]) -> str:
-    """maybeWarnMsg: "" when nothing failed, else "WARNING: " + messages joined by "; "."""
-    return "WARNING: " + "; ".join(messages) if messages else ""
 
 
 def all_failed(kind: str, errors: list[str]) -> UpstreamError:
@@ -76,18 +76,18 @@ def version_key(version: str) -> tuple[int, int, int, int, str]:
 # ---------------------------------------------------------------------------- producers
 
 
-def http_address(p: Producer) -> str:
+def http_address(p: ProducerInfo) -> str:
     """Producer.HTTPAddress(): broadcast_address:http_port ("[v6]:port" for IPv6)."""
     return join_host_port(str(p.get("broadcast_address", "")), int(p.get("http_port", 0)))
 
 
-def tcp_address(p: Producer) -> str:
+def tcp_address(p: ProducerInfo) -> str:
     """Producer.TCPAddress(): broadcast_address:tcp_port."""
     return join_host_port(str(p.get("broadcast_address", "")), int(p.get("tcp_port", 0)))
 
 
-def producer_from_lookupd(d: dict[str, Any]) -> Producer:
-    """A lookupd /nodes or /lookup entry as nsqadmin's Producer (topics paired with their
+def producer_from_lookupd(d: dict[str, Any]) -> ProducerInfo:
+    """A lookupd /nodes or /lookup entry as a ProducerInfo (topics paired with their
     tombstone flags; /lookup entries have no topics: null)."""
     topics = d.get("topics") or []
     tombstones = d.get("tombstones") or []
@@ -108,10 +108,10 @@ def producer_from_lookupd(d: dict[str, Any]) -> Producer:
     }
 
 
-def producer_from_nsqd(info: dict[str, Any], topics: list[str], addr: str) -> Producer:
-    """GetNSQDProducers/GetNSQDTopicProducers: a Producer from nsqd's /info and the topic names
-    of its /stats; a missing broadcast address or hostname falls back to ``addr``'s host (and
-    its port for the HTTP port), as nsqadmin does for old nsqds."""
+def producer_from_nsqd(info: dict[str, Any], topics: list[str], addr: str) -> ProducerInfo:
+    """GetNSQDProducers/GetNSQDTopicProducers: a ProducerInfo from nsqd's /info and the topic
+    names of its /stats; a missing broadcast address or hostname falls back to ``addr``'s host
+    (and its port for the HTTP port), as nsqadmin does for old nsqds."""
     host, port = split_host_port_lenient(addr)
     broadcast = info.get("broadcast_address") or ""
     http_port = int(info.get("http_port") or 0)
@@ -131,14 +131,14 @@ def producer_from_nsqd(info: dict[str, Any], topics: list[str], addr: str) -> Pr
     }
 
 
-def merge_lookupd_nodes(answers: list[tuple[str, dict[str, Any]]]) -> list[Producer]:
+def merge_lookupd_nodes(answers: list[tuple[str, dict[str, Any]]]) -> list[ProducerInfo]:
     """GetLookupdProducers: the nodes of every lookupd's /nodes answer (``(lookupd address,
     body)`` pairs, in the order the lookupds are configured), one producer per TCP address with
     ``remote_addresses`` "lookupd/remote" for each lookupd that knows it, topics sorted,
     ``out_of_date`` when its version is older than the newest seen; sorted by hostname (then
     HTTP address, so equal hostnames keep a stable order)."""
-    by_addr: dict[str, Producer] = {}
-    order: list[Producer] = []
+    by_addr: dict[str, ProducerInfo] = {}
+    order: list[ProducerInfo] = []
     newest = version_key("0.0.0")
     for lookupd_addr, body in answers:
         for entry in body.get("producers") or []:
@@ -160,10 +160,10 @@ def merge_lookupd_nodes(answers: list[tuple[str, dict[str, Any]]]) -> list[Produ
     return order
 
 
-def merge_topic_producers(answers: list[dict[str, Any]]) -> list[Producer]:
+def merge_topic_producers(answers: list[dict[str, Any]]) -> list[ProducerInfo]:
     """GetLookupdTopicProducers: the producers of every lookupd's /lookup answer, the first
     seen per HTTP address, in the order seen."""
-    out: list[Producer] = []
+    out: list[ProducerInfo] = []
     seen: set[str] = set()
     for body in answers:
         for entry in body.get("producers") or []:
@@ -183,7 +183,7 @@ def union_sorted(lists: Iterable[Iterable[str] | None]) -> list[str]:
     return sorted(names)
 
 
-def find_producer(producers: list[Producer], node: str) -> Producer | None:
+def find_producer(producers: list[ProducerInfo], node: str) -> ProducerInfo | None:
     """Producers.Search: the producer whose HTTP address is ``node``."""
     for p in producers:
         if http_address(p) == node:
@@ -489,34 +489,6 @@ def aggregate_channels(node_topics: list[Stats], selected_topic: str = "") -> di
                 agg = out[key] = new_channel_total(t["topic_name"], name, node=ch["node"])
             channel_add(agg, ch)
     return out
-
-
-def counter_stats(channels: dict[str, Stats]) -> dict[str, Stats]:
-    """/api/counter's "stats": one entry per topic, channel and node, keyed
-    "topic:channel:node", with that node's message_count for the channel."""
-    out: dict[str, Stats] = {}
-    for ch in channels.values():
-        for row in ch.get("nodes") or []:
-            key = f"{ch['topic_name']}:{ch['channel_name']}:{row['node']}"
-            entry = out.setdefault(
-                key,
-                {
-                    "node": row["node"],
-                    "topic_name": ch["topic_name"],
-                    "channel_name": ch["channel_name"],
-                    "message_count": 0,
-                },
-            )
-            entry["message_count"] += row["message_count"]
-    return out
-
-
-def node_totals(node_topics: list[Stats]) -> tuple[int, int]:
-    """/api/nodes/:node's (total_messages, total_clients): the topics' message counts and the
-    channels' client lists."""
-    messages = sum(t["message_count"] for t in node_topics)
-    clients = sum(len(c.get("clients") or []) for t in node_topics for c in t.get("channels") or [])
-    return messages, clients
 
 
 def prometheus_plain_samples(text: str) -> dict[str, float]:
