@@ -1,12 +1,11 @@
 """GET /metrics on nsqpy-admin (nsqadmin has no such endpoint; this goes beyond it).
 
 Strategy: nsqpy-admin is a client of the cluster, so what an operator wants to see is how its
-upstream requests fare: every request internal/clusterinfo's HTTPClient makes to an
-nsqlookupd or an nsqd (its reads, its actions, the history sampler's rounds) is timed and,
-when it fails, counted, by the kind of daemon asked. The numbers are plain
-(internal/reqmetrics.py); prometheus_client is imported on the first scrape only. The kind of an address is "nsqlookupd" when it is one of
---lookupd-http-address, else "nsqd" (the nsqds come from lookupd answers or
---nsqd-http-address).
+upstream requests fare: every request internal/clusterinfo's HTTPClient makes to an nsqlookupd or an
+nsqd (its reads, its actions, the history sampler's rounds) is timed and, when it fails, counted, by
+the kind of daemon asked. The numbers are plain (internal/reqmetrics.py); prometheus_client is
+imported on the first scrape only. The kind of an address is "nsqlookupd" when it is one of
+--lookupd-http-address, else "nsqd" (the nsqds come from lookupd answers or --nsqd-http-address).
 
 Families (label ``kind``: nsqlookupd or nsqd):
 

@@ -1,7 +1,7 @@
-"""nsqpy.client's HTTP admin clients against Go's nsqd and nsqlookupd 1.3 and against nsqpy-d
-and nsqpy-lookupd, side by side: every check of tests/support/client_http_checks.py runs on
-both pairs, so a difference shows as one check passing on one implementation and failing on
-the other. The Go half needs the Go binaries (tests/support/gobin.py) and skips, saying why, without them."""
+"""nsqpy.client's HTTP admin clients against Go's nsqd and nsqlookupd 1.3 and against nsqpy-d and
+nsqpy-lookupd, side by side: every check of tests/support/client_http_checks.py runs on both pairs,
+so a difference shows as one check passing on one implementation and failing on the other. The Go
+half needs the Go binaries (tests/support/gobin.py) and skips, saying why, without them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The flags that ``-h`` lists, ours next to Go's (NSQ v1.3.0, tests/support/gobin.py finds
-them): the six tools list the same names; a daemon lists every name of its Go daemon except
-the few it refuses or never had (named below), plus its own extras. Names only: help texts differ."""
+"""The flags that ``-h`` lists, ours next to Go's (NSQ v1.3.0, tests/support/gobin.py finds them):
+the six tools list the same names; a daemon lists every name of its Go daemon except the few it
+refuses or never had (named below), plus its own extras. Names only: help texts differ."""
 
 from __future__ import annotations
 
