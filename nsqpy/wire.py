@@ -99,8 +99,6 @@ class FatalClientError(ClientError):
     fatal: ClassVar[bool] = True
 
 
-
-
 _U64 = (1 << 64) - 1
 
 
