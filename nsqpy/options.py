@@ -56,7 +56,7 @@ def version_string(app: str = "nsqd") -> str:
     """The daemon's version line in nsqd's shape (``--version``, the first log line and the first
     line of text /stats): "built w/" names nsqpy and Python where nsqd names its Go release,
     and ends in ``-mypyc`` when the per-message modules are compiled (nsqpy.build_info), e.g.
-    ``nsqd v1.3.0 (built w/nsqpy-0.1.0-python3.11.7-mypyc)``."""
+    ``nsqd v1.3.0 (built w/nsqpy-0.2.0-python3.11.7-mypyc)``."""
     from .build_info import build_name
 
     py = ".".join(str(x) for x in sys.version_info[:3])

@@ -126,7 +126,7 @@ class Row:
         else:
             shown = None if default in (None, "", 0) else str(default)
         return UsageFlag(
-            self.flag, _GO_TYPE_NAMES[self.kind], shown, self.help, self.kind is Kind.STR
+            self.flag, _GO_TYPE_NAMES[self.kind], shown, self.help, self.kind in (Kind.STR, Kind.LOG_FORMAT)
         )
 
     def click_option(self) -> Callable[[Any], Any]:
@@ -174,6 +174,7 @@ _GO_TYPE_NAMES = {
     Kind.DURATION: "duration",
     Kind.LIST: "value",
     Kind.LOG_LEVEL: "value",
+    Kind.LOG_FORMAT: "string",
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 from support.daemons import DAEMON_CWD, Lookupd
 
 from nsqpy.build_info import build_name
+from nsqpy.options import NSQPY_VERSION
 from nsqpy.testing import wait_for
 
 NSQD_BODY = {
@@ -477,7 +478,7 @@ def test_version() -> None:
     assert r.returncode == 0
     build = build_name()  # the package's build: "-mypyc" at the end when compiled
     tag = "" if build == "pure" else f"-{build}"
-    assert r.stdout == f"nsqlookupd v1.3.0 (built w/nsqpy-0.1.0-python{py}{tag})\n"
+    assert r.stdout == f"nsqlookupd v1.3.0 (built w/nsqpy-{NSQPY_VERSION}-python{py}{tag})\n"
     assert run_cli("-version").stdout == r.stdout
     assert run_cli("-version=true").stdout == r.stdout
 
