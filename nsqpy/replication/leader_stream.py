@@ -156,11 +156,18 @@ class LeaderStream:
         at promotion, oldest first, names increasing): sent to a follower after its last."""
         self.history = entries
 
-    def set_links(self, followers: list[str], others: list[str] | None = None) -> None:
+    def set_links(
+        self,
+        followers: list[str],
+        others: list[str] | None = None,
+        joining: frozenset[str] = frozenset(),
+    ) -> None:
         """``followers``: the in-sync followers now; ``others``: the other placement nodes
-        (node ids). Every one of them has a link (new ones start with a probe); those out of
-        the ISR are not waited for (catch-up), and are stopped instead when they refused this
-        epoch, were given up, or catch-up is off; then re-check the waiters."""
+        (node ids); ``joining``: those of them new to the placement in this epoch (sent this
+        epoch from the first entry still kept: link.Link.floor). Every one of them has a link
+        (new ones start with a probe); those out of the ISR are not waited for (catch-up), and
+        are stopped instead when they refused this epoch, were given up, or catch-up is off;
+        then re-check the waiters."""
         catch_up = self.on_caught_up is not None
         wanted = set(followers)
         if catch_up:
@@ -177,7 +184,7 @@ class LeaderStream:
                 if node_id in followers:
                     link_now.in_isr = True
             else:
-                link = Link(node_id, self.base)
+                link = Link(node_id, self.base, self.base if node_id in joining else None)
                 link.in_isr = node_id in followers
                 link.task = asyncio.get_running_loop().create_task(
                     self._send_loop(link), name=f"replicate-{self.topic}-{node_id}"

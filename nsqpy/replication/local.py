@@ -178,8 +178,8 @@ def empty_topic(t: Topic) -> int:
 
 def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -> dict[str, Any]:
     """The ``replication`` object of a replicated topic's /stats entry (node.TopicRole ``tr``,
-    its ReplicaLog ``rlog`` or None): the record (replicas, leader, isr, epoch), this node's
-    role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
+    its ReplicaLog ``rlog`` or None): the record (replicas, placement, leader, isr, epoch), this
+    node's role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
     (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool}, for every
     linked placement node, catching-up ones included), ``replica_log_depth``, the counters
     (promoted, redelivered, progress_sent, progress_received, undelivered, resets, trimmed:
@@ -196,6 +196,7 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
                 lag = max(lag, behind)
     return {
         "replicas": rec.replicas,
+        "placement": list(rec.placement),
         "leader": rec.leader,
         "isr": list(rec.isr),
         "epoch": rec.epoch,

@@ -229,6 +229,7 @@ class Replication:
         assert session is not None
         rec = state.record
         old_epoch = tr.state.record.epoch if tr is not None else -1
+        old_placement = tr.state.record.placement if tr is not None else rec.placement
         fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
@@ -238,7 +239,8 @@ class Replication:
             rlog.fence(rec.epoch)
         if rec.leader == self.node_id and rec.leader_lease == session.lease_id:
             if tr.role == LEADER and tr.stream is not None and rec.epoch == old_epoch:
-                tr.stream.set_links(self._followers(tr), self._others(tr))
+                joining = frozenset(rec.placement) - frozenset(old_placement)
+                tr.stream.set_links(self._followers(tr), self._others(tr), joining)
                 return
             if tr.role == LEADER:
                 self._step_down(tr)
@@ -258,6 +260,22 @@ class Replication:
             if tr.role == FOLLOWER:
                 self.replica_log(topic)
                 self.nsqd.get_topic(topic)
+            elif self.node_id in old_placement:
+                self._left_placement(topic)
+
+    def _left_placement(self, topic: str) -> None:
+        """This node was placed off ``topic`` (placement.py): its replica log goes (closed and
+        removed, with its ``.last`` file), and the progress kept for it; its topic stays, with
+        whatever it still holds for consumers connected here (a former leader's)."""
+        rlog = self.logs.pop(topic, None)
+        if rlog is not None:
+            with contextlib.suppress(OSError):
+                rlog.close()
+                rlog.dq.delete()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
+        self.progress.forget(topic)
+        log.info("REPLICATION: topic %s: this node left its placement", topic)
 
     def _followers(self, tr: TopicRole) -> list[str]:
         return [n for n in tr.state.record.isr if n != self.node_id]
