@@ -11,7 +11,10 @@ to nsqd's own handler (http_api.HTTPAPI) unchanged; and adds nsqpy's two replica
   INVALID_TOPIC / BAD_BODY, 409 E_STALE_EPOCH / E_GAP <last>, 500 E_APPEND_FAILED;
 - ``POST /replica/progress?topic=&epoch=``: a leader's channel progress (progress.py),
   answered ``{"rounds": N}`` once in the side file; 400 BAD_BODY, 409 E_STALE_EPOCH, 500
-  E_PROGRESS_FAILED.
+  E_PROGRESS_FAILED;
+- ``POST /replica/round?topic=``: the leader sends one progress round now (asked before
+  leadership moves off it in a placement change), answered ``{"rounds": N}``; 409
+  E_NOT_LEADER.
 
 And the placement changes (placement.py), accepted on any node, each answered once done with
 the topic's record ``{"topic","replicas","placement","leader","isr","epoch"}`` (``/node/replace``:
@@ -80,6 +83,7 @@ def install_routes(router: Router, h: HTTPAPI, repl: Replication) -> None:
     router.post("/topic/delete", api(routes.topic_delete))
     router.post("/replica/append", api(routes.replica_append), append_size)
     router.post("/replica/progress", api(routes.replica_progress), append_size)
+    router.post("/replica/round", api(routes.replica_round))
     router.post("/topic/replicas", api(routes.topic_replicas))
     router.post("/topic/reassign", api(routes.topic_reassign))
     router.post("/node/replace", api(routes.node_replace))
@@ -189,6 +193,23 @@ class ReplicaRoutes:
 
         return keep()
 
+    def replica_round(self, request: Request) -> Any:
+        """POST /replica/round (module docstring)."""
+        name = self.h.query(request).get("topic", "")
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+
+        async def run() -> Any:
+            try:
+                rounds = await self.repl.leader_round(name)
+            except TimeoutError:
+                raise NsqHTTPError(503, "E_PROGRESS_FAILED") from None
+            if rounds is None:
+                raise NsqHTTPError(409, "E_NOT_LEADER")
+            return {"rounds": rounds}
+
+        return run()
+
     def topic_create(self, request: Request) -> Any:
         """/topic/create?topic=T&replicas=R: R > 1 makes T replicated (503 REPLICATION_FAILED
         when etcd refuses); R = 1 is a plain topic, kept R=1 on this node; without
@@ -248,10 +269,10 @@ class ReplicaRoutes:
             raise NsqHTTPError(400, "INVALID_TIMEOUT") from None
         if ms <= 0:
             raise NsqHTTPError(400, "INVALID_TIMEOUT")
-        c = self.repl.coordinator
-        if c is None:
-            raise NsqHTTPError(503, "REPLICATION_FAILED not joined")
-        return PlacementChanges(c), ms / 1000.0
+        try:
+            return self.repl.placement_changes(), ms / 1000.0
+        except ReplicationError:
+            raise NsqHTTPError(503, "REPLICATION_FAILED not joined") from None
 
     def _topic_arg(self, q: dict[str, str]) -> str:
         if "topic" not in q:

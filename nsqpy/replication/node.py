@@ -34,7 +34,8 @@ from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
 from .leader_stream import LeaderStream
 from .local import LOG_SUFFIX
-from .records import Keys, NodeInfo, ReplicationError, default_root
+from .placement import PlacementChanges
+from .records import Keys, NodeInfo, ReplicationError, TopicRecord, default_root
 from .replica_log import ReplicaLog
 from .role import FOLLOWER, LEADER, NONE, TopicRole
 from .session import NodeSession
@@ -553,6 +554,49 @@ class Replication:
         if tr is None or not tr.state.record.leader or tr.role == LEADER:
             return ""
         return self.members.get(tr.state.record.leader, "")
+
+    # ------------------------------------------------------------ placement changes
+
+    def placement_changes(self) -> PlacementChanges:
+        """The placement changes (placement.py) run from this node. ReplicationError before
+        it joined etcd."""
+        if self.coordinator is None:
+            raise ReplicationError("not joined to etcd yet")
+        return PlacementChanges(self.coordinator, self.handover_round)
+
+    async def handover_round(self, rec: TopicRecord) -> None:
+        """Before leadership moves off ``rec.leader``: that leader sends one progress round
+        (progress.Rounds.round), here or through its ``POST /replica/round``; a failure is
+        logged (the next leader then has the older rounds only: more redelivered)."""
+        tr = self.topics.get(rec.topic)
+        try:
+            if rec.leader == self.node_id:
+                if tr is not None and tr.role == LEADER:
+                    await asyncio.wait_for(self.rounds.round(tr), self.timeout * 2)
+                return
+            address = self.members.get(rec.leader, "")
+            if not address or self.http is None:
+                raise OSError(f"no address for node {rec.leader}")
+            async with self.http.post(
+                f"http://{address}/replica/round",
+                params={"topic": rec.topic},
+                # seconds: aiohttp makes them a ClientTimeout(total=...)
+                timeout=self.timeout * 2,  # type: ignore[arg-type]
+            ) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise OSError(f"{rec.leader} answered {resp.status}")
+        except (OSError, TimeoutError) as exc:
+            log.warning("REPLICATION: topic %s: progress before handover: %s", rec.topic, exc)
+
+    async def leader_round(self, topic: str) -> int | None:
+        """``POST /replica/round`` on the leader: one progress round now; the rounds sent so
+        far, None when this node does not lead ``topic``."""
+        tr = self.topics.get(topic)
+        if tr is None or tr.role != LEADER:
+            return None
+        await asyncio.wait_for(self.rounds.round(tr), self.timeout * 2)
+        return tr.progress_sent
 
     # ------------------------------------------------------------ /stats
 

@@ -11,7 +11,8 @@ nodes in is made in two steps, so the topic never has fewer in-sync copies than 
    ISR once it has them all (leader_stream.py, "Rejoining");
 2. once every new node is in the ISR: when the leader is leaving, leadership moves to the first
    live in-sync member of the final placement (epoch + 1, as an election: nodes that stay come
-   first in ISR order, so an old member is preferred to a new one); then the *final*
+   first in ISR order, so an old member is preferred to a new one), after the leader sent its
+   channels' progress once more (so the next leader knows every channel); then the *final*
    placement, its ISR the old ISR within it.
 
 A change that only removes nodes is step 2 alone; the leader never leaves the placement without
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 from .coordinator import Coordinator, Member, TopicMissing, TopicState
@@ -139,8 +140,17 @@ class PlacementChanges:
     ``timeout`` seconds for new nodes to join the ISR (NotInSync after). Errors besides:
     PlacementError, TopicMissing, Contended, NotEnoughNodes, EtcdError."""
 
-    def __init__(self, coordinator: Coordinator, poll: float = POLL_INTERVAL) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        before_transfer: Callable[[TopicRecord], Awaitable[None]] | None = None,
+        poll: float = POLL_INTERVAL,
+    ) -> None:
+        """``before_transfer(record)``: awaited before leadership moves off ``record.leader``
+        (node.Replication.handover_round: the leader sends its channels' progress, so that
+        the next leader knows them); its errors are the caller's to swallow."""
         self.coordinator = coordinator
+        self.before_transfer = before_transfer
         self.poll = poll
 
     async def reassign(self, topic: str, nodes: Sequence[str], timeout: float) -> TopicState:
@@ -169,6 +179,8 @@ class PlacementChanges:
             if now is None:
                 raise TopicMissing(topic)
             state = now
+        if state.record.leader not in final and self.before_transfer is not None:
+            await self.before_transfer(state.record)
         state = await c.update_topic(topic, lambda rec, live: transfer_record(rec, final, live))
         return await c.update_topic(topic, lambda rec, live: final_record(rec, final))
 
