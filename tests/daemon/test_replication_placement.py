@@ -13,13 +13,17 @@ bound is wide: the machine is shared).
   (a follower dropped, the leader kept);
 - a fourth node brought in by a reassignment that also takes the topic off its leader: the
   new node is in the ISR before the leader hands over and leaves;
-- a follower killed -9 and replaced on every topic placed on it by ``/node/replace``.
+- a follower killed -9 and replaced on every topic placed on it by ``/node/replace``;
+- the same three changes through the ``nsqpy`` tools (topic-replicas, topic-reassign,
+  node-replace), and their refusals (exit status 1, the node's error on stderr).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -298,3 +302,46 @@ async def test_dead_node_replaced_on_every_topic(cluster: Nodes, lookupd: Nsqloo
     print(f"node replace: full ISR {full:.2f}s after the request")
     assert full < ISR_BOUND
     assert (await post(leader, "/node/replace", old=victim, new="99"))[0] == 400
+
+
+def tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """``nsqpy <args>`` (python -m nsqpy.tools) as a process; its exit status and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "nsqpy.tools", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_tools_change_replicas_reassign_and_replace(cluster: Nodes, lookupd: Nsqlookupd) -> None:
+    """`nsqpy topic-replicas`, `topic-reassign`, `node-replace` against a node of the cluster:
+    one line per topic changed, exit 0; the node's refusal on stderr, exit 1."""
+    nodes = start_nodes(cluster, lookupd, (41, 42, 43))
+    make(cluster, nodes[0], TOPIC, 2)
+    addr = f"--nsqd-http-address={nodes[0].http_address}"
+
+    r = tool("topic-replicas", addr, f"--topic={TOPIC}", "--replicas=3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"topic {TOPIC}: placement ") and "(R=3)" in r.stdout
+    wait_for(lambda: settled(cluster, {"41", "42", "43"}), ISR_BOUND, what="R=3 in sync")
+
+    leader = cluster.leader(TOPIC)
+    lead = cluster.node_id(leader)
+    other = next(i for i in ("41", "42", "43") if i != lead)
+    r = tool("topic-reassign", addr, f"--topic={TOPIC}", f"--nodes={lead},{other}")
+    assert r.returncode == 0, r.stderr
+    assert f"placement {lead},{other} (R=2), leader {lead}" in r.stdout
+    wait_for(lambda: settled(cluster, {lead, other}), ISR_BOUND, what="the reassignment")
+
+    spare = next(i for i in ("41", "42", "43") if i not in (lead, other))
+    r = tool("node-replace", addr, f"--old={other}", f"--new={spare}")
+    assert r.returncode == 0, r.stderr
+    assert f"placement {lead},{spare} (R=2)" in r.stdout
+    wait_for(lambda: settled(cluster, {lead, spare}), ISR_BOUND, what="the replacement")
+
+    r = tool("topic-reassign", addr, f"--topic={TOPIC}", "--nodes=41,99")
+    assert r.returncode == 1 and "400 INVALID_NODES" in r.stderr, (r.stdout, r.stderr)
+    r = tool("topic-replicas", addr, "--topic=nope", "--replicas=2")
+    assert r.returncode == 1 and "404 TOPIC_NOT_FOUND" in r.stderr, (r.stdout, r.stderr)
