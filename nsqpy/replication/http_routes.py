@@ -38,6 +38,7 @@ docs/architecture-replication.md."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -52,7 +53,8 @@ from .coordinator import Contended, TopicMissing, TopicState
 from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
 from .node import Replication
 from .placement import NotInSync, PlacementChanges, PlacementError, parse_nodes
-from .records import NotEnoughNodes, ReplicationError
+from .records import NotEnoughNodes, ReplicationError, TopicRecord
+from .role import LEADER
 
 #: Default wait for new nodes to join the ISR in a placement change, milliseconds.
 PLACEMENT_TIMEOUT_MS = 60_000
@@ -201,7 +203,7 @@ class ReplicaRoutes:
 
         async def run() -> Any:
             try:
-                rounds = await self.repl.leader_round(name)
+                rounds = await self._leader_round(name)
             except TimeoutError:
                 raise NsqHTTPError(503, "E_PROGRESS_FAILED") from None
             if rounds is None:
@@ -269,10 +271,32 @@ class ReplicaRoutes:
             raise NsqHTTPError(400, "INVALID_TIMEOUT") from None
         if ms <= 0:
             raise NsqHTTPError(400, "INVALID_TIMEOUT")
+        c = self.repl.coordinator
+        if c is None:
+            raise NsqHTTPError(503, "REPLICATION_FAILED not joined")
+        return PlacementChanges(c, self._handover_round), ms / 1000.0
+
+    async def _handover_round(self, rec: TopicRecord) -> None:
+        """Before leadership moves off ``rec.leader``: that leader sends one progress round
+        (here, or through its POST /replica/round); a failure is logged (the next leader
+        then has the older rounds only: more redelivered)."""
+        repl = self.repl
         try:
-            return self.repl.placement_changes(), ms / 1000.0
-        except ReplicationError:
-            raise NsqHTTPError(503, "REPLICATION_FAILED not joined") from None
+            if rec.leader != repl.node_id:
+                await repl.rounds.ask_leader(rec.leader, rec.topic)
+            elif await self._leader_round(rec.topic) is None:
+                raise OSError("not leading here")
+        except (OSError, TimeoutError) as exc:
+            log.warning("topic %s: progress before the handover: %s", rec.topic, exc)
+
+    async def _leader_round(self, topic: str) -> int | None:
+        """One progress round of ``topic`` now; the rounds sent so far, None when this node
+        does not lead it. TimeoutError."""
+        tr = self.repl.topics.get(topic)
+        if tr is None or tr.role != LEADER:
+            return None
+        await asyncio.wait_for(self.repl.rounds.round(tr), self.repl.timeout * 2)
+        return tr.progress_sent
 
     def _topic_arg(self, q: dict[str, str]) -> str:
         if "topic" not in q:

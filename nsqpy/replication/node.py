@@ -34,8 +34,7 @@ from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
 from .leader_stream import LeaderStream
 from .local import LOG_SUFFIX
-from .placement import PlacementChanges
-from .records import Keys, NodeInfo, ReplicationError, TopicRecord, default_root
+from .records import Keys, NodeInfo, ReplicationError, default_root
 from .replica_log import ReplicaLog
 from .role import FOLLOWER, LEADER, NONE, TopicRole
 from .session import NodeSession
@@ -230,7 +229,6 @@ class Replication:
         assert session is not None
         rec = state.record
         old_epoch = tr.state.record.epoch if tr is not None else -1
-        old_placement = tr.state.record.placement if tr is not None else rec.placement
         fresh = tr is None
         if tr is None:
             tr = self.topics[topic] = TopicRole(state)
@@ -240,8 +238,7 @@ class Replication:
             rlog.fence(rec.epoch)
         if rec.leader == self.node_id and rec.leader_lease == session.lease_id:
             if tr.role == LEADER and tr.stream is not None and rec.epoch == old_epoch:
-                joining = frozenset(rec.placement) - frozenset(old_placement)
-                tr.stream.set_links(self._followers(tr), self._others(tr), joining)
+                tr.stream.set_links(self._followers(tr), self._others(tr))
                 return
             if tr.role == LEADER:
                 self._step_down(tr)
@@ -261,22 +258,8 @@ class Replication:
             if tr.role == FOLLOWER:
                 self.replica_log(topic)
                 self.nsqd.get_topic(topic)
-            elif self.node_id in old_placement:
-                self._left_placement(topic)
-
-    def _left_placement(self, topic: str) -> None:
-        """This node was placed off ``topic`` (placement.py): its replica log goes (closed and
-        removed, with its ``.last`` file), and the progress kept for it; its topic stays, with
-        whatever it still holds for consumers connected here (a former leader's)."""
-        rlog = self.logs.pop(topic, None)
-        if rlog is not None:
-            with contextlib.suppress(OSError):
-                rlog.close()
-                rlog.dq.delete()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
-        self.progress.forget(topic)
-        log.info("REPLICATION: topic %s: this node left its placement", topic)
+            elif topic in self.logs:  # placed off the topic (placement.py)
+                local.leave_placement(self.nsqd, self.logs.pop(topic), self.progress, topic)
 
     def _followers(self, tr: TopicRole) -> list[str]:
         return [n for n in tr.state.record.isr if n != self.node_id]
@@ -323,7 +306,9 @@ class Replication:
     def _promote(self, tr: TopicRole, t: Topic) -> None:
         """Put every replica-log entry this node has not put into its topic yet, into the
         channels the last progress record does not show finished it (progress.Promotion)."""
-        rlog = self.logs.get(tr.state.record.topic) or self._open_existing_log(t.name)
+        rlog = self.logs.get(t.name) or (
+            self.replica_log(t.name) if local.has_log(self.nsqd, t.name) else None
+        )
         record = self.progress.load(t.name)
         if rlog is None:
             self.progress.forget(t.name)
@@ -470,10 +455,6 @@ class Replication:
         tr.resets += 1
         return True
 
-    def _open_existing_log(self, topic: str) -> ReplicaLog | None:
-        meta = os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.diskqueue.meta.dat")
-        return self.replica_log(topic) if os.path.exists(meta) else None
-
     # ------------------------------------------------------------ publishing
 
     def replicate(
@@ -554,49 +535,6 @@ class Replication:
         if tr is None or not tr.state.record.leader or tr.role == LEADER:
             return ""
         return self.members.get(tr.state.record.leader, "")
-
-    # ------------------------------------------------------------ placement changes
-
-    def placement_changes(self) -> PlacementChanges:
-        """The placement changes (placement.py) run from this node. ReplicationError before
-        it joined etcd."""
-        if self.coordinator is None:
-            raise ReplicationError("not joined to etcd yet")
-        return PlacementChanges(self.coordinator, self.handover_round)
-
-    async def handover_round(self, rec: TopicRecord) -> None:
-        """Before leadership moves off ``rec.leader``: that leader sends one progress round
-        (progress.Rounds.round), here or through its ``POST /replica/round``; a failure is
-        logged (the next leader then has the older rounds only: more redelivered)."""
-        tr = self.topics.get(rec.topic)
-        try:
-            if rec.leader == self.node_id:
-                if tr is not None and tr.role == LEADER:
-                    await asyncio.wait_for(self.rounds.round(tr), self.timeout * 2)
-                return
-            address = self.members.get(rec.leader, "")
-            if not address or self.http is None:
-                raise OSError(f"no address for node {rec.leader}")
-            async with self.http.post(
-                f"http://{address}/replica/round",
-                params={"topic": rec.topic},
-                # seconds: aiohttp makes them a ClientTimeout(total=...)
-                timeout=self.timeout * 2,  # type: ignore[arg-type]
-            ) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise OSError(f"{rec.leader} answered {resp.status}")
-        except (OSError, TimeoutError) as exc:
-            log.warning("REPLICATION: topic %s: progress before handover: %s", rec.topic, exc)
-
-    async def leader_round(self, topic: str) -> int | None:
-        """``POST /replica/round`` on the leader: one progress round now; the rounds sent so
-        far, None when this node does not lead ``topic``."""
-        tr = self.topics.get(topic)
-        if tr is None or tr.role != LEADER:
-            return None
-        await asyncio.wait_for(self.rounds.round(tr), self.timeout * 2)
-        return tr.progress_sent
 
     # ------------------------------------------------------------ /stats
 

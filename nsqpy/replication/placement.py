@@ -147,7 +147,7 @@ class PlacementChanges:
         poll: float = POLL_INTERVAL,
     ) -> None:
         """``before_transfer(record)``: awaited before leadership moves off ``record.leader``
-        (node.Replication.handover_round: the leader sends its channels' progress, so that
+        (http_routes.ReplicaRoutes._handover_round: the leader sends its channels' progress, so that
         the next leader knows them); its errors are the caller's to swallow."""
         self.coordinator = coordinator
         self.before_transfer = before_transfer
