@@ -147,8 +147,8 @@ class PlacementChanges:
         poll: float = POLL_INTERVAL,
     ) -> None:
         """``before_transfer(record)``: awaited before leadership moves off ``record.leader``
-        (http_routes.ReplicaRoutes._handover_round: the leader sends its channels' progress, so that
-        the next leader knows them); its errors are the caller's to swallow."""
+        (http_routes.ReplicaRoutes._handover_round: the leader sends its channels' progress,
+        so that the next leader knows them); its errors are the caller's to swallow."""
         self.coordinator = coordinator
         self.before_transfer = before_transfer
         self.poll = poll
