@@ -15,13 +15,15 @@ bound is wide: the machine is shared).
   new node is in the ISR before the leader hands over and leaves;
 - a follower killed -9 and replaced on every topic placed on it by ``/node/replace``;
 - the same three changes through the ``nsqpy`` tools (topic-replicas, topic-reassign,
-  node-replace), and their refusals (exit status 1, the node's error on stderr).
+  node-replace), and their refusals (exit status 1, the node's error on stderr);
+- etcd not answering (SIGSTOP): a change is 503 REPLICATION_FAILED, and taken once it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -345,3 +347,23 @@ def test_tools_change_replicas_reassign_and_replace(cluster: Nodes, lookupd: Nsq
     assert r.returncode == 1 and "400 INVALID_NODES" in r.stderr, (r.stdout, r.stderr)
     r = tool("topic-replicas", addr, "--topic=nope", "--replicas=2")
     assert r.returncode == 1 and "404 TOPIC_NOT_FOUND" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_no_etcd_quorum_is_503(cluster: Nodes, lookupd: Nsqlookupd, etcd: EtcdServer) -> None:
+    """etcd not answering (its process stopped, as a cluster without quorum does not answer):
+    a placement change is 503 REPLICATION_FAILED; once etcd is back, it is taken."""
+    nodes = start_nodes(cluster, lookupd, (46, 47))
+    make(cluster, nodes[0], TOPIC, 2)
+    etcd.proc.send_signal(signal.SIGSTOP)
+    try:
+        path = f"/topic/replicas?topic={TOPIC}&replicas=1"
+        code, body, _ = nodes[0].http("POST", path, b"", None, 60)
+    finally:
+        etcd.proc.send_signal(signal.SIGCONT)
+    assert code == 503 and b"REPLICATION_FAILED" in body, (code, body)
+
+    def lowered() -> bool:
+        code, body, _ = nodes[0].http("POST", f"/topic/replicas?topic={TOPIC}&replicas=1", b"")
+        return code == 200 and json.loads(body)["replicas"] == 1
+
+    wait_for(lowered, 60, interval=1.0, what="the change taken once etcd answers")
