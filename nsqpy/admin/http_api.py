@@ -15,6 +15,7 @@ import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -35,6 +36,8 @@ log = logging.getLogger("nsqpy")
 #: actions POST /api/topics/:topic[/:channel] accepts (replay: nsqpy-d's dead letters, a
 #: channel only)
 TOPIC_CHANNEL_ACTIONS = ("pause", "unpause", "empty", "replay")
+#: nsqpy's placement changes of a replicated topic, POST /api/topics/:topic (and its page)
+PLACEMENT_ACTIONS = ("replicas", "reassign")
 #: nsqadmin's anonymous request structs (all string fields), by their json names
 _BODY_STRUCTS: dict[tuple[str, ...], GoStruct] = {}
 
@@ -228,6 +231,42 @@ class AdminAPI:
             log.warning("%s", ci.err_list(errors))
         return summaries.warn_message([ci.err_list(errors)] if errors else []), extra
 
+    async def change_placement(
+        self, request: web.Request, topic: str, action: str, value: str
+    ) -> dict[str, Any]:
+        """A replicated topic's placement change through one of its nsqpy-d nodes
+        (cluster.change_placement): ``action`` "replicas" (``value``: the new R) or
+        "reassign" (``value``: node ids "a,b,c"). Returns the topic's record as the node
+        answered it. NsqHTTPError: 403 FORBIDDEN for a non-admin, 400 INVALID_TOPIC /
+        INVALID_REPLICAS / INVALID_NODES / INVALID_ACTION, 502 UPSTREAM_ERROR with the
+        node's answer when none took it."""
+        if not self.is_admin(request):
+            log.warning("admin action %s by %r refused", action, self.user(request))
+            raise NsqHTTPError(403, "FORBIDDEN")
+        if not is_valid_name(topic):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        value = value.strip()
+        if action == "replicas":
+            if not value.isdigit() or int(value) < 1:
+                raise NsqHTTPError(400, "INVALID_REPLICAS")
+            uri, qs, event = "topic/replicas", f"replicas={int(value)}", "change_replicas"
+        elif action == "reassign":
+            nodes = [n.strip() for n in value.split(",")]
+            if not value or not all(nodes):
+                raise NsqHTTPError(400, "INVALID_NODES")
+            uri, qs, event = "topic/reassign", f"nodes={quote(','.join(nodes))}", "reassign_topic"
+        else:
+            raise NsqHTTPError(400, "INVALID_ACTION")
+        try:
+            answer, errors = await self.cluster.change_placement(topic, uri, qs)
+        except UpstreamError as e:
+            raise upstream(e) from None
+        if answer is None:
+            log.error("failed to %s topic %s - %s", action, topic, ci.err_list(errors))
+            raise NsqHTTPError(502, f"UPSTREAM_ERROR: {ci.err_list(errors)}")
+        self.notifier.admin_action(request, event, topic, "", "")
+        return answer
+
     async def _body(self, request: web.Request, *fields: str) -> dict[str, str]:
         """The string ``fields`` of the JSON body as nsqadmin's Go decoder reads them ("" when
         absent or null); 400 with encoding/json's error text otherwise (internal.gojson)."""
@@ -254,6 +293,12 @@ class AdminAPI:
         if not self.is_admin(request):
             raise NsqHTTPError(403, "FORBIDDEN")
         action = (await self._body(request, "action"))["action"]
+        if action in PLACEMENT_ACTIONS and not channel:
+            body = await self._body(request, "action", "replicas", "nodes")
+            topic = request.match_info["topic"]
+            value = body["replicas"] if action == "replicas" else body["nodes"]
+            rec = await self.change_placement(request, topic, action, value)
+            return {"message": "", "topic": rec}
         if action not in TOPIC_CHANNEL_ACTIONS:
             raise NsqHTTPError(400, "INVALID_ACTION")
         topic = request.match_info["topic"]
@@ -261,7 +306,10 @@ class AdminAPI:
         return {"message": message, **extra}
 
     async def topic_action(self, request: web.Request) -> Any:
-        """POST /api/topics/:topic {"action": "pause"|"unpause"|"empty"}: on every producer."""
+        """POST /api/topics/:topic {"action": "pause"|"unpause"|"empty"}: on every producer;
+        nsqpy's {"action": "replicas", "replicas": "N"} and {"action": "reassign", "nodes":
+        "a,b,c"} change a replicated topic's placement (change_placement), answering
+        {"message": "", "topic": record}."""
         return await self._action(request, "")
 
     async def channel_action(self, request: web.Request) -> Any:

@@ -436,14 +436,35 @@ class Pages:
         raise web.HTTPSeeOther(f"{self.prefix}{back}?{urlencode({'notice': notice})}")
 
     async def topic_form(self, request: web.Request) -> web.StreamResponse:
-        """POST /topics/:topic action=pause|unpause|empty|delete."""
+        """POST /topics/:topic action=pause|unpause|empty|delete, or a replicated topic's
+        action=replicas replicas=N / action=reassign nodes=a,b,c (AdminAPI.change_placement)."""
         topic = request.match_info["topic"]
         form = await request.post()
         action = str(form.get("action", ""))
+        if action in ("replicas", "reassign"):
+            return await self._placement_form(request, topic, action, form)
         back = "/topics" if action == "delete" else f"/topics/{quote(topic, safe='')}"
         return await self._form_action(
             request, action, topic, "", "", back, f"{action} topic {topic}: done"
         )
+
+    async def _placement_form(
+        self, request: web.Request, topic: str, action: str, form: Any
+    ) -> web.StreamResponse:
+        if not self._same_origin(request):
+            return self.error_page(request, 403, "FORBIDDEN: cross-site form")
+        value = str(form.get("replicas" if action == "replicas" else "nodes", ""))
+        try:
+            rec = await self.api.change_placement(request, topic, action, value)
+        except NsqHTTPError as e:
+            return self.error_page(request, e.code, e.text)
+        nodes = ", ".join(str(n) for n in rec.get("placement") or [])
+        notice = (
+            f"topic {topic}: placed on {nodes} (R={rec.get('replicas')}), leader "
+            f"{rec.get('leader')}, epoch {rec.get('epoch')}"
+        )
+        back = f"/topics/{quote(topic, safe='')}"
+        raise web.HTTPSeeOther(f"{self.prefix}{back}?{urlencode({'notice': notice})}")
 
     async def channel_form(self, request: web.Request) -> web.StreamResponse:
         """POST /topics/:topic/:channel action=pause|unpause|empty|delete|replay."""

@@ -126,7 +126,11 @@ class Row:
         else:
             shown = None if default in (None, "", 0) else str(default)
         return UsageFlag(
-            self.flag, _GO_TYPE_NAMES[self.kind], shown, self.help, self.kind in (Kind.STR, Kind.LOG_FORMAT)
+            self.flag,
+            _GO_TYPE_NAMES[self.kind],
+            shown,
+            self.help,
+            self.kind in (Kind.STR, Kind.LOG_FORMAT),
         )
 
     def click_option(self) -> Callable[[Any], Any]:

@@ -15,6 +15,10 @@ safe against any other node doing the same thing at the same time:
   ``leader_lease``. On a failed compare the current record is read back in the same transaction:
   a different epoch (or a lapsed lease) raises :class:`Fenced`; the same epoch (a concurrent ISR
   change) is retried on the fresh record.
+- **placement change** (:meth:`Coordinator.update_topic`, driven by placement.py): the record
+  is still at the revision read, and, when the change names a new leader (a leadership
+  transfer before the old leader leaves the placement), that node's key still carries the
+  lease it is named with. A lost compare reads the record again and plans the change anew.
 
 What the caller holds is a :class:`TopicState`: the record plus the etcd ``mod_revision`` it was
 read at; every conditional write takes one and returns the next.
@@ -281,6 +285,31 @@ class Coordinator:
             if now.epoch != rec.epoch or not mine or mine[0].lease != rec.leader_lease:
                 raise Fenced(rec.topic, rec.epoch, now.epoch, now.leader)
         raise Contended(f"isr change {rec.topic!r}: {MAX_ROUNDS} rounds lost")
+
+    async def update_topic(
+        self, topic: str, change: Callable[[TopicRecord, dict[str, Member]], TopicRecord]
+    ) -> TopicState:
+        """Write ``change(record, live members)`` over the record of ``topic`` in one
+        transaction comparing the revision read (and, when the leader changes, the new
+        leader's lease); re-read and re-planned when another write came first. The unchanged
+        state when ``change`` returns the record as it is. TopicMissing, Contended, and what
+        ``change`` raises."""
+        key = self.keys.topic(topic)
+        for _ in range(MAX_ROUNDS):
+            cur = await self.get_topic(topic)
+            if cur is None:
+                raise TopicMissing(topic)
+            live = await self.members()
+            new = change(cur.record, live)
+            if new == cur.record:
+                return cur
+            cmps = [cmp_mod_revision(key, cur.revision)]
+            if new.leader and new.leader != cur.record.leader:
+                cmps.append(cmp_lease(self.keys.node(new.leader), new.leader_lease))
+            res = await self.client.txn(cmps, [op_put(key, new.encode())])
+            if res.succeeded:
+                return TopicState(new, res.revision)
+        raise Contended(f"placement change {topic!r}: {MAX_ROUNDS} rounds lost")
 
     def may_acknowledge(self, state: TopicState) -> bool:
         """May this node acknowledge a publish on ``state``'s topic now? Only as its leader

@@ -11,7 +11,26 @@ to nsqd's own handler (http_api.HTTPAPI) unchanged; and adds nsqpy's two replica
   INVALID_TOPIC / BAD_BODY, 409 E_STALE_EPOCH / E_GAP <last>, 500 E_APPEND_FAILED;
 - ``POST /replica/progress?topic=&epoch=``: a leader's channel progress (progress.py),
   answered ``{"rounds": N}`` once in the side file; 400 BAD_BODY, 409 E_STALE_EPOCH, 500
-  E_PROGRESS_FAILED.
+  E_PROGRESS_FAILED;
+- ``POST /replica/round?topic=``: the leader sends one progress round now (asked before
+  leadership moves off it in a placement change), answered ``{"rounds": N}``; 409
+  E_NOT_LEADER.
+
+And the placement changes (placement.py), accepted on any node, each answered once done with
+the topic's record ``{"topic","replicas","placement","leader","isr","epoch"}`` (``/node/replace``:
+``{"topics": [record, ...]}``), each waiting at most ``timeout_ms`` (default 60000) for new
+nodes to join the ISR:
+
+- ``POST /topic/replicas?topic=&replicas=N``: R raised (new nodes chosen as at creation) or
+  lowered (followers dropped, never the leader);
+- ``POST /topic/reassign?topic=&nodes=a,b,c``: the topic placed on those node ids;
+- ``POST /node/replace?old=x&new=y``: node y in node x's place in every topic placed on x.
+
+Errors: 400 MISSING_ARG_TOPIC / INVALID_TOPIC / INVALID_REPLICAS / MISSING_ARG_NODES /
+INVALID_NODES / INVALID_TIMEOUT, 404 TOPIC_NOT_FOUND (no record), 409 PLACEMENT_CONFLICT (other
+writers kept winning), 503 NOT_ENOUGH_NODES, 503 NOT_IN_SYNC (new nodes not in the ISR in time:
+the union placement stays; asking again continues), 503 REPLICATION_FAILED (etcd without
+quorum or unreachable).
 
 Handlers that wait (for the in-sync replicas, for etcd, for an fsync) return a coroutine; the
 HTTP server answers it later without holding anything else up. Design notes:
@@ -19,8 +38,10 @@ docs/architecture-replication.md."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from .. import wire
 from ..http_api import HTTPAPI
@@ -28,11 +49,19 @@ from ..internal.http.request import Request
 from ..internal.http.router import Router
 from ..internal.http.v1 import NsqHTTPError, api
 from ..topic import TopicError
+from .coordinator import Contended, TopicMissing, TopicState
 from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
 from .node import Replication
-from .records import ReplicationError
+from .placement import NotInSync, PlacementChanges, PlacementError, parse_nodes
+from .records import NotEnoughNodes, ReplicationError, TopicRecord
+from .role import LEADER
+
+#: Default wait for new nodes to join the ISR in a placement change, milliseconds.
+PLACEMENT_TIMEOUT_MS = 60_000
 
 log = logging.getLogger("nsqpy")
+
+T = TypeVar("T")
 
 
 def install_routes(router: Router, h: HTTPAPI, repl: Replication) -> None:
@@ -56,6 +85,10 @@ def install_routes(router: Router, h: HTTPAPI, repl: Replication) -> None:
     router.post("/topic/delete", api(routes.topic_delete))
     router.post("/replica/append", api(routes.replica_append), append_size)
     router.post("/replica/progress", api(routes.replica_progress), append_size)
+    router.post("/replica/round", api(routes.replica_round))
+    router.post("/topic/replicas", api(routes.topic_replicas))
+    router.post("/topic/reassign", api(routes.topic_reassign))
+    router.post("/node/replace", api(routes.node_replace))
 
 
 class ReplicaRoutes:
@@ -162,6 +195,23 @@ class ReplicaRoutes:
 
         return keep()
 
+    def replica_round(self, request: Request) -> Any:
+        """POST /replica/round (module docstring)."""
+        name = self.h.query(request).get("topic", "")
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+
+        async def run() -> Any:
+            try:
+                rounds = await self._leader_round(name)
+            except TimeoutError:
+                raise NsqHTTPError(503, "E_PROGRESS_FAILED") from None
+            if rounds is None:
+                raise NsqHTTPError(409, "E_NOT_LEADER")
+            return {"rounds": rounds}
+
+        return run()
+
     def topic_create(self, request: Request) -> Any:
         """/topic/create?topic=T&replicas=R: R > 1 makes T replicated (503 REPLICATION_FAILED
         when etcd refuses); R = 1 is a plain topic, kept R=1 on this node; without
@@ -208,3 +258,127 @@ class ReplicaRoutes:
             await self.repl.delete_topic(name)
         except (ReplicationError, OSError) as e:
             raise NsqHTTPError(503, f"REPLICATION_FAILED {e}") from None
+
+    # ------------------------------------------------------------ placement changes
+
+    def _changes(self, q: dict[str, str]) -> tuple[PlacementChanges, float]:
+        """The changer of this node's cluster and the request's wait in seconds: 400
+        INVALID_TIMEOUT for a ``timeout_ms`` that is not a positive integer, 503
+        REPLICATION_FAILED before this node joined etcd."""
+        try:
+            ms = int(q.get("timeout_ms", PLACEMENT_TIMEOUT_MS))
+        except ValueError:
+            raise NsqHTTPError(400, "INVALID_TIMEOUT") from None
+        if ms <= 0:
+            raise NsqHTTPError(400, "INVALID_TIMEOUT")
+        c = self.repl.coordinator
+        if c is None:
+            raise NsqHTTPError(503, "REPLICATION_FAILED not joined")
+        return PlacementChanges(c, self._handover_round), ms / 1000.0
+
+    async def _handover_round(self, rec: TopicRecord) -> None:
+        """Before leadership moves off ``rec.leader``: that leader sends one progress round
+        (here, or through its POST /replica/round); a failure is logged (the next leader
+        then has the older rounds only: more redelivered)."""
+        repl = self.repl
+        try:
+            if rec.leader != repl.node_id:
+                await repl.rounds.ask_leader(rec.leader, rec.topic)
+            elif await self._leader_round(rec.topic) is None:
+                raise OSError("not leading here")
+        except (OSError, TimeoutError) as exc:
+            log.warning("topic %s: progress before the handover: %s", rec.topic, exc)
+
+    async def _leader_round(self, topic: str) -> int | None:
+        """One progress round of ``topic`` now; the rounds sent so far, None when this node
+        does not lead it. TimeoutError."""
+        tr = self.repl.topics.get(topic)
+        if tr is None or tr.role != LEADER:
+            return None
+        await asyncio.wait_for(self.repl.rounds.round(tr), self.repl.timeout * 2)
+        return tr.progress_sent
+
+    def _topic_arg(self, q: dict[str, str]) -> str:
+        if "topic" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = q["topic"]
+        if not wire.is_valid_name(name):
+            raise NsqHTTPError(400, "INVALID_TOPIC")
+        return name
+
+    def topic_replicas(self, request: Request) -> Any:
+        """POST /topic/replicas?topic=&replicas=N (module docstring)."""
+        q = self.h.query(request)
+        name = self._topic_arg(q)
+        if "replicas" not in q:
+            raise NsqHTTPError(400, "INVALID_REPLICAS")
+        replicas = self.h.replicas_arg(q)
+        changes, timeout = self._changes(q)
+        return _placement_answer(changes.set_replicas(name, replicas, timeout))
+
+    def topic_reassign(self, request: Request) -> Any:
+        """POST /topic/reassign?topic=&nodes=a,b,c (module docstring)."""
+        q = self.h.query(request)
+        name = self._topic_arg(q)
+        if "nodes" not in q:
+            raise NsqHTTPError(400, "MISSING_ARG_NODES")
+        try:
+            nodes = parse_nodes(q["nodes"])
+        except PlacementError as e:
+            raise NsqHTTPError(400, e.code) from None
+        changes, timeout = self._changes(q)
+        return _placement_answer(changes.reassign(name, nodes, timeout))
+
+    def node_replace(self, request: Request) -> Any:
+        """POST /node/replace?old=x&new=y (module docstring)."""
+        q = self.h.query(request)
+        try:
+            old, new = parse_nodes(q.get("old", "")), parse_nodes(q.get("new", ""))
+        except PlacementError as e:
+            raise NsqHTTPError(400, e.code) from None
+        if len(old) != 1 or len(new) != 1:
+            raise NsqHTTPError(400, "INVALID_NODES")
+        changes, timeout = self._changes(q)
+
+        async def replace() -> Any:
+            states = await _placement_errors(changes.replace_node(old[0], new[0], timeout))
+            return {"topics": [record_answer(st) for st in states]}
+
+        return replace()
+
+
+def record_answer(state: TopicState) -> dict[str, Any]:
+    """A topic record as a placement change answers it."""
+    rec = state.record
+    return {
+        "topic": rec.topic,
+        "replicas": rec.replicas,
+        "placement": list(rec.placement),
+        "leader": rec.leader,
+        "isr": list(rec.isr),
+        "epoch": rec.epoch,
+    }
+
+
+async def _placement_answer(change: Awaitable[TopicState]) -> dict[str, Any]:
+    return record_answer(await _placement_errors(change))
+
+
+async def _placement_errors(change: Awaitable[T]) -> T:
+    """``change``'s result, its errors as the module docstring answers them."""
+    try:
+        return await change
+    except PlacementError as e:
+        raise NsqHTTPError(400, e.code) from None
+    except TopicMissing:
+        raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
+    except Contended:
+        raise NsqHTTPError(409, "PLACEMENT_CONFLICT") from None
+    except NotEnoughNodes:
+        raise NsqHTTPError(503, "NOT_ENOUGH_NODES") from None
+    except NotInSync as e:
+        log.warning("placement change: %s", e)
+        raise NsqHTTPError(503, "NOT_IN_SYNC") from None
+    except (ReplicationError, TimeoutError, OSError) as e:
+        log.error("placement change: %s", e)
+        raise NsqHTTPError(503, "REPLICATION_FAILED") from None

@@ -143,6 +143,7 @@ class LeaderStream:
         self.closed = False
         self.history: list[bytes] = []  # set_history
         self.given_up: set[str] = set()  # out-of-ISR nodes this epoch can no longer serve
+        self.placed: set[str] | None = None  # every node linked this epoch (None: none yet)
         self.on_commit = on_commit
         #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
         self.pending: deque[tuple[int, int, list[bytes], int]] = deque()
@@ -160,7 +161,13 @@ class LeaderStream:
         """``followers``: the in-sync followers now; ``others``: the other placement nodes
         (node ids). Every one of them has a link (new ones start with a probe); those out of
         the ISR are not waited for (catch-up), and are stopped instead when they refused this
-        epoch, were given up, or catch-up is off; then re-check the waiters."""
+        epoch, were given up, or catch-up is off; then re-check the waiters. A node first
+        named after the first call (placed on the topic during this epoch: placement.py) is
+        sent this epoch from the first entry still kept (link.Link.floor), as is one placed
+        off it and on it again."""
+        first = self.placed is None
+        # a node placed off the topic is forgotten: placed on it again, it is joining again
+        self.placed = (self.placed or set()) & {*followers, *(others or ())}
         catch_up = self.on_caught_up is not None
         wanted = set(followers)
         if catch_up:
@@ -172,12 +179,14 @@ class LeaderStream:
                 else:
                     link.in_isr = False
         for node_id in [*followers, *(n for n in wanted if n not in followers)]:
+            joining = not first and node_id not in self.placed
+            self.placed.add(node_id)
             link_now = self.links.get(node_id)
             if link_now is not None:
                 if node_id in followers:
                     link_now.in_isr = True
             else:
-                link = Link(node_id, self.base)
+                link = Link(node_id, self.base, self.base if joining else None)
                 link.in_isr = node_id in followers
                 link.task = asyncio.get_running_loop().create_task(
                     self._send_loop(link), name=f"replicate-{self.topic}-{node_id}"

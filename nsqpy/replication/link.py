@@ -65,12 +65,16 @@ class Link:
     its next request empties its topic and log), ``in_isr`` (waited for by the commit point;
     False while catching up), ``refused`` (it answered E_STALE_EPOCH: not kept for catch-up
     either), ``lag_reported`` (on_lagging was called for the current lag), ``backoff``
-    (seconds before the next retry); ``wake`` and ``task`` belong to the sender."""
+    (seconds before the next retry); ``floor`` (None, or for a node new to the placement the
+    seq of this epoch it starts from when it has nothing of this epoch: the first entry the
+    leader still kept when it linked it; what came before is on the nodes placed then);
+    ``wake`` and ``task`` belong to the sender."""
 
     __slots__ = (
         "acked",
         "backoff",
         "behind_since",
+        "floor",
         "in_isr",
         "lag_reported",
         "last",
@@ -82,8 +86,9 @@ class Link:
         "wake",
     )
 
-    def __init__(self, node_id: str, acked: int) -> None:
+    def __init__(self, node_id: str, acked: int, floor: int | None = None) -> None:
         self.node_id = node_id
+        self.floor = floor
         self.in_isr = True
         self.refused = False
         self.acked = acked
@@ -145,7 +150,7 @@ def next_step(link: Link, backlog: Backlog, now: float, catch_up: bool) -> Step:
     if link.reset:
         link.last = None
         params["reset"] = "1"
-    batch = batch_for(link.last, backlog)
+    batch = batch_for(link.last, backlog, link.floor)
     if batch is None:
         return Step(GIVE_UP)
     if not batch and not link.reset:
@@ -162,10 +167,11 @@ def next_step(link: Link, backlog: Backlog, now: float, catch_up: bool) -> Step:
     return Step(SEND, params, batch)
 
 
-def batch_for(last: Name | None, backlog: Backlog) -> list[bytes] | None:
+def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> list[bytes] | None:
     """What a follower whose log ends at ``last`` needs next (at most MAX_REQUEST_BYTES): the
-    history entries after it, else this epoch's entries after it; [] when it has everything,
-    None when what it needs is no longer kept."""
+    history entries after it, else this epoch's entries after it (from ``floor`` on, when
+    given and it has nothing of this epoch: Link.floor); [] when it has everything, None when
+    what it needs is no longer kept."""
     epoch = backlog.epoch
     next_seq = backlog.next_seq
     if last is not None and last[0] >= epoch:
@@ -175,17 +181,18 @@ def batch_for(last: Name | None, backlog: Backlog) -> list[bytes] | None:
         i = 0 if last is None else bisect_right(hist, last, key=entry_name)
         if i < len(hist):
             return take(hist, i)
-        start = 0
+        start = floor or 0
     if start < backlog.base:
         return None
     return take(backlog.entries, start - backlog.base)
 
 
-def acked_of(last: Name | None, backlog: Backlog) -> int:
-    """The seq of this epoch a follower whose log ends at ``last`` expects next."""
+def acked_of(last: Name | None, backlog: Backlog, floor: int | None = None) -> int:
+    """The seq of this epoch a follower whose log ends at ``last`` expects next (``floor``
+    when it has nothing of this epoch and starts there: Link.floor)."""
     epoch = backlog.epoch
     if last is None or last[0] < epoch:
-        return 0
+        return floor or 0
     return min(last[1] + 1, backlog.next_seq) if last[0] == epoch else backlog.next_seq
 
 
@@ -255,8 +262,8 @@ def apply_answer(
             link.reset = resetting = bool(answer.get("dirty"))
         elif "reset" in step.params:
             link.reset = False
-        link.acked = acked_of(link.last, backlog)
-        if link.acked >= backlog.next_seq and not batch_for(link.last, backlog):
+        link.acked = acked_of(link.last, backlog, link.floor)
+        if link.acked >= backlog.next_seq and not batch_for(link.last, backlog, link.floor):
             link.behind_since = 0.0
         elif step.batch:
             link.behind_since = now
@@ -266,7 +273,7 @@ def apply_answer(
         return Outcome(REFUSED, message=message)
     if status == 409 and message.startswith("E_GAP "):
         link.last = parse_name(message[6:])  # where the follower really is
-        link.acked = acked_of(link.last, backlog)
+        link.acked = acked_of(link.last, backlog, link.floor)
         return Outcome(AGAIN)
     link.probed = False  # it may have restarted: ask again where it is
     report = (

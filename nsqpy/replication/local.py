@@ -150,6 +150,27 @@ def drop_copy(nsqd: Broker, rlog: ReplicaLog | None, topic: str) -> None:
         os.unlink(os.path.join(nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
 
 
+def has_log(nsqd: Broker, topic: str) -> bool:
+    """Is there a replica log of ``topic`` on disk (its diskqueue meta file), opened or not?"""
+    meta = os.path.join(nsqd.data_path, f"{topic}{LOG_SUFFIX}.diskqueue.meta.dat")
+    return os.path.exists(meta)
+
+
+def leave_placement(
+    nsqd: Broker, rlog: ReplicaLog, store: progress.ProgressStore, topic: str
+) -> None:
+    """This node was placed off ``topic`` (placement.py): its replica log ``rlog`` goes (closed
+    and removed, with its ``.last`` file) and the progress kept for it in ``store``; its topic
+    stays, with whatever it still holds for consumers connected here (a former leader's)."""
+    with contextlib.suppress(OSError):
+        rlog.close()
+        rlog.dq.delete()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"))
+    store.forget(topic)
+    log.info("REPLICATION: topic %s: this node left its placement", topic)
+
+
 def dirty(t: Topic | None, tr: TopicRole | None) -> bool:
     """Does this node's own copy ``t`` of a replicated topic (None: none) hold messages while
     this node does not lead it (node.TopicRole ``tr``, None: no record)? Only an earlier
@@ -179,9 +200,9 @@ def empty_topic(t: Topic) -> int:
 
 def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -> dict[str, Any]:
     """The ``replication`` object of a replicated topic's /stats entry (node.TopicRole ``tr``,
-    its ReplicaLog ``rlog`` or None): the record (replicas, leader, isr, epoch), this node's
-    role, ``lag`` (entries the slowest in-sync follower has not acknowledged), ``followers``
-    (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool,
+    its ReplicaLog ``rlog`` or None): the record (replicas, placement, leader, isr, epoch),
+    this node's role, ``lag`` (entries the slowest in-sync follower has not acknowledged),
+    ``followers`` (on the leader: node id -> {"lag": entries not acknowledged, "in_isr": bool,
     "lag_seconds": seconds since it last acknowledged while entries were pending for it, 0
     when caught up}, for every linked placement node, catching-up ones included),
     ``replica_log_depth``, the counters (promoted, redelivered, progress_sent,
@@ -206,6 +227,7 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
                 lag = max(lag, behind)
     return {
         "replicas": rec.replicas,
+        "placement": list(rec.placement),
         "leader": rec.leader,
         "isr": list(rec.isr),
         "epoch": rec.epoch,

@@ -261,6 +261,8 @@ class Replication:
             if tr.role == FOLLOWER:
                 self.replica_log(topic)
                 self.nsqd.get_topic(topic)
+            elif topic in self.logs:  # placed off the topic (placement.py)
+                local.leave_placement(self.nsqd, self.logs.pop(topic), self.progress, topic)
 
     def _followers(self, tr: TopicRole) -> list[str]:
         return [n for n in tr.state.record.isr if n != self.node_id]
@@ -307,7 +309,9 @@ class Replication:
     def _promote(self, tr: TopicRole, t: Topic) -> None:
         """Put every replica-log entry this node has not put into its topic yet, into the
         channels the last progress record does not show finished it (progress.Promotion)."""
-        rlog = self.logs.get(tr.state.record.topic) or self._open_existing_log(t.name)
+        rlog = self.logs.get(t.name) or (
+            self.replica_log(t.name) if local.has_log(self.nsqd, t.name) else None
+        )
         record = self.progress.load(t.name)
         if rlog is None:
             self.progress.forget(t.name)
@@ -453,10 +457,6 @@ class Replication:
             )
         tr.resets += 1
         return True
-
-    def _open_existing_log(self, topic: str) -> ReplicaLog | None:
-        meta = os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.diskqueue.meta.dat")
-        return self.replica_log(topic) if os.path.exists(meta) else None
 
     # ------------------------------------------------------------ publishing
 

@@ -285,6 +285,24 @@ class Rounds:
         if any(answers):
             tr.progress_sent += 1
 
+    async def ask_leader(self, leader: str, topic: str) -> None:
+        """Ask node ``leader`` for one round of ``topic`` now (its ``POST /replica/round``,
+        answered once sent: before leadership moves off it in a placement change).
+        OSError (unreachable, or it answered other than 200), TimeoutError."""
+        repl = self.repl
+        address = repl.members.get(leader, "")
+        if not address or repl.http is None:
+            raise OSError(f"no address for node {leader}")
+        async with repl.http.post(
+            f"http://{address}/replica/round",
+            params={"topic": topic},
+            # seconds: aiohttp makes them a ClientTimeout(total=...)
+            timeout=repl.timeout * 2,  # type: ignore[arg-type]
+        ) as resp:
+            await resp.read()
+            if resp.status != 200:
+                raise OSError(f"node {leader} answered {resp.status}")
+
     async def _send(self, topic: str, epoch: int, node: str, body: bytes) -> bool:
         repl = self.repl
         address = repl.members.get(node, "")

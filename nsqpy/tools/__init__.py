@@ -4,11 +4,14 @@ Strategy: a click group; each tool is a subcommand that imports only what it nee
 command starts fast. `nsqpy id <ID>` decodes a message ID (guid.py's layout). NSQ's Go tools
 come under their Go names (`nsqpy nsq_tail`, `to_nsq`, `nsq_stat`, `nsq_to_file`,
 `nsq_to_nsq`, `nsq_to_http`), one module each; they take their raw arguments and read them
-with Go's flag syntax (flags.py), so click sees none of their flags."""
+with Go's flag syntax (flags.py), so click sees none of their flags. `nsqpy topic-replicas`,
+`topic-reassign` and `node-replace` change a replicated topic's placement through any nsqpy-d
+node (placement.py)."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -64,3 +67,51 @@ _go_tool("nsq_stat", "nsq_stat", "Poll /stats of a topic's channel and print it 
 _go_tool("nsq_to_file", "nsq_to_file", "Write topics to rotated files (Go's nsq_to_file).")
 _go_tool("nsq_to_nsq", "nsq_to_nsq", "Copy topics to other nsqds (Go's nsq_to_nsq).")
 _go_tool("nsq_to_http", "nsq_to_http", "Send messages as HTTP requests (Go's nsq_to_http).")
+
+
+def _placement_options(fn: Any) -> Any:
+    fn = click.option(
+        "--timeout",
+        default=60.0,
+        show_default=True,
+        help="Seconds the node may wait for new nodes to join the in-sync replicas.",
+    )(fn)
+    return click.option(
+        "--nsqd-http-address",
+        "address",
+        required=True,
+        help="host:port of any nsqpy-d node of the cluster.",
+    )(fn)
+
+
+@main.command("topic-replicas")
+@_placement_options
+@click.option("--topic", required=True, help="The replicated topic.")
+@click.option("--replicas", required=True, type=click.IntRange(min=1), help="The new R.")
+def topic_replicas(address: str, timeout: float, topic: str, replicas: int) -> None:
+    """Raise or lower a replicated topic's replication factor (POST /topic/replicas)."""
+    from .placement import run
+
+    sys.exit(run(address, "/topic/replicas", {"topic": topic, "replicas": str(replicas)}, timeout))
+
+
+@main.command("topic-reassign")
+@_placement_options
+@click.option("--topic", required=True, help="The replicated topic.")
+@click.option("--nodes", required=True, help="The new placement: node ids, comma-separated.")
+def topic_reassign(address: str, timeout: float, topic: str, nodes: str) -> None:
+    """Place a replicated topic on the given nodes (POST /topic/reassign)."""
+    from .placement import run
+
+    sys.exit(run(address, "/topic/reassign", {"topic": topic, "nodes": nodes}, timeout))
+
+
+@main.command("node-replace")
+@_placement_options
+@click.option("--old", required=True, help="The node id to take off every placement.")
+@click.option("--new", "new", required=True, help="The node id to put in its place.")
+def node_replace(address: str, timeout: float, old: str, new: str) -> None:
+    """Put node NEW in node OLD's place on every topic placed on OLD (POST /node/replace)."""
+    from .placement import run
+
+    sys.exit(run(address, "/node/replace", {"old": old, "new": new}, timeout))

@@ -13,6 +13,7 @@ process.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -91,6 +92,78 @@ def test_admin_shows_leader_isr_epoch_and_lag(cluster: Nodes) -> None:
         plain = admin.get("/api/topics/plain")
         assert all("replication" not in n for n in plain["nodes"])
         assert 'id="replication"' not in _page(admin, "/topics/plain")
+    finally:
+        if admin is not None:
+            assert admin.stop() == 0
+        lookupd.stop()
+
+
+def test_admin_changes_replicas_and_reassigns(cluster: Nodes) -> None:
+    """The topic page's placement forms (Change R, Reassign: each with a confirmation in the
+    browser) and POST /api/topics/:topic {"action": "replicas"|"reassign"} go through a node's
+    /topic/replicas and /topic/reassign; the Replication table then shows the new placement."""
+    lookupd = Nsqlookupd()
+    admin = None
+    try:
+        la = f"--lookupd-tcp-address={lookupd.tcp_address}"
+        nodes = [cluster.start(i, la) for i in (71, 72, 73)]
+        nodes[0].post("/topic/create", topic="moved", replicas="2")
+        leader = cluster.leader("moved")
+        leader.mpub("moved", [b"a", b"b"])
+        wait_for(lambda: lookupd.producers("moved"), 10, what="the leader registered")
+        admin = NsqAdmin([f"--lookupd-http-address={lookupd.http_address}"])
+
+        page = _page(admin, "/topics/moved")
+        forms = page[page.index('id="placement-actions"') :].split("</div>")[0]
+        assert 'name="action" value="replicas"' in forms and 'name="replicas"' in forms
+        assert 'name="action" value="reassign"' in forms and "data-confirm=" in forms
+
+        # the JSON API: R 2 -> 3
+        code, body, _ = admin.http(
+            "POST", "/api/topics/moved", {"action": "replicas", "replicas": "3"}
+        )
+        assert code == 200, body
+        rec = json.loads(body)["topic"]
+        assert rec["replicas"] == 3 and sorted(rec["placement"]) == ["71", "72", "73"]
+        wait_for(
+            lambda: len((repl_stats(leader, "moved") or {}).get("isr", [])) == 3,
+            30,
+            what="R=3 in sync",
+        )
+        # the page's form: reassign onto two nodes, the leader kept
+        own = repl_stats(leader, "moved")
+        assert own is not None
+        keep = [own["leader"], next(n for n in own["placement"] if n != own["leader"])]
+        code, body, headers = admin.http(
+            "POST",
+            "/topics/moved",
+            "action=reassign&nodes=" + ",".join(keep),
+            {"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert code == 303, body
+        assert "placed+on" in headers["Location"] or "placed%20on" in headers["Location"]
+        wait_for(
+            lambda: (
+                sorted((repl_stats(leader, "moved") or {}).get("placement", [])) == sorted(keep)
+            ),
+            30,
+            what="the new placement",
+        )
+        table = _page(admin, "/topics/moved")
+        cell = table[table.index('class="placement"') :].split("</td>")[0]
+        assert sorted(re.findall(r"node (\d+)", cell)) == sorted(keep)
+
+        # refused: a bad R, an unknown node, a node list with a hole
+        for form in (
+            {"action": "replicas", "replicas": "0"},
+            {"action": "reassign", "nodes": "71,,72"},
+        ):
+            code, body, _ = admin.http("POST", "/api/topics/moved", form)
+            assert code == 400, (form, body)
+        code, body, _ = admin.http(
+            "POST", "/api/topics/moved", {"action": "reassign", "nodes": "71,99"}
+        )
+        assert code == 502 and b"INVALID_NODES" in body, body
     finally:
         if admin is not None:
             assert admin.stop() == 0

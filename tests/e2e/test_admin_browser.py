@@ -32,9 +32,12 @@ from support.admin_cluster import (  # noqa: F401 (cluster_fixture: the "cluster
     pub_both,
 )
 from support.daemons import ROOT
+from support.etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
 from support.raw_client import RawClient
+from support.replication_cluster import Nodes, repl_stats
 
 from nsqpy.testing import wait_for
+from nsqpy.testing.process import Nsqlookupd
 
 pytestmark = pytest.mark.slow
 
@@ -434,3 +437,71 @@ def test_message_search_box(page: Page, admin: Admin, cluster: Cluster, artifact
         shot(page, artifacts, "message", readme=True)
     finally:
         c.close()
+
+
+@needs_etcd
+def test_replication_placement_buttons_ask_then_change(
+    browser: Browser, artifacts: Path, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """A replicated topic's page: Change R asks for confirmation naming the new R (dismissed:
+    nothing sent), then, accepted, raises R; Reassign asks naming the nodes and places the
+    topic on them; the Replication table shows the new placement."""
+    lookupd = Nsqlookupd([])
+    nodes = Nodes(etcd, "ui_placement", tmp_path)
+    a = None
+    topic = "ui_repl"
+    try:
+        la = f"--lookupd-tcp-address={lookupd.tcp_address}"
+        started = [nodes.start(i, la) for i in (51, 52, 53)]
+        started[0].post("/topic/create", topic=topic, replicas="2")
+        leader = nodes.leader(topic)
+        leader.mpub(topic, [b"a", b"b"])
+        wait_for(lambda: lookupd.producers(topic), 10, what="the leader registered")
+        a = Admin([f"--lookupd-http-address={lookupd.http_address}"])
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        pg = ctx.new_page()
+        pg.set_default_timeout(30_000)
+        asked: list[str] = []
+        answer = [False]
+
+        def on_dialog(d: Any) -> None:
+            asked.append(d.message)
+            d.accept() if answer[0] else d.dismiss()
+
+        pg.on("dialog", on_dialog)
+        pg.goto(f"{a.url}/topics/{topic}")
+        forms = "#placement-actions"
+        assert pg.input_value(f"{forms} input[name=replicas]") == "2"
+        pg.fill(f"{forms} input[name=replicas]", "3")
+        pg.click(f"{forms} button:has-text('Change R')")  # dismissed: nothing is sent
+        assert asked and "to 3?" in asked[-1]
+        assert len((repl_stats(leader, topic) or {}).get("placement", [])) == 2
+        answer[0] = True
+        with pg.expect_navigation():
+            pg.click(f"{forms} button:has-text('Change R')")
+        assert "(R=3)" in pg.inner_text(".notice")
+        wait_for(lambda: len((repl_stats(leader, topic) or {}).get("isr", [])) == 3, 30, what="R=3")
+        own = repl_stats(leader, topic)
+        assert own is not None
+        keep = [own["leader"], next(n for n in own["placement"] if n != own["leader"])]
+        pg.goto(f"{a.url}/topics/{topic}")
+        pg.fill(f"{forms} input[name=nodes]", ",".join(keep))
+        with pg.expect_navigation():
+            pg.click(f"{forms} button:has-text('Reassign')")
+        assert ",".join(keep) in asked[-1]
+        assert "(R=2)" in pg.inner_text(".notice")
+        wait_for(
+            lambda: sorted((repl_stats(leader, topic) or {}).get("placement", [])) == sorted(keep),
+            30,
+            what="the new placement",
+        )
+        pg.goto(f"{a.url}/topics/{topic}")
+        cell = pg.inner_text("#replication td.placement")
+        assert sorted(re.findall(r"node (\d+)", cell)) == sorted(keep)
+        shot(pg, artifacts, "replication-placement")
+        ctx.close()
+    finally:
+        if a is not None:
+            assert a.stop() == 0, a.log()
+        nodes.stop()
+        lookupd.stop()

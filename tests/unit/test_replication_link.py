@@ -111,6 +111,26 @@ def test_a_follower_behind_what_is_kept_is_given_up() -> None:
     assert names(next_step(probed((5, 0)), b, 0.0, True).batch) == [(5, 1), (5, 2)]
 
 
+def test_a_node_new_to_the_placement_starts_from_what_is_kept() -> None:
+    b = Backlog(base=1, entries=[entry(5, 1), entry(5, 2)], history=[])
+    link = Link("f", 1, floor=1)
+    link.probed, link.in_isr = True, False
+    step = next_step(link, b, 0.0, True)
+    assert step.kind == SEND and names(step.batch) == [(5, 1), (5, 2)]
+    assert step.params["prev"] == "-"
+    # its probe answered an empty log: it expects the floor, not seq 0
+    fresh = Link("f", 1, floor=1)
+    fresh.in_isr = False
+    probe = next_step(fresh, b, 0.0, True)
+    apply_answer(fresh, b, probe, 200, {"next": 0, "last": "-", "dirty": False}, 0.0, TIMEOUT)
+    assert fresh.acked == 1
+    # with a history it gets that first
+    h = Backlog(base=1, entries=[entry(5, 1), entry(5, 2)])
+    link = Link("f", 1, floor=1)
+    link.probed, link.in_isr = True, False
+    assert names(next_step(link, h, 0.0, True).batch)[0] == (2, 7)
+
+
 def test_a_dirty_follower_leaves_the_isr_then_is_reset_with_the_whole_history() -> None:
     b = Backlog()
     link = Link("f", 0)

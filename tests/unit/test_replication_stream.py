@@ -96,3 +96,18 @@ async def test_leader_stream_without_followers_commits_at_once() -> None:
     assert await s.commit_waiter(s.append([_record(2)])) is False
     s.close()
     assert lagging == []
+
+
+@pytest.mark.asyncio
+async def test_a_node_placed_during_the_epoch_starts_from_what_the_leader_keeps() -> None:
+    s = LeaderStream("t", 1, None, lambda n: "", lambda: True, lambda n: None, 1.0, lambda n: None)
+    s.set_links([], ["b"])  # the epoch's placement: b is linked from seq 0, no floor
+    s.append([_record(0), _record(1)])
+    assert s.links["b"].floor is None
+    s.set_links([], ["b", "c"])  # c placed on the topic now (placement.py's union)
+    assert s.links["c"].floor == s.base
+    s.set_links([], ["c"])  # b placed off the topic...
+    assert "b" not in s.links
+    s.set_links([], ["b", "c"])  # ...and on it again: joining again
+    assert s.links["b"].floor == s.base
+    s.close()

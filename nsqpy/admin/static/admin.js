@@ -1,5 +1,6 @@
 // nsqpy-admin: the little JavaScript the pages use; every page works without it.
-//  - destructive forms (data-confirm) ask before they are sent;
+//  - destructive forms (data-confirm) ask before they are sent (a replicated topic's placement
+//    forms show the value asked for: data-confirm-field);
 //  - the one-time ?notice= is dropped from the address so refreshes do not repeat it;
 //  - live refresh: every data-refresh-ms the page is fetched again and its #live part (and the
 //    warnings) swapped in place; paused while the tab is hidden or by the header button.
@@ -7,6 +8,11 @@
   "use strict";
   document.addEventListener("submit", function (ev) {
     var msg = ev.target.getAttribute("data-confirm");
+    // data-confirm-field: the form field whose value the question shows as {value}
+    var field = ev.target.getAttribute("data-confirm-field");
+    if (msg && field && ev.target.elements[field]) {
+      msg = msg.replace("{value}", ev.target.elements[field].value);
+    }
     if (msg && !window.confirm(msg)) { ev.preventDefault(); }
   });
 

@@ -281,6 +281,32 @@ class ClusterInfo:
         errors += await self._producers_post(producers, uri, qs)
         return errors
 
+    async def change_placement(
+        self, topic: str, uri: str, qs: str
+    ) -> tuple[dict[str, Any] | None, list[str]]:
+        """nsqpy-d's placement changes of a replicated topic (docs/replication.md): POST
+        /<uri>?topic=<topic>&<qs> (``topic/replicas`` or ``topic/reassign``) to the topic's
+        producers one after another until one answers 200 (any node of the cluster takes
+        it); (its answer: the topic's record, or None when none did; the errors). The wait
+        for new nodes is bounded below this client's request timeout (``timeout_ms``)."""
+        producers, errors = await self.topic_producers(topic)
+        total = self.client.timeout.total or 5.0
+        wait_ms = max(500, int(total * 1000) - 1000)
+        for p in producers:
+            url = f"http://{ci.http_address(p)}/{uri}?topic={_q(topic)}&{qs}&timeout_ms={wait_ms}"
+            try:
+                answer = json.loads(await self.client.request("POST", url))
+            except FetchError as e:
+                errors.append(str(e))
+                continue
+            except ValueError as e:
+                errors.append(f'Post "{url}": invalid JSON answer: {e}')
+                continue
+            if isinstance(answer, dict):
+                return answer, errors
+            errors.append(f'Post "{url}": not a JSON object')
+        return None, errors
+
     async def replay_dead_letters(self, topic: str, channel: str) -> tuple[int, list[str]]:
         """nsqpy-d's dead letters: POST /message/replay?topic=&channel= to every producer of
         the topic (at once); (messages replayed in all, errors). A Go nsqd has no such
