@@ -4,9 +4,10 @@ TCP command answers after it). Written once for any nsqd registered with any loo
 with nsqpy-lookupd (tests/daemon/test_lookup_peer.py) and Go's nsqd with Go's nsqlookupd side by
 side with them (tests/interop/test_topic_start_go.py).
 
-``nsqd`` and ``lookupd`` are nsqpy.testing daemon processes (their ``http``, ``post``, ``stats``
-and ports); every check names its own topics. After each publish, /stats is read once, at
-once: no polling, so a message still held by the topic shows as a failure."""
+``nsqd`` and ``lookupd`` are nsqpy.testing daemon processes (their ``http``, ``post``,
+``get_json`` and ports: Go's included); every check names its own topics. After each publish,
+/stats is read once, at once: no polling, so a message still held by the topic shows as a
+failure."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def wait_registered(nsqd: Any, lookupd: Any) -> None:
 
 def depths(nsqd: Any, topic: str) -> tuple[int, dict[str, int]]:
     """(the topic's own depth, {channel: depth}) from one /stats."""
-    topics = [t for t in nsqd.stats(topic=topic)["topics"] if t["topic_name"] == topic]
+    stats = nsqd.get_json("/stats?" + urllib.parse.urlencode({"format": "json", "topic": topic}))
+    topics = [t for t in stats["topics"] if t["topic_name"] == topic]
     assert len(topics) == 1, topics
     t = topics[0]
     return t["depth"], {c["channel_name"]: c["depth"] for c in t["channels"] or []}
@@ -47,7 +49,7 @@ def check_http_create_channel_pub(nsqd: Any, lookupd: Any) -> None:
     topic = "start_http"
     nsqd.post("/topic/create", topic=topic)
     nsqd.post("/channel/create", topic=topic, channel="ch")
-    nsqd.pub(topic, b"x")
+    nsqd.post("/pub", b"x", topic=topic)
     assert depths(nsqd, topic) == (0, {"ch": 1})
 
 
@@ -72,7 +74,7 @@ def check_first_publish_finds_lookupd_channels(nsqd: Any, lookupd: Any) -> None:
         topic = f"start_known_{how}"
         lookupd.post("/channel/create", topic=topic, channel="known")
         if how == "http":
-            nsqd.pub(topic, b"x")
+            nsqd.post("/pub", b"x", topic=topic)
         else:
             c = RawClient(nsqd.tcp_port)
             try:

@@ -482,9 +482,7 @@ def test_a_silent_lookupd_holds_the_first_publish_while_others_are_served(daemon
     http = _silent_listener()
     recorder = RecordingLookupd(http_port=http.getsockname()[1])
     try:
-        d = daemon_factory(
-            "--broadcast-address=127.0.0.1", "--http-client-request-timeout=120s"
-        )
+        d = daemon_factory("--broadcast-address=127.0.0.1", "--http-client-request-timeout=120s")
         _post(d, "/topic/create?topic=ready")  # no lookupd yet: started at once
         _post(d, "/channel/create?topic=ready&channel=ch")
         body = json.dumps([recorder.address]).encode()
