@@ -677,7 +677,7 @@ class ProtocolV2:
                 return act
         topic = self.nsqd.get_topic(params[1].decode())
         if topic.starting:
-            act = self._until_started(c, topic, lambda: self.SUB(c, params, body))
+            act = _until_started(self.nsqd, c, topic, lambda: self.SUB(c, params, body))
             if act:
                 return act
         channel = topic.get_channel(params[2].decode())
@@ -837,7 +837,7 @@ class ProtocolV2:
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         if topic.starting:
-            act = self._until_started(c, topic, lambda: self.publish(c, params, body, cmd))
+            act = _until_started(nsqd, c, topic, lambda: self.publish(c, params, body, cmd))
             if act:
                 return act
         n = 1
@@ -854,16 +854,6 @@ class ProtocolV2:
         except (TopicError, OSError) as e:
             raise FatalClientError(cmd.failed, f"{cmd.name} failed {e}") from None
         return self.published(c, topic_name, n)
-
-    def _until_started(self, c: ClientState, topic: Topic, retry: Callable[[], int]) -> int:
-        """0 when ``topic`` hands out its messages; else SUSPEND until its lookupd channel
-        query is done (NSQD.topic_started: nsqd's GetTopic returns a new topic only then),
-        and ``retry`` runs the command again."""
-        started = self.nsqd.topic_started(topic)
-        if started is None:
-            return 0
-        c.wait = Wait(WAIT_FUTURE, started, lambda _: retry())
-        return SUSPEND
 
     def published(self, c: ClientState, topic_name: str, n: int) -> int:
         """A publish of ``n`` messages to ``topic_name`` is done: counted in the client's
@@ -885,6 +875,17 @@ class ProtocolV2:
         for name, handler in list(handlers.items()):
             if name not in _PUBLISH_COMMANDS:
                 handlers[name] = _held(repl, handler)
+
+
+def _until_started(nsqd: NSQD, c: ClientState, topic: Topic, retry: Callable[[], int]) -> int:
+    """0 when ``topic`` hands out its messages; else SUSPEND until its lookupd channel query
+    is done (NSQD.topic_started: nsqd's GetTopic returns a new topic only then), and
+    ``retry`` runs the command again."""
+    started = nsqd.topic_started(topic)
+    if started is None:
+        return 0
+    c.wait = Wait(WAIT_FUTURE, started, lambda _: retry())
+    return SUSPEND
 
 
 def _held(repl: PublishReplication, handler: Handler) -> Handler:
