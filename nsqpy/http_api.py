@@ -5,7 +5,9 @@ calls the core and answers in nsqd's "V1" shape: 200 with the raw body ("OK", JS
 errors as {"message": "<TEXT>"} with nsqd's status codes and texts, and the header
 `X-Nsq-Content-Type: nsq; version=1.0` on every V1 answer. Routes, codes and texts follow
 nsqd/http.go and internal/http_api (1.3); https://nsq.io/components/nsqd.html#http-api
-Handlers are synchronous (the core's calls are): the server answers each in the same loop pass.
+Handlers are synchronous (the core's calls are): the server answers each in the same loop pass,
+except /pub, /mpub and /topic/create meeting a topic that still waits for its lookupd channel
+query (NSQD.topic_started): as nsqd's GetTopic, they answer once it is done (a coroutine).
 Routes can be added or replaced by a RouteHook given to build_router: with --etcd-endpoints,
 replication/http_routes.py installs the replicated topics' routes (their handlers may return a
 coroutine, answered later), falling back on the handlers here for every other topic.
@@ -100,6 +102,20 @@ class HTTPAPI:
             raise NsqHTTPError(400, "INVALID_TOPIC")
         return q, self.nsqd.get_topic(name)
 
+    def once_started(self, topic: Any, answer: Callable[[], Any]) -> Any:
+        """``answer()`` now when ``topic`` hands out its messages; else a coroutine that waits
+        for its lookupd channel query (NSQD.topic_started, bounded by
+        --http-client-request-timeout) and then returns ``answer()``."""
+        started = self.nsqd.topic_started(topic)
+        if started is None:
+            return answer()
+
+        async def later() -> Any:
+            await started
+            return answer()
+
+        return later()
+
     def _existing_topic_and_channel(self, request: Request) -> tuple[Any, str]:
         q = self.query(request)
         if "topic" not in q:
@@ -179,19 +195,23 @@ class HTTPAPI:
             raise NsqHTTPError(400, "MSG_EMPTY")
         q, topic = self.topic_from_query(request)
         deferred = self.defer_ms(q)
-        record = self.nsqd.new_record(body)
-        try:
-            if deferred:
-                topic.put_deferred(record, deferred)
-            else:
-                topic.put(record)
-            self.nsqd.flush_backends()
-        except TopicError:
-            raise NsqHTTPError(503, "EXITING") from None
-        except OSError:
-            # nsqd answers 503 EXITING for any put error; a disk failure is not "exiting".
-            raise NsqHTTPError(500, "PUB_FAILED") from None
-        return "OK"
+
+        def put() -> str:
+            record = self.nsqd.new_record(body)
+            try:
+                if deferred:
+                    topic.put_deferred(record, deferred)
+                else:
+                    topic.put(record)
+                self.nsqd.flush_backends()
+            except TopicError:
+                raise NsqHTTPError(503, "EXITING") from None
+            except OSError:
+                # nsqd answers 503 EXITING for any put error; a disk failure is not "exiting".
+                raise NsqHTTPError(500, "PUB_FAILED") from None
+            return "OK"
+
+        return self.once_started(topic, put)
 
     def mpub(self, request: Request) -> Any:
         opts = self.nsqd.opts
@@ -199,14 +219,18 @@ class HTTPAPI:
             raise NsqHTTPError(413, "BODY_TOO_BIG")
         q, topic = self.topic_from_query(request)
         bodies = self.mpub_bodies(q, request)
-        try:
-            topic.put_many(self.nsqd.new_records(bodies))
-            self.nsqd.flush_backends()
-        except TopicError:
-            raise NsqHTTPError(503, "EXITING") from None
-        except OSError:
-            raise NsqHTTPError(500, "MPUB_FAILED") from None
-        return "OK"
+
+        def put() -> str:
+            try:
+                topic.put_many(self.nsqd.new_records(bodies))
+                self.nsqd.flush_backends()
+            except TopicError:
+                raise NsqHTTPError(503, "EXITING") from None
+            except OSError:
+                raise NsqHTTPError(500, "MPUB_FAILED") from None
+            return "OK"
+
+        return self.once_started(topic, put)
 
     def defer_ms(self, q: dict[str, str]) -> int:
         """/pub's ``defer`` in whole ms (0 when absent); 400 INVALID_DEFER."""
@@ -267,8 +291,8 @@ class HTTPAPI:
         q = self.query(request)
         if "replicas" in q and self.replicas_arg(q) > 1:
             raise NsqHTTPError(400, "REPLICATION_DISABLED")
-        self.topic_from_query(request)
-        return None
+        _, topic = self.topic_from_query(request)
+        return self.once_started(topic, lambda: None)
 
     @staticmethod
     def replicas_arg(q: dict[str, str]) -> int:

@@ -18,9 +18,12 @@ task sends it, one round trip at a time. As nsqd 1.3 (nsqd/lookup.go, nsqd/looku
 - A command that cannot be sent because the lookupd is unreachable is dropped: the state sent
   after the reconnect covers it.
 - A new topic (not while loading nsqd.dat) asks every identified lookupd's HTTP API for the
-  topic's channels (`GET /channels?topic=`) and creates them (ephemeral ones excepted) before
-  the topic hands out messages, so that no channel misses what is published meanwhile; nsqd
-  makes that call blocking, here the topic holds its messages until the answer is in.
+  topic's channels (`GET /channels?topic=`, all lookupds at once, each within
+  --http-client-request-timeout) and creates them (ephemeral ones excepted) before the topic
+  hands out messages, so that no channel misses what is published meanwhile. nsqd makes that
+  call blocking inside GetTopic; here the query runs as a task, the topic holds its messages
+  until the answer is in, and the command or HTTP request that met the new topic waits for it
+  (NSQD.topic_started) while the loop serves everyone else.
 
 Timing: every deadline and tick reads the running loop's clock (``loop.time()``, asyncio's
 timers through ``asyncio.wait_for``), never the wall clock, and the intervals are the peer's
@@ -476,8 +479,10 @@ class LookupPeers:
 
     def precreate_channels(self, topic: str, done: Callable[[list[str]], None]) -> bool:
         """Ask the lookupds for ``topic``'s channels and call ``done(names)`` with them (also
-        after errors, with what was found). Returns False, calling nothing, when no lookupd is
-        identified yet (nsqd then logs an error and starts the topic at once)."""
+        after errors or timeouts, with what was found; at the latest
+        --http-client-request-timeout after this call, or when the peers close). Returns
+        False, calling nothing, when no lookupd is identified yet (nsqd then logs an error and
+        starts the topic at once)."""
         addrs = self.http_addresses()
         if not addrs:
             if self.nsqd.opts.nsqlookupd_tcp_addresses:
@@ -493,13 +498,19 @@ class LookupPeers:
         self, topic: str, addrs: list[str], done: Callable[[list[str]], None]
     ) -> None:
         names: list[str] = []
+        # the whole exchange with each lookupd, aiohttp's first import included, is bounded
+        # as nsqd's HTTP client bounds it (Client.Timeout: the request timeout)
+        bound = self.nsqd.opts.http_client_request_timeout_ms / 1000
         try:
             results = await asyncio.gather(
-                *(self._channels_of(a, topic) for a in addrs), return_exceptions=True
+                *(asyncio.wait_for(self._channels_of(a, topic), bound) for a in addrs),
+                return_exceptions=True,
             )
             errors = []
             for addr, r in zip(addrs, results):
-                if isinstance(r, BaseException):
+                if isinstance(r, TimeoutError):
+                    errors.append(f"{addr}: timed out after {bound:g} s")
+                elif isinstance(r, BaseException):
                     errors.append(f"{addr}: {r}")
                 else:
                     names.extend(n for n in r if n not in names)

@@ -125,6 +125,8 @@ class NSQD:
         self.set_channel_max_attempts = self.dead_letters.set_channel_max_attempts
         self.replay_dead_letters = self.dead_letters.replay
         self._schedule: Callable[[Callable[[], None]], None] | None = None
+        # Topics waiting for their lookupd channel query: the futures of topic_started.
+        self._start_waiters: dict[Topic, list[asyncio.Future[None]]] = {}
         # nsqlookupd registration (lookup_peer.py); set by start_loops()
         self.lookup: LookupPeers | None = None
         # Replicated topics, only with --etcd-endpoints (set by server.py); None otherwise.
@@ -192,21 +194,44 @@ class NSQD:
             lookup = self.lookup
             if lookup is not None and not self.storage.loading:
                 lookup.topic_added(name)
+                self._start_waiters[t] = []
                 t.starting = lookup.precreate_channels(
                     name, lambda names: self._start_topic(t, names)
                 )
+                if not t.starting:
+                    del self._start_waiters[t]
         return t
+
+    def topic_started(self, t: Topic) -> asyncio.Future[None] | None:
+        """None when ``t`` hands out its messages already; else, while the lookupds are asked
+        for a new topic's channels, a future of this caller's own (cancelling it touches no
+        other waiter) that is done once they are created and the topic started. nsqd's
+        GetTopic returns a new topic only after that query (bounded by
+        --http-client-request-timeout, lookup_peer.LookupPeers.precreate_channels), so the
+        PUB, MPUB, DPUB, SUB and /pub, /mpub, /topic/create that meet a starting topic
+        answer after it: a message they published is in every channel lookupd knew of.
+        Call on the event loop."""
+        waiters = self._start_waiters.get(t) if t.starting else None
+        if waiters is None:
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(fut)
+        return fut
 
     def _start_topic(self, t: Topic, channel_names: list[str]) -> None:
         """nsqd's GetTopic after its lookupd query: create the channels other nodes have
-        (ephemeral ones excepted), then let the topic's messages flow."""
-        if self.topics.get(t.name) is not t:
-            return
-        for name in channel_names:
-            if name.endswith("#ephemeral") or not wire.is_valid_name(name):
-                continue
-            t.get_channel(name)
-        t.start()
+        (ephemeral ones excepted), then let the topic's messages flow; the commands waiting
+        on topic_started go on (also when the topic was deleted meanwhile)."""
+        waiters = self._start_waiters.pop(t, [])
+        if self.topics.get(t.name) is t:
+            for name in channel_names:
+                if name.endswith("#ephemeral") or not wire.is_valid_name(name):
+                    continue
+                t.get_channel(name)
+            t.start()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def get_existing_topic(self, name: str) -> Topic:
         t = self.topics.get(name)

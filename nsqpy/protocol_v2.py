@@ -12,7 +12,8 @@ next as an int of action bits (0: nothing, go on):
 - ``UPGRADE``: IDENTIFY negotiated TLS and/or compression (``client.upgrade`` holds what): flush
   its plain reply, then route the bytes that follow through the new layers;
 - ``SUSPEND``: the command waits on an outside answer (``client.wait``: an auth-server query,
-  a large IDENTIFY body decoded in a helper process, or a replicated publish's commit); read
+  a large IDENTIFY body decoded in a helper process, a replicated publish's commit, or a new
+  topic's lookupd channel query, NSQD.topic_started); read
   nothing more until the connection hands the answer to ``ProtocolV2.resume``, which finishes
   the command (its own action bits);
 - ``TIMERS``: the heartbeat interval changed (IDENTIFY): re-arm the timer at ``next_wakeup``.
@@ -46,7 +47,7 @@ from .message import Message
 from .options import NSQ_VERSION
 from .stream_upgrade import Upgrade, negotiated_codec
 from .tls import TLS_NOT_REQUIRED
-from .topic import TopicError
+from .topic import Topic, TopicError
 from .wire import ClientError, FatalClientError
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ TIMERS = 8
 #: What a suspended command waits on (Wait.kind).
 WAIT_AUTH = 1
 WAIT_DECODE = 2
-#: A future made outside the core (a replicated publish's commit: nsqpy/replication/).
+#: A future made outside the core (a replicated publish's commit: nsqpy/replication/; a new
+#: topic's start: NSQD.topic_started).
 WAIT_FUTURE = 3
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
@@ -675,6 +677,10 @@ class ProtocolV2:
             if act:
                 return act
         topic = self.nsqd.get_topic(params[1].decode())
+        if topic.starting:
+            act = _until_started(self.nsqd, c, topic, lambda: self.SUB(c, params, body))
+            if act:
+                return act
         channel = topic.get_channel(params[2].decode())
         try:
             channel.add_client(c, self.opts.max_channel_consumers)
@@ -831,6 +837,10 @@ class ProtocolV2:
                 return repl.publish(c, cmd, topic_name, bodies, delay_ms, retry)
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
+        if topic.starting:
+            act = _until_started(nsqd, c, topic, lambda: self.publish(c, params, body, cmd))
+            if act:
+                return act
         n = 1
         try:
             if cmd.many:
@@ -866,6 +876,17 @@ class ProtocolV2:
         for name, handler in list(handlers.items()):
             if name not in _PUBLISH_COMMANDS:
                 handlers[name] = _held(repl, handler)
+
+
+def _until_started(nsqd: NSQD, c: ClientState, topic: Topic, retry: Callable[[], int]) -> int:
+    """0 when ``topic`` hands out its messages; else SUSPEND until its lookupd channel query
+    is done (NSQD.topic_started: nsqd's GetTopic returns a new topic only then), and
+    ``retry`` runs the command again."""
+    started = nsqd.topic_started(topic)
+    if started is None:
+        return 0
+    c.wait = Wait(WAIT_FUTURE, started, lambda _: retry())
+    return SUSPEND
 
 
 def _held(repl: PublishReplication, handler: Handler) -> Handler:

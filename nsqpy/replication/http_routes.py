@@ -225,8 +225,8 @@ class ReplicaRoutes:
         if replicas == 1:
             if q.get("topic") not in repl.topics:
                 repl.local_only.add(q.get("topic", ""))
-            h.topic_from_query(request)
-            return None
+            _, topic = h.topic_from_query(request)
+            return h.once_started(topic, lambda: None)
         if "topic" not in q:
             raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
         name = q["topic"]

@@ -11,6 +11,7 @@ is checked on a virtual clock in tests/unit/test_lookup_peer_timing.py.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import threading
@@ -20,6 +21,10 @@ import pytest
 from support.daemons import Daemon
 
 from nsqpy.testing import wait_for
+
+pytest.register_assert_rewrite("support.topic_start_checks")
+
+from support import topic_start_checks  # noqa: E402
 
 _SIZE = struct.Struct(">i")
 
@@ -333,8 +338,8 @@ def test_new_topic_creates_the_channels_other_nodes_have(daemon_factory, lookupd
         topics = b.stats(topic="orders")["topics"]
         return {c["channel_name"]: c["depth"] for c in topics[0]["channels"]} if topics else {}
 
-    # the channels appear once lookupd has answered; the message waited for them
-    wait_for(lambda: depths() == {"billing": 1, "audit": 1}, what="message in both channels")
+    # the PUB was answered once lookupd had answered: the message is in both channels
+    assert depths() == {"billing": 1, "audit": 1}
     sub.close()
 
 
@@ -434,3 +439,111 @@ async def test_register_and_unregister_leave_before_the_metadata_write(
         assert not events
     finally:
         await n.close()
+
+
+# ------------------------------------------------- a new topic's channels, before the answer
+
+
+def test_new_topic_answers_after_its_lookupd_channels(daemon_factory, lookupd_factory):
+    """nsqd's GetTopic: the command or request that makes a topic is answered after the
+    lookupd query for its channels, so /stats read at once shows the message in the channel
+    (the same checks run against Go's nsqd in tests/interop/test_topic_start_go.py)."""
+    lk = lookupd_factory()
+    d = daemon_factory(f"--lookupd-tcp-address={lk.tcp_address}", "--broadcast-address=127.0.0.1")
+    topic_start_checks.wait_registered(d, lk)
+    for check in topic_start_checks.CHECKS.values():
+        check(d, lk)
+
+
+def _silent_listener() -> socket.socket:
+    """A listener that accepts (the kernel's backlog) and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    s.settimeout(30)  # accept(): a bound for the test, never a timing expectation
+    return s
+
+
+def _refused_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _answered_within(c, timeout: float) -> bool:
+    """Whether ``c``'s socket has a reply ready within ``timeout`` seconds (no read)."""
+    return bool(select.select([c.sock], [], [], timeout)[0])
+
+
+def test_a_silent_lookupd_holds_the_first_publish_while_others_are_served(daemon_factory):
+    """The lookupd's HTTP API accepts the /channels query and stays silent (until this test
+    lets it go): the PUB that made the topic waits for it, the loop serves every other client
+    meanwhile, and the PUB is answered once the query ends (here: the lookupd goes away)."""
+    http = _silent_listener()
+    recorder = RecordingLookupd(http_port=http.getsockname()[1])
+    try:
+        d = daemon_factory("--broadcast-address=127.0.0.1", "--http-client-request-timeout=120s")
+        _post(d, "/topic/create?topic=ready")  # no lookupd yet: started at once
+        _post(d, "/channel/create?topic=ready&channel=ch")
+        body = json.dumps([recorder.address]).encode()
+        assert d.http("PUT", "/config/nsqlookupd_tcp_addresses", body)[0] == 200
+        wait_for(lambda: "peer info" in d.log_text(), what="the lookupd identified")
+
+        waiting = d.raw()
+        waiting.cmd(b"PUB", b"fresh", body=b"held")
+        conn, _ = http.accept()  # nsqd's /channels query: the PUB waits on it
+        try:
+            other = d.raw()
+            other.pub("ready", b"served")
+            other.close()
+            assert d.http("GET", "/ping")[:2] == (200, b"OK")
+            assert d.depth("ready", "ch") == 1
+            # the topic exists; the waiting PUB puts its message only once it has started
+            assert [t["depth"] for t in d.stats(topic="fresh")["topics"]] == [0]
+            assert not _answered_within(waiting, 0)
+        finally:
+            # the lookupd goes away (listener first: aiohttp may try a new connection once):
+            # the query fails, the topic starts
+            http.close()
+            conn.close()
+        waiting.expect_response()
+        waiting.close()
+        assert d.depth("fresh") == 1  # no channel anywhere: the topic keeps it
+        assert "failed to query nsqlookupd for channels to pre-create for topic fresh" in (
+            d.log_text()
+        )
+    finally:
+        recorder.close()
+        http.close()
+
+
+def test_a_silent_lookupd_delays_the_first_publish_by_the_request_timeout(daemon_factory):
+    """Two lookupds: one's HTTP API refuses connections, the other's never answers. The
+    first PUB of a topic is answered once nsqd's HTTP client gives up on the silent one
+    (--http-client-request-timeout, here 2 s): not before, and never much later."""
+    http = _silent_listener()
+    silent = RecordingLookupd(http_port=http.getsockname()[1])
+    refused = RecordingLookupd(http_port=_refused_port())
+    try:
+        d = daemon_factory(
+            "--broadcast-address=127.0.0.1",
+            "--http-client-request-timeout=2s",
+            f"--lookupd-tcp-address={silent.address}",
+            f"--lookupd-tcp-address={refused.address}",
+        )
+        wait_for(lambda: d.log_text().count("peer info") >= 2, what="both lookupds identified")
+        c = d.raw(timeout=60)
+        t0 = time.monotonic()
+        c.pub("bounded", b"x")
+        elapsed = time.monotonic() - t0
+        assert 1.9 <= elapsed < 30, elapsed
+        assert d.depth("bounded") == 1  # started: no channel anywhere, the topic keeps it
+        c.pub("bounded", b"y")  # started: no more waiting (no bound asserted)
+        c.close()
+        wait_for(lambda: "timed out after 2 s" in d.log_text(), what="the timeout logged")
+    finally:
+        silent.close()
+        refused.close()
+        http.close()

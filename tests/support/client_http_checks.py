@@ -26,7 +26,6 @@ from nsqpy.client import (
     Producer,
 )
 from nsqpy.client.stats import ChannelStats, ClientStats, NsqdStats, PubCount, TopicStats
-from nsqpy.testing import wait_for
 
 WAIT = 15.0  # seconds: a bound for conditions, never a timing expectation
 
@@ -108,13 +107,9 @@ async def check_publish_and_stats(p: Pair) -> None:
         assert t.message_bytes == sum(
             map(len, [b"one", b"two", b"three", b"four\nwith a newline", b"\x00five", b"later"])
         )
-        # nsqpy-d answers /topic/create before its lookupd query for the topic's channels is
-        # done (Go's nsqd answers after it), and holds the topic's messages until then
-        ch = await eventually(
-            lambda: channel_stats(c, topic, channel),
-            lambda ch: (ch.depth, ch.deferred_count) == (5, 1),
-            "the messages in the channel",
-        )
+        assert t.depth == 0
+        ch = t.channel(channel)
+        assert ch is not None and (ch.depth, ch.deferred_count) == (5, 1)
         assert ch.in_flight_count == 0 and ch.message_count == 6
         assert ch.clients == [] and ch.client_count == 0
         assert ch.e2e_processing_latency.count == 0
@@ -298,7 +293,7 @@ def check_blocking_clients(p: Pair) -> None:
         c.create_channel(topic, "ch")
         c.pub(topic, b"x")
         c.mpub(topic, [b"y", b"z"], binary=True)
-        wait_for(lambda: c.stats(topic=topic).topics[0].channels[0].depth == 3, WAIT)
+        assert c.stats(topic=topic).topics[0].channels[0].depth == 3
         with pytest.raises(NSQHTTPError) as e:
             c.delete_topic("blocking_none")
         assert e.value.message == "TOPIC_NOT_FOUND"
