@@ -66,6 +66,27 @@ def lookupd(lookupd_factory) -> Lookupd:
 KINDS = ("unit", "daemon", "interop", "e2e", "lint")
 
 
+#: Tests that must not run beside each other under pytest-xdist, by group (one worker runs a
+#: group's tests one after another): every SparkSession is a JVM using both cores, and Spark
+#: gives a Python worker a fixed 10 s to connect back to it, which two JVMs at once on two
+#: cores can miss; the fault and rejoin tests run three nodes, etcd and network hosts each.
+SERIAL_GROUPS = {
+    "spark": ("test_spark.py", "test_spark_secure.py", "test_spark_spool.py", "test_cluster.py"),
+    "replication_faults": ("test_replication_faults.py", "test_replication_rejoin.py"),
+}
+
+
+_GROUP_OF = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each test of a SERIAL_GROUPS module gets its xdist_group mark as it is collected
+    (pytest-xdist reads the marks in its own collection hook)."""
+    group = _GROUP_OF.get(Path(str(item.path)).name)
+    if group is not None and item.get_closest_marker("xdist_group") is None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its folder's kind, so a kind can be picked by marker as well as by
     path."""
