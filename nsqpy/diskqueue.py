@@ -10,10 +10,11 @@ write fd, then write the meta file atomically). The meta file is the commit poin
 rules below keep it honest.
 
 The queue is one class: the writer, the reader, the sync jobs' snapshots and the handling of
-corrupt data share its positions. Two parts with their own job live beside it: the meta file
-with what the sync jobs share across threads (MetaFile, diskqueue_meta.py), and the checks at
-open that turn a meta file and the data files into a starting plan (diskqueue_recovery.py).
-The per-record loops are diskqueue_codec.py's. docs/architecture-diskqueue.md draws the parts.
+corrupt data share its positions. Three parts with their own job live beside it: the data
+files, file by file, with no position (DataFiles, diskqueue_files.py); the meta file with what
+the sync jobs share across threads (MetaFile, diskqueue_meta.py); and the checks at open that
+turn a meta file and the data files into a starting plan (diskqueue_recovery.py). The
+per-record loops are diskqueue_codec.py's. docs/architecture-diskqueue.md draws the parts.
 
 On-disk format (go-diskqueue v1.1.0, the version nsqd 1.3 uses):
   <data_path>/<name>.diskqueue.<%06d file number>.dat   records [int32 big-endian size][bytes]

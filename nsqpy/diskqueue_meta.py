@@ -1,7 +1,7 @@
 """The meta file of a DiskQueue: the queue's commit point, and what the sync jobs share.
 
-Strategy: MetaFile owns everything a sync job touches from another thread, so the queue's own
-slots stay the event-loop thread's. It numbers the snapshots the queue takes (loop thread),
+Strategy: MetaFile owns what a sync job shares with the queue from another thread (the job
+touches nothing else of the queue's but its "sync needed" flag, set when it fails). It numbers the snapshots the queue takes (loop thread),
 writes a snapshot's text atomically (temp file, fsync, rename; internal/fileutil.py) unless a
 newer one is already on disk or the queue is closed (any thread, under its lock), and keeps the
 consumed data files until a durable meta names a later read file, then removes them. The text
