@@ -731,12 +731,7 @@ class DiskQueue:
 
         def job() -> None:
             try:
-                if fd >= 0:
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                meta.persist(seq, text, read_num)
+                meta.commit(seq, text, read_num, fd)
             except BaseException:
                 self._need_sync = True
                 raise

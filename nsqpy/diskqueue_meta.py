@@ -1,13 +1,15 @@
 """The meta file of a DiskQueue: the queue's commit point, and what the sync jobs share.
 
 Strategy: MetaFile owns what a sync job shares with the queue from another thread (the job
-touches nothing else of the queue's but its "sync needed" flag, set when it fails). It numbers the snapshots the queue takes (loop thread),
-writes a snapshot's text atomically (temp file, fsync, rename; internal/fileutil.py) unless a
-newer one is already on disk or the queue is closed (any thread, under its lock), and keeps the
-consumed data files until a durable meta names a later read file, then removes them. The text
-is go-diskqueue's "%d\\n%d,%d\\n%d,%d\\n" (depth, readFileNum,readPos, writeFileNum,writePos),
-read back with go's Fscanf rules (go-diskqueue retrieveMetaData, persistMetaData). The rules
-themselves are listed in diskqueue.py; docs/architecture-diskqueue.md draws the parts."""
+touches nothing else of the queue's but its "sync needed" flag, set when it fails). It numbers
+the snapshots the queue takes (loop thread). A job commits one (any thread): it fsyncs the
+write file, then writes the snapshot's text atomically (temp file, fsync, rename;
+internal/fileutil.py) unless a newer one is already on disk or the queue is closed, under its
+lock. It keeps the consumed data files until a durable meta names a later read file, then
+removes them. The text is go-diskqueue's "%d\n%d,%d\n%d,%d\n" (depth, readFileNum,readPos,
+writeFileNum,writePos), read back with go's Fscanf rules (go-diskqueue retrieveMetaData,
+persistMetaData). The rules themselves are listed in diskqueue.py;
+docs/architecture-diskqueue.md draws the parts."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class MetaFile:
     """``<data_path>/<name>.diskqueue.meta.dat`` and the data files waiting on it.
 
     Threads: :meth:`next_seq`, :meth:`up_to_date`, :meth:`retire` and :meth:`read` are called
-    from the queue's thread; :meth:`persist` from whichever thread runs a sync job. The two
+    from the queue's thread; :meth:`commit` from whichever thread runs a sync job. The two
     locks are never held together, and the obsolete-file lock is never held across I/O, so
     the queue's thread never waits on a sync job's fsync.
     """
@@ -112,15 +114,22 @@ class MetaFile:
             return self._seq_written == self._seq
 
     def retire(self, nums: Iterable[int]) -> None:
-        """Data files the reader is done with: removed by the first :meth:`persist` that makes
+        """Data files the reader is done with: removed by the first :meth:`commit` that makes
         a meta naming a later read file durable (or by :meth:`take_obsolete`'s caller)."""
         with self._obsolete_lock:
             self._obsolete.extend(nums)
 
-    def persist(self, seq: int, text: bytes, read_num: int) -> None:
-        """Write snapshot ``seq`` (meta ``text`` whose readFileNum is ``read_num``) unless a
-        newer one is on disk or :meth:`close` was called; then remove the retired files below
-        the newest durable readFileNum. Raises the write's OSError (nothing recorded then)."""
+    def commit(self, seq: int, text: bytes, read_num: int, data_fd: int = -1) -> None:
+        """Make snapshot ``seq`` durable: fsync the write file through ``data_fd`` (a dup of
+        it, closed here; -1 when there is none), then write the meta ``text`` (whose
+        readFileNum is ``read_num``) unless a newer snapshot is on disk or :meth:`close` was
+        called, then remove the retired files below the newest durable readFileNum. Raises
+        the fsync's or the write's OSError (nothing recorded then)."""
+        if data_fd >= 0:
+            try:
+                os.fsync(data_fd)
+            finally:
+                os.close(data_fd)
         with self._lock:
             if not self._meta_closed and seq > self._seq_written:
                 write_sync_file(self.path, text)

@@ -36,8 +36,8 @@ def test_meta_older_snapshot_never_overwrites_newer(tmp_path: Path) -> None:
     meta = MetaFile(str(tmp_path / f"{NAME}.diskqueue.meta.dat"), files)
     first, second = meta.next_seq(), meta.next_seq()
     assert not meta.up_to_date()
-    meta.persist(second, format_meta(1, 0, 0, 0, 5), 0)
-    meta.persist(first, format_meta(2, 0, 0, 0, 10), 0)  # a slow job, late
+    meta.commit(second, format_meta(1, 0, 0, 0, 5), 0)
+    meta.commit(first, format_meta(2, 0, 0, 0, 10), 0)  # a slow job, late
     assert meta.read() == (1, 0, 0, 0, 5)
     assert meta.up_to_date()
 
@@ -48,10 +48,10 @@ def test_meta_removes_retired_files_once_a_later_read_file_is_durable(tmp_path: 
         Path(files.path(n)).write_bytes(records(b"x"))
     meta = MetaFile(str(tmp_path / f"{NAME}.diskqueue.meta.dat"), files)
     meta.retire([0, 1])
-    meta.persist(meta.next_seq(), format_meta(2, 1, 0, 2, 5), 1)  # reader at file 1
+    meta.commit(meta.next_seq(), format_meta(2, 1, 0, 2, 5), 1)  # reader at file 1
     assert not Path(files.path(0)).exists()
     assert Path(files.path(1)).exists()
-    meta.persist(meta.next_seq(), format_meta(1, 2, 0, 2, 5), 2)
+    meta.commit(meta.next_seq(), format_meta(1, 2, 0, 2, 5), 2)
     assert not Path(files.path(1)).exists()
     assert Path(files.path(2)).exists()
     assert meta.take_obsolete() == []
@@ -62,7 +62,7 @@ def test_meta_closed_writes_nothing(tmp_path: Path) -> None:
     meta = MetaFile(str(tmp_path / f"{NAME}.diskqueue.meta.dat"), files)
     seq = meta.next_seq()
     meta.close()
-    meta.persist(seq, format_meta(0, 0, 0, 0, 0), 0)
+    meta.commit(seq, format_meta(0, 0, 0, 0, 0), 0)
     assert not meta.exists()
 
 
