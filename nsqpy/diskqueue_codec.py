@@ -1,12 +1,11 @@
 """The record framing of go-diskqueue data files, in the two loops that touch every record.
 
 Strategy: a data file is records back to back, each ``[4-byte big-endian int32 size][size
-bytes]`` (go-diskqueue writeOne/readOne). The DiskQueue classes (diskqueue_writer.py,
-diskqueue_reader.py) are mixins sharing one object's slots, a layout mypyc does not compile;
-these free functions hold their per-record loops so the default build compiles them
-(build_info.COMPILED_MODULES) while the classes around them stay Python. They only move bytes
-and positions: every decision about rolling files, flushing, corruption and counting stays with
-the caller, which calls again after acting."""
+bytes]`` (go-diskqueue writeOne/readOne). DiskQueue (diskqueue.py) stays a Python class;
+these free functions hold its per-record loops of put_many and read_many so the default build
+compiles them (build_info.COMPILED_MODULES). They only move bytes and positions: every decision
+about rolling files, flushing, corruption and counting stays with the caller, which calls again
+after acting."""
 
 from __future__ import annotations
 
