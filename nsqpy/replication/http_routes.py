@@ -4,7 +4,9 @@
 Strategy: glue, as http_api.py. :func:`install_routes` replaces /pub, /mpub, /topic/create
 and /topic/delete with handlers that take a replicated topic (one with a record, or one a first
 publish makes: Replication.wants_record) through node.Replication and hand every other request
-to nsqd's own handler (http_api.HTTPAPI) unchanged; and adds nsqpy's two replica routes:
+to nsqd's own handler (http_api.HTTPAPI) unchanged (a replicated publish not acknowledged
+is 503 ``PUB_FAILED <why>``, the reason as Replication.refusal words it); and adds nsqpy's
+two replica routes:
 
 - ``POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1]``: a leader's entries
   (entries.py), answered ``{"next": N, "last": "E:S"}`` once fsynced (replica_log.py); 400
@@ -102,7 +104,7 @@ class ReplicaRoutes:
             log.error("replicated publish to %s failed: %s", name, e)
             raise NsqHTTPError(503, failed) from None
         if not ok:
-            raise NsqHTTPError(503, failed)
+            raise NsqHTTPError(503, f"{failed} {self.repl.refusal(name)}")
         return "OK"
 
     def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:
