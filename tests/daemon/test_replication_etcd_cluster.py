@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import pytest
 from etcd_server import EtcdCluster, needs_etcd
-from replication_cluster import TTL, History, Nodes, Producers, Readers, create
+from replication_cluster import TTL, History, Nodes, Producers, Readers, create, repl_stats
 
 from nsqpy.client import Producer
 from nsqpy.client.conn import NSQError
@@ -256,6 +256,10 @@ async def test_repl_etcd_members_lost_under_load(etcds: EtcdCluster, tmp_path: P
         leader = cluster.leader(TOPIC)
         await readers.start()
         await until(lambda: _channels_on(leader), 30, "the readers' channels on the leader")
+        # the followers know the channels (a progress round) before a failover can need them
+        for n in nodes:
+            if n is not leader:
+                await until(lambda n=n: _progress_received(n), 30, "a progress round")
         prod = Producers(
             history, TOPIC, lambda: [n.tcp_address for n in cluster.live()], 10**7, 4, 20, 280
         )
@@ -347,7 +351,39 @@ async def test_repl_etcd_members_lost_under_load(etcds: EtcdCluster, tmp_path: P
     )
     for t, what in history.events:
         print(f"  {t:7.2f}s {what}")
+    if not (all_in and v.ok):
+        for ch in CHANNELS:
+            print(f"missing on {ch}: {_ranges(history.missing(ch))}")
+        for node_id, n in cluster.nodes.items():
+            print(f"--- node {node_id}")
+            print("\n".join(x for x in n.lines if "REPLICATION" in x or "ERROR" in x))
     assert all_in and v.ok, v.line()
+
+
+def _ranges(bodies: set[bytes]) -> str:
+    """``p<i>-<n>`` bodies as per-producer ranges."""
+    per: dict[str, list[int]] = {}
+    for b in bodies:
+        p, _, n = b.decode().partition("-")
+        if n.isdigit():
+            per.setdefault(p, []).append(int(n))
+    out = []
+    for p, ns in sorted(per.items()):
+        ns.sort()
+        start = prev = ns[0]
+        for x in [*ns[1:], None]:
+            if x is None or x != prev + 1:
+                out.append(f"{p}:{start}-{prev}")
+                if x is not None:
+                    start = x
+            if x is not None:
+                prev = x
+    return ", ".join(out)
+
+
+def _progress_received(n: Nsqd) -> bool:
+    r = repl_stats(n, TOPIC)
+    return r is not None and r["progress_received"] >= 1
 
 
 def _channels_on(n: Nsqd) -> bool:
