@@ -21,6 +21,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import pytest
 from etcd_server import EtcdServer, etcd_fixture, needs_etcd  # noqa: F401 (the fixture)
@@ -46,6 +47,15 @@ def _stats(n: Nsqd) -> dict:  # type: ignore[type-arg]
     r = repl_stats(n, TOPIC)
     assert r is not None
     return r
+
+
+async def until(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``pred`` in a thread (it does blocking HTTP) while the event loop runs on (a
+    publish in flight must get sent); AssertionError after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not await asyncio.to_thread(pred):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
 
 
 async def _publish(n: Nsqd, history: History, bodies: list[bytes]) -> None:
@@ -88,7 +98,7 @@ async def test_isr_follower_holding_entries_the_new_leader_lacks(cluster: Nodes)
             f = _stats(old)["followers"]
             return f[keeper_id]["lag"] == 0 and f[heir_id]["lag"] >= ORPHANS
 
-        wait_for(streamed, 20, what="the orphans on the keeper, not on the heir")
+        await until(streamed, 20, "the orphans on the keeper, not on the heir")
         assert not send.done(), "acknowledged without the paused in-sync follower"
         keeper_depth = _stats(keeper)["replica_log_depth"]
         old.kill()
