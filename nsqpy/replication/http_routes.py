@@ -5,7 +5,7 @@ Strategy: glue, as http_api.py. :func:`install_routes` replaces /pub, /mpub, /to
 and /topic/delete with handlers that take a replicated topic (one with a record, or one a first
 publish makes: Replication.wants_record) through node.Replication and hand every other request
 to nsqd's own handler (http_api.HTTPAPI) unchanged (a replicated publish not acknowledged
-is 503 ``PUB_FAILED <why>``, the reason as Replication.refusal words it); and adds nsqpy's
+is 503 ``PUB_FAILED <why>``, the reason as local.refusal words it); and adds nsqpy's
 two replica routes:
 
 - ``POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1]``: a leader's entries
@@ -30,6 +30,7 @@ from ..internal.http.request import Request
 from ..internal.http.router import Router
 from ..internal.http.v1 import NsqHTTPError, api
 from ..topic import TopicError
+from . import local
 from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
 from .node import Replication
 from .records import ReplicationError
@@ -104,7 +105,7 @@ class ReplicaRoutes:
             log.error("replicated publish to %s failed: %s", name, e)
             raise NsqHTTPError(503, failed) from None
         if not ok:
-            raise NsqHTTPError(503, f"{failed} {self.repl.refusal(name)}")
+            raise NsqHTTPError(503, f"{failed} {local.refusal(self.repl, name)}")
         return "OK"
 
     def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:

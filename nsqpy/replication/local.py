@@ -1,7 +1,8 @@
 """This node's own copy of a replicated topic: the replica log's DiskQueue, whether
-the local topic holds messages of an earlier leadership, emptying it at a reset, and the
-``replication`` object of the topic's /stats. Free functions over the daemon's objects, so
-that node.py's Replication keeps the roles and the coordination only.
+the local topic holds messages of an earlier leadership, emptying it at a reset, the
+``replication`` object of the topic's /stats, and the words of a refused publish. Free
+functions over the daemon's objects, so that node.py's Replication keeps the roles and the
+coordination only.
 
 Replica log files: ``<data-path>/<topic>#replica.diskqueue.*`` (go-diskqueue's format, with
 nsqd's record sizes plus entries.ENTRY's header); '#' cannot appear in a topic name except in
@@ -14,7 +15,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..diskqueue import DiskQueue
 from ..topic import Topic, TopicError
@@ -23,6 +24,9 @@ from .broker import Broker
 from .entries import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
 from .replica_log import ReplicaLog
 from .role import LEADER, TopicRole
+
+if TYPE_CHECKING:
+    from .node import Replication
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -211,3 +215,27 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
         "resets": tr.resets,
         "trimmed": tr.trimmed,
     }
+
+
+def refusal(repl: Replication, topic: str) -> str:
+    """Why a publish to ``topic`` on this node (node.Replication ``repl``) was not
+    acknowledged, the words of its E_PUB_FAILED (HTTP 503 PUB_FAILED): this node's etcd lease
+    in doubt (NodeSession.refusal), else (not the leader) the leader's own words
+    (Forwarder.refused), else leadership lost, else the ISR below --min-isr, else the in-sync
+    replicas' silence."""
+    why = repl.session.refusal() if repl.session is not None else "not joined to etcd"
+    tr = repl.topics.get(topic)
+    if why or tr is None:
+        return why or "not acknowledged"
+    if tr.role != LEADER:
+        fwd = tr.forwarder
+        if fwd is not None and fwd.refused:
+            return f"refused by the leader: {fwd.refused}"
+        return "not acknowledged by the leader"
+    isr = tr.state.record.isr
+    c = repl.coordinator
+    if c is None or not c.may_acknowledge(tr.state):
+        return f"node {repl.node_id} no longer leads {topic} (epoch {tr.state.record.epoch})"
+    if len(isr) < repl.opts.min_isr:
+        return f"in-sync replicas {','.join(isr)} fewer than --min-isr={repl.opts.min_isr}"
+    return "not acknowledged by the in-sync replicas"

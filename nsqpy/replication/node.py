@@ -414,28 +414,6 @@ class Replication:
             and len(tr.state.record.isr) >= self.opts.min_isr
         )
 
-    def refusal(self, topic: str) -> str:
-        """Why a publish to ``topic`` was not acknowledged, the words of its E_PUB_FAILED
-        (HTTP 503 PUB_FAILED): this node's etcd lease in doubt (NodeSession.refusal), else
-        (not the leader) the leader's own words (Forwarder.refused), else leadership lost,
-        else the ISR below --min-isr, else the in-sync replicas' silence."""
-        why = self.session.refusal() if self.session is not None else "not joined to etcd"
-        tr = self.topics.get(topic)
-        if why or tr is None:
-            return why or "not acknowledged"
-        if tr.role != LEADER:
-            fwd = tr.forwarder
-            if fwd is not None and fwd.refused:
-                return f"refused by the leader: {fwd.refused}"
-            return "not acknowledged by the leader"
-        isr = tr.state.record.isr
-        c = self.coordinator
-        if c is None or not c.may_acknowledge(tr.state):
-            return f"node {self.node_id} no longer leads {topic} (epoch {tr.state.record.epoch})"
-        if len(isr) < self.opts.min_isr:
-            return f"in-sync replicas {','.join(isr)} fewer than --min-isr={self.opts.min_isr}"
-        return "not acknowledged by the in-sync replicas"
-
     # ------------------------------------------------------------ replica logs
 
     def replica_log(self, topic: str) -> ReplicaLog:

@@ -8,7 +8,7 @@ Replication.wants_record) it calls :meth:`TCPPublish.publish`, which hands the m
 Replication.publish (node.py): into the local topic and its stream on the leader, forwarded to
 the leader elsewhere. Its answer is a bool or a future of one: OK (ProtocolV2.published), or
 nsqd's fatal E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when not acknowledged, its text
-saying why (Replication.refusal: the etcd lease in doubt, the ISR too small...). A first
+saying why (local.refusal: the etcd lease in doubt, the ISR too small...). A first
 publish to a topic with no record on a node with --replicas > 1 suspends while the record is
 made (Replication.ensure), then runs again. One future per command; no task per message.
 
@@ -42,6 +42,7 @@ from ..protocol_v2 import (
 )
 from ..topic import TopicError
 from ..wire import ClientError, FatalClientError
+from . import local
 from .node import Replication
 from .role import TopicRole
 
@@ -115,7 +116,9 @@ class TCPPublish:
 
         def then(ok: Answer) -> int:
             if ok is not True:
-                raise FatalClientError(cmd.failed, f"{cmd.name} failed {self.repl.refusal(name)}")
+                raise FatalClientError(
+                    cmd.failed, f"{cmd.name} failed {local.refusal(self.repl, name)}"
+                )
             return core.published(c, name, n)
 
         pipeline = self.pipelines.get(c)
