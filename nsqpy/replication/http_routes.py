@@ -105,7 +105,11 @@ class ReplicaRoutes:
             log.error("replicated publish to %s failed: %s", name, e)
             raise NsqHTTPError(503, failed) from None
         if not ok:
-            raise NsqHTTPError(503, f"{failed} {local.refusal(self.repl, name)}")
+            repl = self.repl
+            why = local.refusal(
+                repl.session, repl.coordinator, repl.topics.get(name), name, repl.opts.min_isr
+            )
+            raise NsqHTTPError(503, f"{failed} {why}")
         return "OK"
 
     def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:

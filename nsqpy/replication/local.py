@@ -26,7 +26,8 @@ from .replica_log import ReplicaLog
 from .role import LEADER, TopicRole
 
 if TYPE_CHECKING:
-    from .node import Replication
+    from .coordinator import Coordinator
+    from .session import NodeSession
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -217,14 +218,19 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
     }
 
 
-def refusal(repl: Replication, topic: str) -> str:
-    """Why a publish to ``topic`` on this node (node.Replication ``repl``) was not
-    acknowledged, the words of its E_PUB_FAILED (HTTP 503 PUB_FAILED): this node's etcd lease
-    in doubt (NodeSession.refusal), else (not the leader) the leader's own words
-    (Forwarder.refused), else leadership lost, else the ISR below --min-isr, else the in-sync
-    replicas' silence."""
-    why = repl.session.refusal() if repl.session is not None else "not joined to etcd"
-    tr = repl.topics.get(topic)
+def refusal(
+    session: NodeSession | None,
+    coordinator: Coordinator | None,
+    tr: TopicRole | None,
+    topic: str,
+    min_isr: int,
+) -> str:
+    """Why a publish to ``topic`` on this node was not acknowledged, the words of its
+    E_PUB_FAILED (HTTP 503 PUB_FAILED); the node's session, coordinator, the topic's role
+    (None: no record) and --min-isr. This node's etcd lease in doubt (NodeSession.refusal),
+    else (not the leader) the leader's own words (Forwarder.refused), else leadership lost,
+    else the ISR below --min-isr, else the in-sync replicas' silence."""
+    why = session.refusal() if session is not None else "not joined to etcd"
     if why or tr is None:
         return why or "not acknowledged"
     if tr.role != LEADER:
@@ -232,10 +238,9 @@ def refusal(repl: Replication, topic: str) -> str:
         if fwd is not None and fwd.refused:
             return f"refused by the leader: {fwd.refused}"
         return "not acknowledged by the leader"
-    isr = tr.state.record.isr
-    c = repl.coordinator
-    if c is None or not c.may_acknowledge(tr.state):
-        return f"node {repl.node_id} no longer leads {topic} (epoch {tr.state.record.epoch})"
-    if len(isr) < repl.opts.min_isr:
-        return f"in-sync replicas {','.join(isr)} fewer than --min-isr={repl.opts.min_isr}"
+    rec = tr.state.record
+    if session is None or coordinator is None or not coordinator.may_acknowledge(tr.state):
+        return f"this node no longer leads {topic} (epoch {rec.epoch})"
+    if len(rec.isr) < min_isr:
+        return f"in-sync replicas {','.join(rec.isr)} fewer than --min-isr={min_isr}"
     return "not acknowledged by the in-sync replicas"

@@ -116,9 +116,11 @@ class TCPPublish:
 
         def then(ok: Answer) -> int:
             if ok is not True:
-                raise FatalClientError(
-                    cmd.failed, f"{cmd.name} failed {local.refusal(self.repl, name)}"
+                repl = self.repl
+                why = local.refusal(
+                    repl.session, repl.coordinator, repl.topics.get(name), name, repl.opts.min_isr
                 )
+                raise FatalClientError(cmd.failed, f"{cmd.name} failed {why}")
             return core.published(c, name, n)
 
         pipeline = self.pipelines.get(c)
