@@ -118,12 +118,12 @@ class NodeSession:
             return f"etcd lease of node {self.node_id} expired on the server (joining again)"
         if self.lease_id == 0:
             return f"node {self.node_id} holds no etcd lease (etcd unreachable)"
-        if not self.lease_clock.may_acknowledge():
-            late = -self.lease_clock.remaining()
+        clk = self.lease_clock
+        if not clk.may_acknowledge():
+            since = clk.ttl * (1.0 - clk.margin) - clk.remaining()  # since the last renewal
             return (
-                f"etcd lease of node {self.node_id} not renewed for {late:.1f}s past its "
-                "deadline (etcd quorum lost or no member reachable): no acknowledgement "
-                "without a lease"
+                f"etcd lease of node {self.node_id} not renewed for {since:.1f}s (etcd quorum "
+                "lost or no member reachable): no acknowledgement without a lease"
             )
         return ""
 

@@ -26,9 +26,9 @@ def test_repl_refusal_names_the_lease() -> None:
     s.lease_clock.renewed(sent_at=100.0, ttl=5)
     clk.now = 103.0
     assert s.refusal() == "" and s.may_acknowledge()
-    clk.now = 104.5  # 0.5 s past 100 + 5 * 0.8
+    clk.now = 104.5  # 0.5 s past 100 + 5 * 0.8, 4.5 s since the renewal was sent
     why = s.refusal()
-    assert "etcd lease of node n7 not renewed for 0.5s" in why
+    assert "etcd lease of node n7 not renewed for 4.5s" in why
     assert "quorum lost" in why and "no acknowledgement without a lease" in why
     s.lost = asyncio.Event()
     s.lost.set()
