@@ -12,13 +12,23 @@ are decimal strings; fields at their default are left out (a failed txn has no "
 empty range no "kvs", an expired lease's keepalive no "TTL"). Streaming RPCs (watch,
 keepalive) answer newline-separated JSON objects, each ``{"result": ...}`` or ``{"error": ...}``.
 
-Endpoints are tried in order; a connection error or a 5xx moves to the next one, and when none
-answers :class:`EtcdUnavailable` is raised. A 4xx or a gateway ``{"error"}`` body is an
+Endpoints are tried in order, starting with the one that answered last; a connection error
+(refused, reset), a timeout or a 5xx moves to the next one, and when none answers
+:class:`EtcdUnavailable` is raised. An endpoint that failed, or whose call was cancelled
+while waiting on it (a caller's own deadline, as the lease keepalive has), is not tried first
+by the next call: with an etcd cluster, one member down or hung costs a call at most one
+attempt's timeout, whatever the call (kv, txn, lease grant, keepalive, revoke, watch). A watch
+whose stream breaks (its member died) reopens on the next endpoint from the next unseen
+revision; opening one is bounded by the timeout too (a member that accepts the connection but
+never answers is skipped). A member that is alive but cut from its cluster's quorum answers
+unary calls with a 5xx after its own request timeout (about 6 s for etcd 3.4's defaults),
+which also moves on. A 4xx or a gateway ``{"error"}`` body is an
 :class:`EtcdError` (the request was understood and refused: retrying elsewhere won't help).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -141,11 +151,20 @@ class EtcdClient:
         n = len(self.endpoints)
         return [(self._preferred + i) % n for i in range(n)]
 
-    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _failed(self, i: int) -> None:
+        """Endpoint ``i`` failed (or a caller gave up waiting on it): the next call starts
+        with the one after it."""
+        if self._preferred == i:
+            self._preferred = (i + 1) % len(self.endpoints)
+
+    async def call(
+        self, path: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` and return the decoded JSON (streaming RPCs: their
-        first object's "result"). Raises EtcdError / EtcdUnavailable as the module says."""
+        first object's "result"). ``timeout`` (seconds, default the client's) bounds each
+        endpoint's attempt. Raises EtcdError / EtcdUnavailable as the module says."""
         last: Exception | None = None
-        tmo = aiohttp.ClientTimeout(total=self.timeout)
+        tmo = aiohttp.ClientTimeout(total=self.timeout if timeout is None else timeout)
         for i in self._order():
             try:
                 async with self._http().post(
@@ -154,11 +173,16 @@ class EtcdClient:
                     raw = await resp.read()
                     if resp.status >= 500:
                         last = EtcdUnavailable(f"{self.endpoints[i]}: HTTP {resp.status}")
+                        self._failed(i)
                         continue
                     self._preferred = i
                     return _decode(raw, resp.status)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 last = exc
+                self._failed(i)
+            except asyncio.CancelledError:
+                self._failed(i)
+                raise
         raise EtcdUnavailable(f"no etcd endpoint answered /v3/{path}: {last!r}")
 
     # --- kv ---
@@ -210,10 +234,11 @@ class EtcdClient:
             raise EtcdError(f"lease grant refused: {out['error']}")
         return int(out["ID"]), int(out.get("TTL", ttl))
 
-    async def lease_keepalive(self, lease: int) -> int:
+    async def lease_keepalive(self, lease: int, timeout: float | None = None) -> int:
         """Renew ``lease`` once; returns the TTL (seconds) it now has, 0 when it has expired or
-        was revoked (then it can never be renewed again)."""
-        out = await self.call("lease/keepalive", {"ID": str(lease)})
+        was revoked (then it can never be renewed again). ``timeout``: seconds per endpoint
+        attempt (:meth:`call`)."""
+        out = await self.call("lease/keepalive", {"ID": str(lease)}, timeout)
         return int(out.get("TTL", 0))
 
     async def lease_revoke(self, lease: int) -> None:
@@ -235,22 +260,33 @@ class EtcdClient:
         req = {"create_request": {"key": b64(prefix), "range_end": b64(prefix_end(prefix))}}
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
         while True:
-            req["create_request"]["start_revision"] = str(next_rev)
             opened = False
             for i in self._order():
+                req["create_request"]["start_revision"] = str(next_rev)
                 try:
-                    async with self._http().post(
-                        f"{self.endpoints[i]}/v3/watch", json=req, timeout=tmo
-                    ) as resp:
-                        if resp.status >= 400:
-                            continue
-                        opened = True
-                        self._preferred = i
-                        async for ev in _watch_events(resp):
-                            next_rev = ev.revision + 1
-                            yield ev
+                    # the answer's headers within the timeout: etcd answers a watch at once
+                    # (its "created" message), a member that never does is skipped
+                    resp = await asyncio.wait_for(
+                        self._http().post(f"{self.endpoints[i]}/v3/watch", json=req, timeout=tmo),
+                        self.timeout,
+                    )
                 except (TimeoutError, aiohttp.ClientError, OSError):
+                    self._failed(i)
                     continue
+                try:
+                    if resp.status >= 400:
+                        self._failed(i)
+                        continue
+                    opened = True
+                    self._preferred = i
+                    async for ev in _watch_events(resp):
+                        next_rev = ev.revision + 1
+                        yield ev
+                except (TimeoutError, aiohttp.ClientError, OSError):
+                    self._failed(i)  # the stream broke (its member died): the next one
+                    continue
+                finally:
+                    resp.close()
                 break
             if not opened:
                 raise EtcdUnavailable("no etcd endpoint accepted the watch")

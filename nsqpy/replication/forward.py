@@ -16,6 +16,7 @@ one, for ``timeout`` seconds at most, polling every ``POLL`` seconds).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import struct
 import time
@@ -37,7 +38,8 @@ POLL = 0.05
 class Forwarder:
     """``Forwarder(topic, http, leader_http, timeout)``: ``submit(bodies, delay_ms)`` returns
     a future answered True once the leader acknowledged the publish, False when it refused or
-    could not be reached within ``timeout`` seconds."""
+    could not be reached within ``timeout`` seconds; ``refused`` holds the leader's message for
+    the last publish it refused ("" after one it took)."""
 
     def __init__(
         self,
@@ -54,6 +56,7 @@ class Forwarder:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.forwarded = 0
+        self.refused = ""  # the leader's words for the last publish it refused
 
     def submit(self, bodies: list[bytes], delay_ms: int = 0) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -115,9 +118,11 @@ class Forwarder:
                         # seconds: aiohttp makes them a ClientTimeout(total=...)
                         timeout=max(deadline - time.monotonic(), 0.1),  # type: ignore[arg-type]
                     ) as resp:
-                        await resp.read()
+                        raw = await resp.read()
                         if resp.status == 200:
+                            self.refused = ""
                             return True
+                        self.refused = _message(raw) or f"HTTP {resp.status}"
                         log.warning(
                             "topic %s: leader %s answered %d to a forwarded publish",
                             self.topic,
@@ -132,3 +137,12 @@ class Forwarder:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(POLL)
+
+
+def _message(raw: bytes) -> str:
+    """The text of an nsqd HTTP error answer (``{"message": ...}``, or the body as is)."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")[:200]
+    return str(obj.get("message", obj)) if isinstance(obj, dict) else str(obj)

@@ -4,7 +4,9 @@
 Strategy: glue, as http_api.py. :func:`install_routes` replaces /pub, /mpub, /topic/create
 and /topic/delete with handlers that take a replicated topic (one with a record, or one a first
 publish makes: Replication.wants_record) through node.Replication and hand every other request
-to nsqd's own handler (http_api.HTTPAPI) unchanged; and adds nsqpy's two replica routes:
+to nsqd's own handler (http_api.HTTPAPI) unchanged (a replicated publish not acknowledged
+is 503 ``PUB_FAILED <why>``, the reason as local.refusal words it); and adds nsqpy's
+two replica routes:
 
 - ``POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1]``: a leader's entries
   (entries.py), answered ``{"next": N, "last": "E:S"}`` once fsynced (replica_log.py); 400
@@ -49,6 +51,7 @@ from ..internal.http.request import Request
 from ..internal.http.router import Router
 from ..internal.http.v1 import NsqHTTPError, api
 from ..topic import TopicError
+from . import local
 from .coordinator import Contended, TopicMissing, TopicState
 from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
 from .node import Replication
@@ -135,7 +138,11 @@ class ReplicaRoutes:
             log.error("replicated publish to %s failed: %s", name, e)
             raise NsqHTTPError(503, failed) from None
         if not ok:
-            raise NsqHTTPError(503, failed)
+            repl = self.repl
+            why = local.refusal(
+                repl.session, repl.coordinator, repl.topics.get(name), name, repl.opts.min_isr
+            )
+            raise NsqHTTPError(503, f"{failed} {why}")
         return "OK"
 
     def _replica_query(self, request: Request) -> tuple[dict[str, str], str, int]:

@@ -1,7 +1,8 @@
 """This node's own copy of a replicated topic: the replica log's DiskQueue, whether
-the local topic holds messages of an earlier leadership, emptying it at a reset, and the
-``replication`` object of the topic's /stats. Free functions over the daemon's objects, so
-that node.py's Replication keeps the roles and the coordination only.
+the local topic holds messages of an earlier leadership, emptying it at a reset, the
+``replication`` object of the topic's /stats, and the words of a refused publish. Free
+functions over the daemon's objects, so that node.py's Replication keeps the roles and the
+coordination only.
 
 Replica log files: ``<data-path>/<topic>#replica.diskqueue.*`` (go-diskqueue's format, with
 nsqd's record sizes plus entries.ENTRY's header); '#' cannot appear in a topic name except in
@@ -15,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..diskqueue import DiskQueue
 from ..topic import Topic, TopicError
@@ -24,6 +25,10 @@ from .broker import Broker
 from .entries import ENTRY, MAX_RETAINED, RECORD_HEADER, entry_name
 from .replica_log import ReplicaLog
 from .role import LEADER, TopicRole
+
+if TYPE_CHECKING:
+    from .coordinator import Coordinator
+    from .session import NodeSession
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -245,3 +250,31 @@ def role_stats(tr: TopicRole, rlog: ReplicaLog | None, progress_received: int) -
         "failovers": tr.failovers,
         "min_isr_refused": tr.min_isr_refused,
     }
+
+
+def refusal(
+    session: NodeSession | None,
+    coordinator: Coordinator | None,
+    tr: TopicRole | None,
+    topic: str,
+    min_isr: int,
+) -> str:
+    """Why a publish to ``topic`` on this node was not acknowledged, the words of its
+    E_PUB_FAILED (HTTP 503 PUB_FAILED); the node's session, coordinator, the topic's role
+    (None: no record) and --min-isr. This node's etcd lease in doubt (NodeSession.refusal),
+    else (not the leader) the leader's own words (Forwarder.refused), else leadership lost,
+    else the ISR below --min-isr, else the in-sync replicas' silence."""
+    why = session.refusal() if session is not None else "not joined to etcd"
+    if why or tr is None:
+        return why or "not acknowledged"
+    if tr.role != LEADER:
+        fwd = tr.forwarder
+        if fwd is not None and fwd.refused:
+            return f"refused by the leader: {fwd.refused}"
+        return "not acknowledged by the leader"
+    rec = tr.state.record
+    if session is None or coordinator is None or not coordinator.may_acknowledge(tr.state):
+        return f"this node no longer leads {topic} (epoch {rec.epoch})"
+    if len(rec.isr) < min_isr:
+        return f"in-sync replicas {','.join(rec.isr)} fewer than --min-isr={min_isr}"
+    return "not acknowledged by the in-sync replicas"

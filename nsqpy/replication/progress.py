@@ -16,7 +16,10 @@ ID (the *floor*) is sent: ``g`` was finished iff ``g <= high[n]`` and ``g < floo
 floor for ``n``: nothing of ``n`` is held). A channel with messages on disk not yet read (or
 more than ``MAX_HELD``) cannot be enumerated: it is sent as unknown, and the follower keeps
 what it had for it. A topic that holds messages itself (no channel yet, paused, starting, a
-backlog being moved to its channels) sends no round: those messages are in no channel yet.
+backlog being moved to its channels) sends no round: those messages are in no channel yet. A
+topic whose channels exist but that has put no message yet does send one (nothing finished):
+without it, a leader lost in its topic's first second of traffic left no record naming the
+channels, and the new leader's backlog went to whichever channel subscribed first.
 
 Why an older record stays safe. A finished message never comes back into its channel (what a
 REQ, a timeout or a disconnect puts back was never finished), so what a record says finished
@@ -167,8 +170,11 @@ def note_records(
 
 def snapshot(topic: Topic, high: dict[int, int]) -> dict[str, dict[str, Any] | None] | None:
     """The ``channels`` of a round for ``topic`` (topic.Topic), or None when no round can be
-    made now (it holds messages itself, or has no channel). Synchronous: one event-loop step."""
-    if topic.depth or topic.paused or topic.starting or not topic.channels or not high:
+    made now (it holds messages itself, or has no channel). A topic that has put nothing yet
+    (``high`` empty) still sends its channels, each with nothing finished: a follower promoted
+    before the first message's round then knows them and gives each its copy of the backlog.
+    Synchronous: one event-loop step."""
+    if topic.depth or topic.paused or topic.starting or not topic.channels:
         return None
     out: dict[str, dict[str, Any] | None] = {}
     for name, ch in topic.channels.items():

@@ -11,7 +11,9 @@ from etcd therefore stops acknowledging before any other node can be elected in 
 because an election needs the old lease gone from the server first (coordinator.py).
 
 Keepalives go every TTL/4 seconds (and again at once after a failed one, bounded by a short
-backoff); a keepalive answered with TTL 0 means the server expired the lease: the session is then
+backoff), each etcd endpoint given at most max(TTL/4, min(1 s, TTL/2)) before the next one is
+tried, so that one etcd member down or hung leaves time to renew through another; a keepalive
+answered with TTL 0 means the server expired the lease: the session is then
 *lost* for good (``lost`` is set, ``may_acknowledge()`` stays False); :meth:`rejoin` grants a new
 lease and writes the node key again, after which the node is a new member (any leadership it had
 is gone: its records still name the old lease).
@@ -108,6 +110,23 @@ class NodeSession:
         """True while this node's lease is certainly alive on the server (see the module)."""
         return self.lease_id != 0 and not self.lost.is_set() and self.lease_clock.may_acknowledge()
 
+    def refusal(self) -> str:
+        """Why this node cannot vouch for its etcd lease now, in words for a refused publish's
+        error ("" when it can): expired on the server, never granted, or not renewed in time
+        (etcd's quorum lost, or no member reachable)."""
+        if self.lost.is_set():
+            return f"etcd lease of node {self.node_id} expired on the server (joining again)"
+        if self.lease_id == 0:
+            return f"node {self.node_id} holds no etcd lease (etcd unreachable)"
+        clk = self.lease_clock
+        if not clk.may_acknowledge():
+            since = clk.ttl * (1.0 - clk.margin) - clk.remaining()  # since the last renewal
+            return (
+                f"etcd lease of node {self.node_id} not renewed for {since:.1f}s (etcd quorum "
+                "lost or no member reachable): no acknowledgement without a lease"
+            )
+        return ""
+
     async def join(self) -> int:
         """Grant a lease, write the node key under it if absent, start keepalives; returns the
         lease id. NodeIdTaken when the key exists (the lease just granted is then revoked)."""
@@ -155,10 +174,12 @@ class NodeSession:
         backoff = 0.05
         while True:
             interval = max(clk.ttl / 4.0, 0.05)
+            attempt = max(interval, min(1.0, clk.ttl / 2.0))  # per endpoint: then the next
             sent = clk.clock()
             try:
                 ttl = await asyncio.wait_for(
-                    self.client.lease_keepalive(lease), timeout=max(clk.remaining(), interval)
+                    self.client.lease_keepalive(lease, attempt),
+                    timeout=max(clk.remaining(), interval),
                 )
             except (TimeoutError, EtcdError) as exc:
                 log.warning("lease %x keepalive failed: %s", lease, exc)

@@ -7,7 +7,8 @@ and authorizes; for a topic with a replication record (or one a first publish ma
 Replication.wants_record) it calls :meth:`TCPPublish.publish`, which hands the messages to
 Replication.publish (node.py): into the local topic and its stream on the leader, forwarded to
 the leader elsewhere. Its answer is a bool or a future of one: OK (ProtocolV2.published), or
-nsqd's fatal E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when not acknowledged. A first
+nsqd's fatal E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED when not acknowledged, its text
+saying why (local.refusal: the etcd lease in doubt, the ISR too small...). A first
 publish to a topic with no record on a node with --replicas > 1 suspends while the record is
 made (Replication.ensure), then runs again. One future per command; no task per message.
 
@@ -41,6 +42,7 @@ from ..protocol_v2 import (
 )
 from ..topic import TopicError
 from ..wire import ClientError, FatalClientError
+from . import local
 from .node import Replication
 from .role import TopicRole
 
@@ -117,9 +119,10 @@ class TCPPublish:
             if ok is not True:
                 # counted for /metrics (nsq_replication_min_isr_refused_total)
                 tr.note_refused(repl.opts.min_isr)
-                raise FatalClientError(
-                    cmd.failed, f"{cmd.name} failed not acknowledged by the in-sync replicas"
+                why = local.refusal(
+                    repl.session, repl.coordinator, repl.topics.get(name), name, repl.opts.min_isr
                 )
+                raise FatalClientError(cmd.failed, f"{cmd.name} failed {why}")
             return core.published(c, name, n)
 
         pipeline = self.pipelines.get(c)

@@ -17,7 +17,9 @@ crash a third channel read by Go's nsq_tail (go-nsq, unchanged) where it is foun
   for a drawn time and then recovered (restart, SIGCONT, heal), one at a time, while producers
   publish; after each the cluster must elect a leader,
   take publishes again and bring every node back into the in-sync set. The same checks on the
-  whole history at the end; the schedule and the counts are printed.
+  whole history at the end, and the duplicates bounded by what was counted (every promotion's
+  ``promoted`` entries once per channel, plus the producers' resent batches); the schedule and
+  the counts are printed.
 
 The only timed waits are the faults' own durations (drawn from the seed) and etcd's lease TTL.
 """
@@ -234,6 +236,7 @@ async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
     history = History()
     etcd = lookupds = readers = prod = cluster = None
     recoveries: list[float] = []
+    promotions: dict[tuple[str, int, str], int] = {}  # (node id, pid, counter) -> count
     try:
         etcd = EtcdServer(tmp_path / "etcd", host=host)
         cluster = Nodes(etcd, "faults", tmp_path, lab)
@@ -250,6 +253,7 @@ async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
         prod.start()
         for kind, hold in plan:
             leader = wait_healthy(cluster, 60, f"a healthy cluster before {kind}")
+            _note_promotions(cluster, promotions)
             followers = [n for n in cluster.live() if n is not leader]
             victim = leader if kind.endswith("leader") else followers[0]
             vid = cluster.node_id(victim)
@@ -280,6 +284,7 @@ async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
                 await asyncio.wait_for(prod.progress.wait(), 30)
             recoveries.append(round(prod.recovered_after, 2))
         wait_healthy(cluster, 60, "a healthy cluster after the last fault")
+        _note_promotions(cluster, promotions)
         prod.stopping = True
         await prod.wait()
         all_in = await readers.wait_all(120)
@@ -294,8 +299,37 @@ async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
         if lab is not None:
             lab.close()
     v = history.verdict()
+    # duplicates are bounded by what was counted: each promotion puts each replica-log entry
+    # it went through (``promoted``) into each channel at most once (``redelivered`` counts
+    # the puts into channels its progress record names; a channel the record does not name,
+    # or a promotion with no record, gets every entry uncounted), plus the batches producers
+    # sent again after a failure (each may have been committed too), on every channel
+    assert prod is not None
+    counted = sum(n for (_, _, what), n in promotions.items() if what == "redelivered")
+    promoted = sum(n for (_, _, what), n in promotions.items() if what == "promoted")
+    resent = prod.failures * prod.batch * len(CHANNELS)
+    bound = promoted * len(CHANNELS) + resent
     print(f"random faults, seed {seed}: {v.line()}; retries {prod.failures}")
+    print(
+        f"duplicates {sum(v.duplicates.values())} <= promoted {promoted} x {len(CHANNELS)} "
+        f"channels + resent {resent} = {bound} (of the promoted, counted redelivered {counted})"
+    )
     print(f"publishes acknowledged again after each fault (s): {recoveries}")
     for t, what in history.events:
         print(f"  {t:7.2f}s {what}")
     assert all_in and v.ok, v.line()
+    assert sum(v.duplicates.values()) <= bound, (v.line(), promotions, resent)
+
+
+def _note_promotions(cluster: Nodes, seen: dict[tuple[str, int, str], int]) -> None:
+    """Keep each live node's replication ``promoted`` and ``redelivered`` counts (per
+    process: a restart starts at 0), read while the cluster is healthy (no node paused),
+    before the next fault can kill it."""
+    for node_id, n in cluster.nodes.items():
+        if not n.alive():
+            continue
+        r = repl_stats(n, TOPIC)
+        if r is not None:
+            for what in ("promoted", "redelivered"):
+                key = (node_id, n.pid, what)
+                seen[key] = max(seen.get(key, 0), int(r[what]))

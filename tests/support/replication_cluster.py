@@ -33,20 +33,21 @@ import pytest
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.client.conn import NSQError
 from nsqpy.testing.process import Nsqd, wait_for
-from support.etcd_server import EtcdServer
+from support.etcd_server import EtcdCluster, EtcdServer
 from support.netlab import NetLab
 
 TTL = 2  # seconds of each node's etcd lease
 
 
 class Nodes:
-    """nsqpy-d nodes of one test's cluster (its own --etcd-cluster). Each node's flags and
+    """nsqpy-d nodes of one test's cluster (its own --etcd-cluster), joined through one etcd
+    or every member of an etcd cluster (all in --etcd-endpoints). Each node's flags and
     data dir are kept, so :meth:`restart` brings a killed or stopped node back on its data
     (with new ephemeral ports, which it announces through etcd and nsqlookupd)."""
 
     def __init__(
         self,
-        etcd: EtcdServer,
+        etcd: EtcdServer | EtcdCluster,
         cluster: str,
         base: Path | None = None,
         lab: NetLab | None = None,
@@ -260,6 +261,7 @@ class Producers:
         self.pause = pause  # seconds between a producer's publishes (0: none)
         self.failures = 0
         self.gaps: list[float] = []  # seconds from a failed publish to the next acknowledged
+        self.acked_at: list[float] = []  # monotonic time of every acknowledgement, in order
         self.marked_at = 0.0
         self.recovered_after = -1.0
         self.progress = asyncio.Event()  # set at each acknowledgement
@@ -326,6 +328,7 @@ class Producers:
                 self.gaps.append(time.monotonic() - failed_at)
                 failed_at = 0.0
             h.acked.update(bodies)
+            self.acked_at.append(time.monotonic())
             seq += len(bodies)
             self.progress.set()
             if self.pause:

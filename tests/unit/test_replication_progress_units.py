@@ -250,3 +250,15 @@ def test_progress_store_sweep_removes_only_leftover_temp_files(tmp_path: Path) -
     assert sorted(store.sweep()) == sorted(leftovers)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
     assert store.sweep() == []
+
+
+def test_progress_round_before_the_first_message_names_the_channels() -> None:
+    t = _topic()
+    t.get_channel("a")
+    t.get_channel("b")
+    chans = progress.snapshot(t, {})  # channels made, nothing put yet
+    assert chans is not None and set(chans) == {"a", "b"}
+    _, got = progress.decode_round(progress.encode_round(1, {}, chans))
+    for name in ("a", "b"):
+        entry = got[name]
+        assert entry is not None and not entry.finished(guid(0)) and not entry.finished(guid(9))
