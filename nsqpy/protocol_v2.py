@@ -73,6 +73,13 @@ WAIT_AUTH = 1
 WAIT_DECODE = 2
 #: A future made outside the core (a replicated publish's commit: nsqpy/replication/).
 WAIT_FUTURE = 3
+#: Work done in steps, one per loop pass (a large MPUB's puts): ``arg()`` does the next step
+#: and returns True after the last; an exception it raises is the answer.
+WAIT_STEPS = 4
+
+#: An MPUB of more messages than this is put this many at a time, one slice per loop pass, so
+#: other clients are served between the slices (its OK comes after the last one).
+MPUB_SLICE = 4096
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
 LARGE_IDENTIFY = 64 * 1024
@@ -133,8 +140,9 @@ def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
 class Wait:
     """What a suspended command waits on: ``kind`` WAIT_AUTH (``arg``: the secret; answered
     with an AuthState or the query's exception), WAIT_DECODE (``arg``: IDENTIFY's body;
-    answered with decode_identify_aside's result) or WAIT_FUTURE (``arg``: an asyncio future;
-    answered with its result or exception). ``then(answer)`` finishes the command and
+    answered with decode_identify_aside's result), WAIT_FUTURE (``arg``: an asyncio future;
+    answered with its result or exception) or WAIT_STEPS (``arg``: a step function run once per
+    loop pass until it returns True; answered with None, or the exception a step raised). ``then(answer)`` finishes the command and
     returns its action bits; ProtocolV2.resume calls it."""
 
     __slots__ = ("arg", "kind", "then")
@@ -831,6 +839,8 @@ class ProtocolV2:
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         n = 1
+        if cmd.many and len(body) > MPUB_SLICE:
+            return self._publish_sliced(c, topic_name, body, cmd)
         try:
             if cmd.many:
                 msgs = nsqd.new_records(body)
@@ -844,6 +854,39 @@ class ProtocolV2:
         except (TopicError, OSError) as e:
             raise FatalClientError(cmd.failed, f"{cmd.name} failed {e}") from None
         return self.published(c, topic_name, n)
+
+    def _publish_sliced(
+        self, c: ClientState, topic_name: str, bodies: list[bytes], cmd: PubCommand
+    ) -> int:
+        """A large MPUB put MPUB_SLICE messages per step (WAIT_STEPS): the connection runs one
+        step per loop pass, reads nothing else meanwhile, and OK (or E_MPUB_FAILED) comes
+        once the last slice is in. The messages keep their order and get increasing IDs;
+        the steps go on to the last even if the client goes away, as nsqd's PutMessages
+        finishes once the body is read."""
+        nsqd = self.nsqd
+        topic = nsqd.get_topic(topic_name)
+        total = len(bodies)
+        at = 0
+
+        def step() -> bool:
+            nonlocal at
+            end = at + MPUB_SLICE
+            topic.put_many(nsqd.new_records(bodies[at:end]))
+            at = end
+            if at < total:
+                return False
+            nsqd.flush_backends()
+            return True
+
+        def then(answer: Any) -> int:
+            if isinstance(answer, (TopicError, OSError)):
+                raise FatalClientError(cmd.failed, f"{cmd.name} failed {answer}")
+            if isinstance(answer, BaseException):
+                raise answer
+            return self.published(c, topic_name, total)
+
+        c.wait = Wait(WAIT_STEPS, step, then)
+        return SUSPEND
 
     def published(self, c: ClientState, topic_name: str, n: int) -> int:
         """A publish of ``n`` messages to ``topic_name`` is done: counted in the client's
