@@ -142,8 +142,9 @@ class Wait:
     with an AuthState or the query's exception), WAIT_DECODE (``arg``: IDENTIFY's body;
     answered with decode_identify_aside's result), WAIT_FUTURE (``arg``: an asyncio future;
     answered with its result or exception) or WAIT_STEPS (``arg``: a step function run once per
-    loop pass until it returns True; answered with None, or the exception a step raised). ``then(answer)`` finishes the command and
-    returns its action bits; ProtocolV2.resume calls it."""
+    loop pass until it returns True; answered with None, or the exception a step raised).
+    ``then(answer)`` finishes the command and returns its action bits; ProtocolV2.resume
+    calls it."""
 
     __slots__ = ("arg", "kind", "then")
 

@@ -2,8 +2,8 @@
 
 Strategy: one asyncio.Protocol per connection (Connection); http.head reads each request head
 in bounded slices (net/http's 1 MiB limit and 431 answer), then h11 (sans-IO HTTP/1.1) takes
-the head's framing and reads the body; the answers are written here, as Go's net/http writes them (h11's writer has its own
-status line and header order): the handler's headers sorted by name, then Date, Content-Length
+the head's framing and reads the body; the answers are written here, as Go's net/http writes
+them (h11's writer has its own status line and header order): the handler's headers sorted by name, then Date, Content-Length
 and, when the handler set none, a Content-Type sniffed from the body (text/plain for text).
 Requests go to a http.router.Router; what its routes do not decide is answered by its rules.
 
@@ -128,10 +128,11 @@ class Connection(asyncio.Protocol):
     """One HTTP connection: bytes into a HeadReader, then h11, requests to the router, answers
     in order.
 
-    A HeadReader reads each head, h11 the body after it; the answers are written here (net/http's header order and status lines, which
-    h11's writer does not produce) and h11 is not told of them: each request is parsed by its
-    own h11.Connection, the next one taking over the bytes left after it (trailing_data), once
-    the answer is out. That halves h11's work per request, and keep-alive follows h11's rule
+    A HeadReader reads each head, h11 the body after it; the answers are written here
+    (net/http's header order and status lines, which h11's writer does not produce) and h11 is
+    not told of them: each request's body is framed by its own h11.Connection, and the next
+    head's HeadReader takes over the bytes left after it (trailing_data) once the answer is
+    out. That halves h11's work per request, and keep-alive follows h11's rule
     (HTTP/1.1 without ``Connection: close``)."""
 
     def __init__(self, server: HTTPServer) -> None:
@@ -230,7 +231,8 @@ class Connection(asyncio.Protocol):
                 event = conn.next_event()
             except h11.RemoteProtocolError as e:
                 code = e.error_status_hint if e.error_status_hint in (400, 431) else 400
-                detail = "missing required Host header" if "Missing mandatory Host" in str(e) else ""
+                missing_host = "Missing mandatory Host" in str(e)
+                detail = "missing required Host header" if missing_host else ""
                 self._bad_request(code, detail)
                 return
             if event is h11.NEED_DATA or event is h11.PAUSED:
@@ -271,9 +273,7 @@ class Connection(asyncio.Protocol):
             self.head = None
             self.headers = head.headers
             self._target = head.target
-            self.h11 = conn = h11.Connection(
-                h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES
-            )
+            self.h11 = conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
             conn.receive_data(head.framing() + head.rest)
             if self.eof:
                 conn.receive_data(b"")
