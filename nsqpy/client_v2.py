@@ -124,6 +124,21 @@ def _unread_replies(fd: int) -> int:
         return 0
 
 
+def _run_step(conn: Connection, step: Callable[[], bool]) -> None:
+    """One step of ``conn``'s WAIT_STEPS command; the next at the loop's next turn, the answer
+    after the last. A closed connection's steps still run to the end (nothing is answered)."""
+    try:
+        done = step()
+    except Exception as e:  # the command's failure: its answer
+        if not conn.closed:
+            conn._resume(e)
+        return
+    if not done:
+        conn.loop.call_soon(_run_step, conn, step)
+    elif not conn.closed:
+        conn._resume(None)
+
+
 def _take_magic(conn: Connection, data: bytes) -> bytes:
     """The first four bytes of a connection are its protocol magic (nsqd's tcp.go reads them
     before it picks the protocol): take them from ``data`` and return the rest (empty while the
@@ -574,7 +589,7 @@ class Connection(ClientState):
         elif wait.kind == WAIT_FUTURE:  # a future the core made (a replicated publish)
             job = wait.arg
         elif wait.kind == WAIT_STEPS:  # a large MPUB: one slice per loop pass
-            self.loop.call_soon(self._step, wait.arg)
+            self.loop.call_soon(_run_step, self, wait.arg)
             return
         else:
             job = _decode_aside(self.loop, wait.arg)
@@ -583,20 +598,6 @@ class Connection(ClientState):
             return
         self._wait_job = job
         job.add_done_callback(self._answered)
-
-    def _step(self, step: Callable[[], bool]) -> None:
-        """One step of a WAIT_STEPS command; the next at the loop's next turn, the answer after
-        the last. A closed connection's steps still run to the end (nothing is answered)."""
-        try:
-            done = step()
-        except Exception as e:  # the command's failure: its answer
-            if not self.closed:
-                self._resume(e)
-            return
-        if not done:
-            self.loop.call_soon(self._step, step)
-        elif not self.closed:
-            self._resume(None)
 
     def _answered(self, job: asyncio.Future[Any]) -> None:
         if job is not self._wait_job:

@@ -841,7 +841,9 @@ class ProtocolV2:
         topic = nsqd.get_topic(topic_name)
         n = 1
         if cmd.many and len(body) > MPUB_SLICE:
-            return self._publish_sliced(c, topic_name, body, cmd)
+            mpub = SlicedMpub(self, c, topic_name, body, cmd)
+            c.wait = Wait(WAIT_STEPS, mpub.step, mpub.then)
+            return SUSPEND
         try:
             if cmd.many:
                 msgs = nsqd.new_records(body)
@@ -855,39 +857,6 @@ class ProtocolV2:
         except (TopicError, OSError) as e:
             raise FatalClientError(cmd.failed, f"{cmd.name} failed {e}") from None
         return self.published(c, topic_name, n)
-
-    def _publish_sliced(
-        self, c: ClientState, topic_name: str, bodies: list[bytes], cmd: PubCommand
-    ) -> int:
-        """A large MPUB put MPUB_SLICE messages per step (WAIT_STEPS): the connection runs one
-        step per loop pass, reads nothing else meanwhile, and OK (or E_MPUB_FAILED) comes
-        once the last slice is in. The messages keep their order and get increasing IDs;
-        the steps go on to the last even if the client goes away, as nsqd's PutMessages
-        finishes once the body is read."""
-        nsqd = self.nsqd
-        topic = nsqd.get_topic(topic_name)
-        total = len(bodies)
-        at = 0
-
-        def step() -> bool:
-            nonlocal at
-            end = at + MPUB_SLICE
-            topic.put_many(nsqd.new_records(bodies[at:end]))
-            at = end
-            if at < total:
-                return False
-            nsqd.flush_backends()
-            return True
-
-        def then(answer: Any) -> int:
-            if isinstance(answer, (TopicError, OSError)):
-                raise FatalClientError(cmd.failed, f"{cmd.name} failed {answer}")
-            if isinstance(answer, BaseException):
-                raise answer
-            return self.published(c, topic_name, total)
-
-        c.wait = Wait(WAIT_STEPS, step, then)
-        return SUSPEND
 
     def published(self, c: ClientState, topic_name: str, n: int) -> int:
         """A publish of ``n`` messages to ``topic_name`` is done: counted in the client's
@@ -909,6 +878,50 @@ class ProtocolV2:
         for name, handler in list(handlers.items()):
             if name not in _PUBLISH_COMMANDS:
                 handlers[name] = _held(repl, handler)
+
+
+class SlicedMpub:
+    """A large MPUB put MPUB_SLICE messages per ``step`` (ProtocolV2.publish suspends on it
+    with WAIT_STEPS): the connection runs one step per loop pass and reads nothing else
+    meanwhile; ``then`` answers OK (or E_MPUB_FAILED) once the last slice is in. The messages
+    keep their order and get increasing IDs; the steps go on to the last even if the client
+    goes away, as nsqd's PutMessages finishes once the body is read."""
+
+    __slots__ = ("core", "client", "topic_name", "bodies", "cmd", "at")
+
+    def __init__(
+        self,
+        core: ProtocolV2,
+        c: ClientState,
+        topic_name: str,
+        bodies: list[bytes],
+        cmd: PubCommand,
+    ) -> None:
+        self.core = core
+        self.client = c
+        self.topic_name = topic_name
+        self.bodies = bodies
+        self.cmd = cmd
+        self.at = 0
+
+    def step(self) -> bool:
+        """Put the next slice; True once all are in (the backends flushed)."""
+        nsqd = self.core.nsqd
+        end = self.at + MPUB_SLICE
+        nsqd.get_topic(self.topic_name).put_many(nsqd.new_records(self.bodies[self.at : end]))
+        self.at = end
+        if end < len(self.bodies):
+            return False
+        nsqd.flush_backends()
+        return True
+
+    def then(self, answer: Any) -> int:
+        """The answer after the last step (None) or a step's exception."""
+        if isinstance(answer, (TopicError, OSError)):
+            raise FatalClientError(self.cmd.failed, f"{self.cmd.name} failed {answer}")
+        if isinstance(answer, BaseException):
+            raise answer
+        return self.core.published(self.client, self.topic_name, len(self.bodies))
 
 
 def _held(repl: PublishReplication, handler: Handler) -> Handler:
