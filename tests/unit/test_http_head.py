@@ -3,7 +3,8 @@
 Checked against h11 (which read whole heads before): the same heads are accepted and refused,
 with the same method, target, version and headers, however the bytes are split and whatever
 the budget; a head over the limit is refused with 431 before its end arrives; a budget spent
-part way says MORE and the next step goes on.
+part way says MORE and the next step goes on. Also request.py's one-pass URL unescaping, the
+same as its byte-at-a-time form (which names a bad escape).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nsqpy.internal.http import request
 from nsqpy.internal.http.head import (
     DONE,
     MAX_HEADER_BYTES,
@@ -152,3 +154,19 @@ def test_framing_keeps_what_frames_the_body() -> None:
     conn.receive_data(framing + r.rest)
     assert isinstance(conn.next_event(), h11.Request)
     assert conn.they_are_waiting_for_100_continue
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ab=+%_ \t.\r\n41fFzZ/\x00\x7f\u00e9", max_size=16), st.booleans())
+def test_unescape_as_bytewise(s: str, plus_is_space: bool) -> None:
+    def run(f):  # type: ignore[no-untyped-def]
+        try:
+            return f(s, plus_is_space)
+        except ValueError as e:
+            return ("error", str(e))
+
+    assert run(request._unescape) == run(request._unescape_bytewise)
+
+
+def test_unescape_a_megabyte_of_escapes() -> None:
+    assert request._path_unescape("/" + "a%41" * (256 * 1024)) == "/" + "aA" * (256 * 1024)
