@@ -39,6 +39,7 @@ import statistics
 import struct
 import threading
 import time
+import urllib.request
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -413,6 +414,7 @@ def run_bombs(target: Target, cfg: BombsConfig) -> dict[str, Any]:
         time.sleep(cfg.settle)
     rss1 = proc_status_kib(pid, "VmRSS")
     load1 = os.getloadavg()
+    gc_pause_ms = _gc_pause_ms(target)
     rtts = sorted(polite.rtts)
     kind = "tls" if cfg.tls else "mixed" if cfg.mixed else "bombs"
     r = {
@@ -429,11 +431,24 @@ def run_bombs(target: Target, cfg: BombsConfig) -> dict[str, Any]:
         "polite_lost": polite.lost,
         "load_before": load0,
         "load_after": load1,
+        "gc_pause_max_ms": gc_pause_ms,
         **result,
     }
     if cfg.progress:
         print(summary_line(r), flush=True)
     return r
+
+
+def _gc_pause_ms(target: Target) -> float | None:
+    """The daemon's longest recent collector pause (/stats memory gc_pause_usec_100, in ms),
+    None when it reports none (Go nsqd does; nsqpy-d before it timed its collections gave 0)."""
+    url = f"http://{target.http[0]}:{target.http[1]}/stats?format=json&include_mem=true"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as f:
+            usec = json.load(f).get("memory", {}).get("gc_pause_usec_100")
+    except (OSError, ValueError):
+        return None
+    return usec / 1000 if usec else None
 
 
 def summary_line(r: dict[str, Any]) -> str:
@@ -447,6 +462,7 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{r['polite_over_1s']} over 1 s{', LOST' if r['polite_lost'] else ''}) - "
         f"{sum(r['counts'].values())} attacks, {r['errors']} errors - load "
         f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}"
+        + (f" - longest GC pause {r['gc_pause_max_ms']:.1f} ms" if r.get("gc_pause_max_ms") else "")
     )
 
 
