@@ -441,7 +441,7 @@ def run_bombs(target: Target, cfg: BombsConfig) -> dict[str, Any]:
 
 def _gc_pause_ms(target: Target) -> float | None:
     """The daemon's longest recent collector pause (/stats memory gc_pause_usec_100, in ms),
-    None when it reports none (Go nsqd does; nsqpy-d before it timed its collections gave 0)."""
+    None when it reports 0 (nsqpy-d did before it timed its collections) or cannot be asked."""
     url = f"http://{target.http[0]}:{target.http[1]}/stats?format=json&include_mem=true"
     try:
         with urllib.request.urlopen(url, timeout=10) as f:
