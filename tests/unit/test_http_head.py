@@ -35,6 +35,7 @@ def _read(raw: bytes, cuts: list[int], budget: int) -> HeadReader | None:
             while (state := r.step(budget)) == MORE:
                 pass
             if state == DONE:
+                r.rest += raw[b:]  # what the connection hands on to h11 as it comes
                 return r
     except HeadError:
         return None
@@ -156,7 +157,7 @@ def test_framing_keeps_what_frames_the_body() -> None:
     assert conn.they_are_waiting_for_100_continue
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=3000, deadline=None)
 @given(st.text(alphabet="ab=+%_ \t.\r\n41fFzZ/\x00\x7f\u00e9", max_size=16), st.booleans())
 def test_unescape_as_bytewise(s: str, plus_is_space: bool) -> None:
     def run(f):  # type: ignore[no-untyped-def]
