@@ -88,6 +88,8 @@ HEADS = {
     + b"; ".join(b"c%d=v" % i for i in range(20_000))
     + b"\r\n\r\n",
     "bad-method": b"G(T /ping HTTP/1.1\r\nHost: x\r\n\r\n",
+    "long-method": b"A" * 100 + b" /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    "close-in-a-list": b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n",
 }
 
 

@@ -156,6 +156,7 @@ class Connection(asyncio.Protocol):
         self.head: HeadReader | None = HeadReader()  # reading a head (h11 has the body)
         self.headers: list[tuple[bytes, bytes]] = []  # the last head's header lines
         self._target = b""  # the last head's request target, as sent
+        self._method = b""  # and its method (framing() may shorten a long one for h11)
         self.eof = False
         self.lingering = False  # answered 431: what comes in is dropped until the close
 
@@ -274,6 +275,7 @@ class Connection(asyncio.Protocol):
             self.head = None
             self.headers = head.headers
             self._target = head.target
+            self._method = head.method
             self.h11 = conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
             conn.receive_data(head.framing() + head.rest)
             if self.eof:
@@ -301,7 +303,7 @@ class Connection(asyncio.Protocol):
     def _begin(self, ev: h11.Request) -> None:
         target = self._target.decode("utf-8", "surrogateescape")
         headers, self.headers = self.headers, []
-        request = Request(ev.method.decode("ascii"), target, headers, self.server.secure)
+        request = Request(self._method.decode("ascii"), target, headers, self.server.secure)
         self.request = request
         self.chunks = []
         self.buffered = 0
