@@ -17,8 +17,10 @@ Two loads:
   trustme, so this load needs the test extra).
 - ``--mixed``: malformed input of every kind in turn: bad and huge lengths, garbage, over-long
   lines, broken and huge IDENTIFY JSON, lying MPUB counts, bodies cut short by an abrupt close
-  (RST), HTTP junk (garbage, huge headers, a /pub body promised and never sent, lying /mpub),
-  and the compression bombs above.
+  (RST), HTTP junk (garbage, huge headers, a /pub body promised and never sent, lying /mpub;
+  heads of 40,000 lines, 20,000 cookies, a 100 KB Content-Type, a megabyte target, one over
+  net/http's 1 MiB limit; bad methods and targets; 2,000 pipelined requests), and the
+  compression bombs above.
 
 Reported: the daemon's VmRSS at start, peak (sampled) and end, the polite client's median,
 slowest and count of round trips (and how many waited over 1 s), the machine's load average.
@@ -37,6 +39,7 @@ import statistics
 import struct
 import threading
 import time
+import urllib.request
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -168,6 +171,26 @@ def make_http_junk(rng: random.Random, max_body_size: int) -> dict[str, bytes]:
         + lying,
         "http-bad-chunked": b"POST /pub?topic=malformed HTTP/1.1\r\nHost: x\r\n"
         b"Transfer-Encoding: chunked\r\n\r\nzzzz\r\n" + b"y" * 1000,
+        # valid heads a parser must not take in one gulp, each with "Connection: close"
+        "http-many-headers": b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + b"".join(b"X-H%d: v\r\n" % i for i in range(40_000))
+        + b"\r\n",
+        "http-huge-content-type": b"POST /pub?topic=malformed HTTP/1.1\r\nHost: x\r\n"
+        b"Connection: close\r\nContent-Length: 1\r\nContent-Type: " + b"t" * 100_000 + b"\r\n\r\nx",
+        "http-many-cookies": b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\nCookie: "
+        + b"; ".join(b"c%d=v%d" % (i, i) for i in range(20_000))
+        + b"\r\n\r\n",
+        "http-huge-path": b"GET /" + b"a%41" * (256 * 1024) + b" HTTP/1.1\r\nHost: x\r\n"
+        b"Connection: close\r\n\r\n",
+        "http-over-limit": b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Junk: "
+        + b"a" * (2 << 20)
+        + b"\r\n\r\n",
+        "http-bad-method": b"G(T /ping HTTP/1.1\r\nHost: x\r\n\r\n",
+        "http-garbage-target": b"GET "
+        + bytes(rng.randrange(0x21, 0x7F) for _ in range(64 * 1024))
+        + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "http-pipelined": b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" * 2000
+        + b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     }
 
 
@@ -394,6 +417,7 @@ def run_bombs(target: Target, cfg: BombsConfig) -> dict[str, Any]:
         time.sleep(cfg.settle)
     rss1 = proc_status_kib(pid, "VmRSS")
     load1 = os.getloadavg()
+    gc_pause_ms = _gc_pause_ms(target)
     rtts = sorted(polite.rtts)
     kind = "tls" if cfg.tls else "mixed" if cfg.mixed else "bombs"
     r = {
@@ -410,11 +434,24 @@ def run_bombs(target: Target, cfg: BombsConfig) -> dict[str, Any]:
         "polite_lost": polite.lost,
         "load_before": load0,
         "load_after": load1,
+        "gc_pause_max_ms": gc_pause_ms,
         **result,
     }
     if cfg.progress:
         print(summary_line(r), flush=True)
     return r
+
+
+def _gc_pause_ms(target: Target) -> float | None:
+    """The daemon's longest recent collector pause (/stats memory gc_pause_usec_100, in ms),
+    None when it reports 0 (nsqpy-d did before it timed its collections) or cannot be asked."""
+    url = f"http://{target.http[0]}:{target.http[1]}/stats?format=json&include_mem=true"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as f:
+            usec = json.load(f).get("memory", {}).get("gc_pause_usec_100")
+    except (OSError, ValueError):
+        return None
+    return usec / 1000 if usec else None
 
 
 def summary_line(r: dict[str, Any]) -> str:
@@ -428,6 +465,7 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{r['polite_over_1s']} over 1 s{', LOST' if r['polite_lost'] else ''}) - "
         f"{sum(r['counts'].values())} attacks, {r['errors']} errors - load "
         f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}"
+        + (f" - longest GC pause {r['gc_pause_max_ms']:.1f} ms" if r.get("gc_pause_max_ms") else "")
     )
 
 

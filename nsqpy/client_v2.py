@@ -4,7 +4,8 @@ Strategy: Connection is a protocol_v2.ClientState (the per-client state, counter
 channel.Consumer methods) that owns the socket: reading, the per-pass budget, backpressure,
 the output buffer and its flush, the TLS and compression layers (stream_upgrade.StreamLayers),
 the heartbeat timer, and the outside waits a command can suspend on (an auth-server query, a
-large IDENTIFY decoded in a helper process). Every command runs through
+large IDENTIFY decoded in a helper process, a large MPUB put one slice per loop pass).
+Every command runs through
 ``ProtocolV2.execute``, whose action bits (CLOSE, UPGRADE, SUSPEND, TIMERS) say what to do
 next. Why reading stops is one internal.readgate.ReadGate with reason bits (BUDGET,
 BACKPRESSURE, SUSPENDED), as nsqd's blocked goroutines would.
@@ -46,6 +47,7 @@ import logging
 import multiprocessing
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any, cast
 
 from . import wire
@@ -62,6 +64,7 @@ from .protocol_v2 import (
     WAIT_AUTH,
     WAIT_DECODE,
     WAIT_FUTURE,
+    WAIT_STEPS,
     ClientState,
     ProtocolV2,
     decode_identify_aside,
@@ -120,6 +123,21 @@ def _unread_replies(fd: int) -> int:
         return queued
     except OSError:
         return 0
+
+
+def _run_step(conn: Connection, step: Callable[[], bool]) -> None:
+    """One step of ``conn``'s WAIT_STEPS command; the next at the loop's next turn, the answer
+    after the last. A closed connection's steps still run to the end (nothing is answered)."""
+    try:
+        done = step()
+    except Exception as e:  # the command's failure: its answer
+        if not conn.closed:
+            conn._resume(e)
+        return
+    if not done:
+        conn.loop.call_soon(_run_step, conn, step)
+    elif not conn.closed:
+        conn._resume(None)
 
 
 def _take_magic(conn: Connection, data: bytes) -> bytes:
@@ -571,6 +589,9 @@ class Connection(ClientState):
             job: asyncio.Future[Any] | None = self.loop.create_task(query)
         elif wait.kind == WAIT_FUTURE:  # a future the core made (a replicated publish)
             job = wait.arg
+        elif wait.kind == WAIT_STEPS:  # a large MPUB: one slice per loop pass
+            self.loop.call_soon(_run_step, self, wait.arg)
+            return
         else:
             job = _decode_aside(self.loop, wait.arg)
         if job is None:  # no helper process: decode here this time

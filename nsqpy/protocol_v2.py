@@ -76,6 +76,13 @@ WAIT_DECODE = 2
 #: A future made outside the core (a replicated publish's commit: nsqpy/replication/; a new
 #: topic's start: NSQD.topic_started).
 WAIT_FUTURE = 3
+#: Work done in steps, one per loop pass (a large MPUB's puts): ``arg()`` does the next step
+#: and returns True after the last; an exception it raises is the answer.
+WAIT_STEPS = 4
+
+#: An MPUB of more messages than this is put this many at a time, one slice per loop pass, so
+#: other clients are served between the slices (its OK comes after the last one).
+MPUB_SLICE = 4096
 
 #: IDENTIFY bodies over this many bytes are decoded in a helper process (WAIT_DECODE).
 LARGE_IDENTIFY = 64 * 1024
@@ -136,9 +143,11 @@ def decode_identify_aside(body: bytes) -> dict[str, Any] | None:
 class Wait:
     """What a suspended command waits on: ``kind`` WAIT_AUTH (``arg``: the secret; answered
     with an AuthState or the query's exception), WAIT_DECODE (``arg``: IDENTIFY's body;
-    answered with decode_identify_aside's result) or WAIT_FUTURE (``arg``: an asyncio future;
-    answered with its result or exception). ``then(answer)`` finishes the command and
-    returns its action bits; ProtocolV2.resume calls it."""
+    answered with decode_identify_aside's result), WAIT_FUTURE (``arg``: an asyncio future;
+    answered with its result or exception) or WAIT_STEPS (``arg``: a step function run once per
+    loop pass until it returns True; answered with None, or the exception a step raised).
+    ``then(answer)`` finishes the command and returns its action bits; ProtocolV2.resume
+    calls it."""
 
     __slots__ = ("arg", "kind", "then")
 
@@ -842,6 +851,10 @@ class ProtocolV2:
             if act:
                 return act
         n = 1
+        if cmd.many and len(body) > MPUB_SLICE:
+            mpub = SlicedMpub(self, c, topic_name, body, cmd)
+            c.wait = Wait(WAIT_STEPS, mpub.step, mpub.then)
+            return SUSPEND
         try:
             if cmd.many:
                 msgs = nsqd.new_records(body)
@@ -887,6 +900,50 @@ def _until_started(nsqd: NSQD, c: ClientState, topic: Topic, retry: Callable[[],
         return 0
     c.wait = Wait(WAIT_FUTURE, started, lambda _: retry())
     return SUSPEND
+
+
+class SlicedMpub:
+    """A large MPUB put MPUB_SLICE messages per ``step`` (ProtocolV2.publish suspends on it
+    with WAIT_STEPS): the connection runs one step per loop pass and reads nothing else
+    meanwhile; ``then`` answers OK (or E_MPUB_FAILED) once the last slice is in. The messages
+    keep their order and get increasing IDs; the steps go on to the last even if the client
+    goes away, as nsqd's PutMessages finishes once the body is read."""
+
+    __slots__ = ("core", "client", "topic_name", "bodies", "cmd", "at")
+
+    def __init__(
+        self,
+        core: ProtocolV2,
+        c: ClientState,
+        topic_name: str,
+        bodies: list[bytes],
+        cmd: PubCommand,
+    ) -> None:
+        self.core = core
+        self.client = c
+        self.topic_name = topic_name
+        self.bodies = bodies
+        self.cmd = cmd
+        self.at = 0
+
+    def step(self) -> bool:
+        """Put the next slice; True once all are in (the backends flushed)."""
+        nsqd = self.core.nsqd
+        end = self.at + MPUB_SLICE
+        nsqd.get_topic(self.topic_name).put_many(nsqd.new_records(self.bodies[self.at : end]))
+        self.at = end
+        if end < len(self.bodies):
+            return False
+        nsqd.flush_backends()
+        return True
+
+    def then(self, answer: Any) -> int:
+        """The answer after the last step (None) or a step's exception."""
+        if isinstance(answer, (TopicError, OSError)):
+            raise FatalClientError(self.cmd.failed, f"{self.cmd.name} failed {answer}")
+        if isinstance(answer, BaseException):
+            raise answer
+        return self.core.published(self.client, self.topic_name, len(self.bodies))
 
 
 def _held(repl: PublishReplication, handler: Handler) -> Handler:

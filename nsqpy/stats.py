@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import quantile
 from .client_stats import Client, ClientStats
+from .internal.gcpacer import pause_percentiles
 from .internal.godur import format_go_duration_ms
 from .internal.godur import format_go_duration_ns as go_duration_ns
 from .internal.gotime import rfc3339
@@ -170,14 +171,15 @@ def mem_stats() -> dict[str, Any]:
     """nsqd's memory keys, filled from CPython's allocator, gc and the process RSS."""
     rss = _rss_bytes()
     gc_runs = sum(s.get("collections", 0) for s in gc.get_stats())
+    p100, p99, p95 = pause_percentiles()
     return {
         "heap_objects": sys.getallocatedblocks(),
         "heap_idle_bytes": 0,
         "heap_in_use_bytes": rss,
         "heap_released_bytes": 0,
-        "gc_pause_usec_100": 0,
-        "gc_pause_usec_99": 0,
-        "gc_pause_usec_95": 0,
+        "gc_pause_usec_100": p100,
+        "gc_pause_usec_99": p99,
+        "gc_pause_usec_95": p95,
         "next_gc_bytes": 0,
         "gc_total_runs": gc_runs,
     }

@@ -19,6 +19,11 @@ at most every FULL_INTERVAL_S seconds and only when the frozen set has grown by 
 since the last one (a steady daemon never pays for it; one with 10,000 connections pauses about
 as long as a CPython full collection once). It logs what it found at debug level, so a leak of
 cycles shows in the log.
+
+Every collection's pause (young or full, automatic or not) is timed by the same callback and
+kept in a ring of the last PAUSES_KEPT, as Go's runtime keeps MemStats.PauseNs: /stats reads
+the largest and the 99th and 95th percentiles from it (pause_percentiles), as nsqd reports
+gc_pause_usec_100/99/95.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import asyncio
 import gc
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +47,38 @@ CHECK_S = 10.0
 FULL_INTERVAL_S = 600.0
 #: ... and only when the frozen set has grown by this fraction since the last one.
 FULL_GROWTH = 0.25
+#: How many of the latest collections' pauses are kept (Go's MemStats.PauseNs holds 256).
+PAUSES_KEPT = 256
+
+_pauses: deque[float] = deque(maxlen=PAUSES_KEPT)  # seconds, oldest first
+_started = 0.0
+
+
+def _time_pause(phase: str, info: dict[str, Any]) -> None:
+    """gc.callbacks hook: the time from each collection's start to its stop."""
+    global _started
+    if phase == "start":
+        _started = time.perf_counter()
+    elif _started:
+        _pauses.append(time.perf_counter() - _started)
+        _started = 0.0
+
+
+def time_pauses() -> None:
+    """Start timing every collection (idempotent); GcPacer.start calls it."""
+    if _time_pause not in gc.callbacks:
+        gc.callbacks.insert(0, _time_pause)
+
+
+def pause_percentiles() -> tuple[int, int, int]:
+    """(largest, 99th, 95th percentile) of the kept pauses in microseconds, as nsqd's
+    getMemStats computes gc_pause_usec_100/99/95 (nearest rank over the sorted pauses);
+    zeros before any collection was timed."""
+    if not _pauses:
+        return 0, 0, 0
+    us = sorted(int(p * 1e6) for p in _pauses)
+    n = len(us)
+    return us[-1], us[min(n - 1, int(n * 0.99))], us[min(n - 1, int(n * 0.95))]
 
 
 class GcPacer:
@@ -68,6 +106,7 @@ class GcPacer:
         self._last_full = self.clock()
         self._frozen_at_full = gc.get_freeze_count()
         gc.set_threshold(GEN0)
+        time_pauses()
         gc.callbacks.append(self._after_collection)
         gc.enable()
         self._handle = self.loop.call_later(CHECK_S, self._check)

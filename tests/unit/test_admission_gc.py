@@ -108,3 +108,22 @@ def test_gc_pacer_full_collection_finds_frozen_cycles(gc_restored):
             pacer.stop()
 
     assert asyncio.run(main()) >= 100
+
+
+def test_gc_pauses_timed_as_nsqd_reports_them() -> None:
+    """Each collection's pause lands in the ring /stats reads gc_pause_usec_100/99/95 from."""
+    installed = gcpacer._time_pause in gc.callbacks
+    gcpacer.time_pauses()
+    gcpacer.time_pauses()  # once only
+    try:
+        assert gc.callbacks.count(gcpacer._time_pause) == 1
+        keep = [[i] for i in range(50_000)]
+        for _ in range(5):
+            gc.collect()
+        p100, p99, p95 = gcpacer.pause_percentiles()
+        assert p100 >= p99 >= p95 > 0
+        assert len(gcpacer._pauses) <= gcpacer.PAUSES_KEPT
+        del keep
+    finally:
+        if not installed:
+            gc.callbacks.remove(gcpacer._time_pause)

@@ -1,9 +1,11 @@
 """The daemons' HTTP/1.1 server on h11: listeners, connections, keep-alive, bounded work.
 
-Strategy: one asyncio.Protocol per connection (Connection); h11 (sans-IO HTTP/1.1) parses the
-requests, the answers are written here, as Go's net/http writes them (h11's writer has its own
-status line and header order): the handler's headers sorted by name, then Date, Content-Length
-and, when the handler set none, a Content-Type sniffed from the body (text/plain for text).
+Strategy: one asyncio.Protocol per connection (Connection); http.head reads each request head
+in bounded slices (net/http's 1 MiB limit and 431 answer), then h11 (sans-IO HTTP/1.1) takes
+the head's framing and reads the body; the answers are written here, as Go's net/http writes
+them (h11's writer has its own status line and header order): the handler's headers sorted
+by name, then Date, Content-Length and, when the handler set none, a Content-Type sniffed from
+the body (text/plain for text).
 Requests go to a http.router.Router; what its routes do not decide is answered by its rules.
 
 - Keep-alive as net/http and h11 agree (HTTP/1.1 without "Connection: close"); pipelined
@@ -12,8 +14,9 @@ Requests go to a http.router.Router; what its routes do not decide is answered b
   larger Content-Length is refused before anything is read); net/http's 256 KiB rule for a body
   left unread.
 - HTTPS through asyncio's TLS transport; unix socket listeners (nsqd's <path> addresses).
-- Reading goes through one internal.readgate.ReadGate: at most _EVENTS_PER_PASS parser events
-  per loop pass for one connection (BUDGET: the rest waits for the loop's next turn), nothing
+- Reading goes through one internal.readgate.ReadGate: at most _EVENTS_PER_PASS parser events,
+  _HEAD_BYTES_PER_PASS bytes of head lines and _PASS_SECONDS per loop pass for one connection
+  (BUDGET: the rest waits for the loop's next turn), nothing
   read while its answers wait in a full socket buffer (BACKPRESSURE), and nothing while a
   request's answer is on its way (SUSPENDED).
 - Handlers are plain functions of a Request returning a Response, or coroutines for the few
@@ -28,6 +31,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -35,6 +39,7 @@ import h11
 
 from ..gotime import http_date
 from ..readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
+from .head import DONE, MAX_HEADER_BYTES, NEED_DATA, HeadError, HeadReader
 from .request import HTML_TYPE, TEXT_TYPE, HandlerResult, Request, Response
 from .router import Route, Router
 from .v1 import error_answer
@@ -61,11 +66,17 @@ _REASONS = {
     504: "Gateway Timeout",
 }
 
-# net/http's limits: MaxHeaderBytes (1 MiB plus its 4096 bytes of slack) for a request head,
-# and how much of an unread request body it reads and drops to keep the connection alive.
-MAX_HEADER_BYTES = (1 << 20) + 4096
+# net/http's limit on how much of an unread request body it reads and drops to keep the
+# connection alive (MAX_HEADER_BYTES, its limit on a request head, is http.head's).
 _DISCARD_LIMIT = 256 << 10
+# One connection's work per loop pass: at most this many parser events, this many bytes of head
+# lines, this much time; the rest waits for the loop's next turn.
 _EVENTS_PER_PASS = 96
+_HEAD_BYTES_PER_PASS = 16 << 10
+_PASS_SECONDS = 0.002
+# net/http's rstAvoidanceDelay: after a 431 it closes its write side and waits this long before
+# closing, so the client reads the answer instead of a reset.
+_LINGER = 0.5
 
 
 _HTML_SIGS = tuple(
@@ -116,12 +127,14 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Connection(asyncio.Protocol):
-    """One HTTP connection: bytes into h11, requests to the router, answers in order.
+    """One HTTP connection: bytes into a HeadReader, then h11, requests to the router, answers
+    in order.
 
-    h11 parses; the answers are written here (net/http's header order and status lines, which
-    h11's writer does not produce) and h11 is not told of them: each request is parsed by its
-    own h11.Connection, the next one taking over the bytes left after it (trailing_data), once
-    the answer is out. That halves h11's work per request, and keep-alive follows h11's rule
+    A HeadReader reads each head, h11 the body after it; the answers are written here
+    (net/http's header order and status lines, which h11's writer does not produce) and h11 is
+    not told of them: each request's body is framed by its own h11.Connection, and the next
+    head's HeadReader takes over the bytes left after it (trailing_data) once the answer is
+    out. That halves h11's work per request, and keep-alive follows h11's rule
     (HTTP/1.1 without ``Connection: close``)."""
 
     def __init__(self, server: HTTPServer) -> None:
@@ -141,6 +154,12 @@ class Connection(asyncio.Protocol):
         self.preset: Response | None = None  # the server's `before` answer
         self.gate = ReadGate()  # why reading is paused: BUDGET, BACKPRESSURE, SUSPENDED
         self.scheduled = False
+        self.head: HeadReader | None = HeadReader()  # reading a head (h11 has the body)
+        self.headers: list[tuple[bytes, bytes]] = []  # the last head's header lines
+        self._target = b""  # the last head's request target, as sent
+        self._method = b""  # and its method (framing() may shorten a long one for h11)
+        self.eof = False
+        self.lingering = False  # answered 431: what comes in is dropped until the close
 
     # asyncio.Protocol
 
@@ -158,11 +177,20 @@ class Connection(asyncio.Protocol):
             self.task = None
 
     def data_received(self, data: bytes) -> None:
-        self.h11.receive_data(data)
+        if self.lingering:
+            return
+        if self.head is not None:
+            self.head.feed(data)
+        else:
+            self.h11.receive_data(data)
         self._process()
 
     def eof_received(self) -> bool:
-        self.h11.receive_data(b"")
+        self.eof = True
+        if self.lingering:
+            return False
+        if self.head is None:
+            self.h11.receive_data(b"")
         self._process()
         # half-closed: the answer still goes out, then we close (TLS has no half-close)
         return not self.server.secure
@@ -178,13 +206,15 @@ class Connection(asyncio.Protocol):
 
     def _process(self) -> None:
         budget = _EVENTS_PER_PASS
+        until = time.perf_counter() + _PASS_SECONDS
         while (
             self.transport is not None
             and not self.transport.is_closing()
             and self.task is None
             and not self.gate.bits & BACKPRESSURE
+            and not self.lingering
         ):
-            if budget == 0:
+            if budget == 0 or time.perf_counter() > until:
                 # bounded work per pass: go on at the loop's next turn, read nothing meanwhile
                 if not self.scheduled:
                     self.scheduled = True
@@ -192,11 +222,21 @@ class Connection(asyncio.Protocol):
                     asyncio.get_running_loop().call_soon(self._continue)
                 return
             budget -= 1
+            head = self.head
+            if head is not None:
+                if not self._read_head(head):
+                    return
+                if self.head is not None:
+                    budget = 0  # the head's share of this pass is spent
+                continue
             conn = self.h11
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as e:
-                self._bad_request(e)
+                code = e.error_status_hint if e.error_status_hint in (400, 431) else 400
+                missing_host = "Missing mandatory Host" in str(e)
+                detail = "missing required Host header" if missing_host else ""
+                self._bad_request(code, detail)
                 return
             if event is h11.NEED_DATA or event is h11.PAUSED:
                 if conn.their_state is h11.DONE:
@@ -217,6 +257,32 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
                 return
 
+    def _read_head(self, head: HeadReader) -> bool:
+        """One slice of the head; once it is whole, h11 takes its framing and the bytes after
+        it. False when nothing more can be done now (more bytes needed, or refused)."""
+        try:
+            state = head.step(_HEAD_BYTES_PER_PASS)
+        except HeadError as e:
+            self._bad_request(e.status, e.detail)
+            return False
+        if state == NEED_DATA:
+            if self.eof and self.transport is not None:
+                if head.pending:
+                    self._bad_request(400, "")  # cut off in the middle of a head
+                else:
+                    self.transport.close()
+            return False
+        if state == DONE:
+            self.head = None
+            self.headers = head.headers
+            self._target = head.target
+            self._method = head.method
+            self.h11 = conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+            conn.receive_data(head.framing() + head.rest)
+            if self.eof:
+                conn.receive_data(b"")
+        return True
+
     def _continue(self) -> None:
         self.scheduled = False
         self.gate.resume(BUDGET)
@@ -229,18 +295,16 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
             return
         data, closed = self.h11.trailing_data
-        self.h11 = conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-        if data:
-            conn.receive_data(bytes(data))
-        if closed:
-            conn.receive_data(b"")
+        self.head = HeadReader(bytes(data))
+        self.eof = self.eof or closed
         self.request = None
         self.answered = False
         self.gate.resume(SUSPENDED)
 
     def _begin(self, ev: h11.Request) -> None:
-        target = ev.target.decode("utf-8", "surrogateescape")
-        request = Request(ev.method.decode("ascii"), target, ev.headers, self.server.secure)
+        target = self._target.decode("utf-8", "surrogateescape")
+        headers, self.headers = self.headers, []
+        request = Request(self._method.decode("ascii"), target, headers, self.server.secure)
         self.request = request
         self.chunks = []
         self.buffered = 0
@@ -251,8 +315,8 @@ class Connection(asyncio.Protocol):
         # h11's keep-alive rule: HTTP/1.1 without "Connection: close"
         self.keep_alive = ev.http_version == b"1.1"
         if self.keep_alive:
-            for name, value in ev.headers:
-                if name == b"connection" and b"close" in value.lower().split(b","):
+            for name, _ in ev.headers:
+                if name == b"connection":  # framing() passes only "close" on
                     self.keep_alive = False
         before = self.server.before
         self.preset = before(request) if before is not None else None
@@ -359,17 +423,27 @@ class Connection(asyncio.Protocol):
         elif conn.their_state is h11.DONE:
             self._next_request()
 
-    def _bad_request(self, e: h11.RemoteProtocolError) -> None:
-        """What net/http answers to a request it cannot parse, then the connection closes."""
+    def _bad_request(self, code: int, detail: str) -> None:
+        """What net/http answers to a request it cannot parse (``code`` 400 or 431, ``detail``
+        Go's text after the reason, if any), then the connection closes: after a 431 as
+        net/http's closeWriteAndWait does (write side shut, the rest read and dropped for
+        _LINGER seconds), so the client gets the answer rather than a reset."""
         transport = self.transport
         if transport is None:
             return
         if not self.answered:
-            code = e.error_status_hint if e.error_status_hint in (400, 431) else 400
             reason = _REASONS[code].encode()
-            if "Missing mandatory Host" in str(e):
-                reason += b": missing required Host header"
+            if detail:
+                reason += b": " + detail.encode()
             transport.write(_BAD_REQUEST % (code, reason, code, reason))
+        self.head = None
+        if code == 431 and not self.answered and transport.can_write_eof():
+            self.lingering = True
+            self.gate.resume(BUDGET)
+            self.scheduled = True  # no budget continuation: nothing more is parsed
+            transport.write_eof()
+            asyncio.get_running_loop().call_later(_LINGER, transport.close)
+            return
         transport.close()
 
 
