@@ -146,7 +146,10 @@ class HeadReader:
         value = self._value.strip(_OWS)
         if _TOKEN.fullmatch(name) is None or _BAD_VALUE.search(value) is not None:
             raise HeadError(400)
-        self.headers.append((name.lower(), value))
+        header = (name.lower(), value)
+        if header[0] == b"content-length" and header in self.headers:
+            return  # a repeated equal Content-Length is one, as h11 (and Go) keep it
+        self.headers.append(header)
 
     def framing(self) -> bytes:
         """A short head for h11 with this head's framing (see the module docstring): h11 then
