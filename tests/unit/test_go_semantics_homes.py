@@ -39,7 +39,10 @@ def test_nsqd_identify_errors_are_go_json_errors() -> None:
     with pytest.raises(ValueError, match="identifyDataV2.sample_rate of type int32"):
         decode_identify(b'{"sample_rate":2147483648}')
     assert decode_identify_aside(b"{bad") is None
-    assert decode_identify_aside(b'{"x":' + b"[" * 5000 + b"]" * 5000 + b"}") is None
+    # Go's decoder takes nesting up to 10,000 levels and ignores the unknown key; CPython's
+    # json refuses 5,000 levels before 3.13 (its recursion limit: then None) and takes them
+    # from 3.13 on, as Go does
+    assert decode_identify_aside(b'{"x":' + b"[" * 5000 + b"]" * 5000 + b"}") in (None, {})
     assert decode_identify_aside(b'{"Client_ID":"a","client_id":"b"}') == {"client_id": "b"}
 
 
