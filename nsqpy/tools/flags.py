@@ -202,6 +202,20 @@ def print_version(program: str) -> None:
     click.echo(f"{program} v{NSQ_TOOLS_VERSION} (nsqpy {__version__})")
 
 
+def parse_tool_flags(
+    program: str, table: Sequence[Flag], argv: Sequence[str]
+) -> dict[str, Any] | None:
+    """``parse``, then ``-version``: None when the usage or the version line was printed (the
+    tool then returns), else the values. The order of Go's tools that check ``-version`` first."""
+    opts = parse(program, table, argv)
+    if opts is None:
+        return None
+    if opts["version"]:
+        print_version(program)
+        return None
+    return opts
+
+
 def split_opt(opt: str) -> tuple[str, Any]:
     """A go-nsq ``--consumer-opt``/``--producer-opt`` value (go-nsq config_flag.go): ``name,value``
     -> (name, value); a bare ``name`` means boolean true."""

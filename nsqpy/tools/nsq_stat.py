@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import FetchError, HTTPClient
 from ..internal.clusterinfo.types import Stats, UpstreamError, err_list
-from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse, print_version
+from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse_tool_flags
 
 FLAGS = (
     VERSION,
@@ -100,11 +100,8 @@ async def stat_loop(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_stat's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_stat", FLAGS, argv)
+    opts = parse_tool_flags("nsq_stat", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_stat")
         return
     if not opts["topic"] or not opts["channel"]:
         fail("--topic and --channel are required")

@@ -26,8 +26,7 @@ from .flags import (
     check_one_source,
     fail,
     log,
-    parse,
-    print_version,
+    parse_tool_flags,
 )
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 
@@ -108,11 +107,8 @@ async def tail(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_tail's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_tail", FLAGS, argv)
+    opts = parse_tool_flags("nsq_tail", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_tail")
         return
     if not opts["channel"]:
         opts["channel"] = f"tail{random.randrange(999999):06d}#ephemeral"

@@ -32,8 +32,7 @@ from .flags import (
     Flag,
     check_one_source,
     fail,
-    parse,
-    print_version,
+    parse_tool_flags,
 )
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
@@ -167,11 +166,8 @@ async def forward(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_to_http's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_to_http", FLAGS, argv)
+    opts = parse_tool_flags("nsq_to_http", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_to_http")
         return
     opts["headers_parsed"] = {}
     if opts["header"]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..internal.gojson import encode as go_encode_string
 from ..wire import is_valid_name
-from .flags import INT, LIST, STR, VERSION, Flag, check_one_source, fail, log, parse, print_version
+from .flags import INT, LIST, STR, VERSION, Flag, check_one_source, fail, log, parse_tool_flags
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 
@@ -211,11 +211,8 @@ async def copy(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_to_nsq's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_to_nsq", FLAGS, argv)
+    opts = parse_tool_flags("nsq_to_nsq", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_to_nsq")
         return
     if not opts["topic"] or not opts["channel"]:
         fail("--topic and --channel are required")
