@@ -261,12 +261,15 @@ def client_from_nsqd(c: dict[str, Any], node: str, now: float | None = None) -> 
         "user_agent": c.get("user_agent", ""),
         "connect_ts": connect_ts,
         "connected": (now_s - connect_ts) * 1_000_000_000,
-        "in_flight_count": int(c.get("in_flight_count") or 0),
-        "ready_count": int(c.get("ready_count") or 0),
-        "finish_count": int(c.get("finish_count") or 0),
-        "requeue_count": int(c.get("requeue_count") or 0),
-        "message_count": int(c.get("message_count") or 0),
-        "sample_rate": int(c.get("sample_rate") or 0),
+        **_counts(
+            c,
+            "in_flight_count",
+            "ready_count",
+            "finish_count",
+            "requeue_count",
+            "message_count",
+            "sample_rate",
+        ),
         "deflate": bool(c.get("deflate")),
         "snappy": bool(c.get("snappy")),
         "authed": bool(c.get("authed")),
@@ -278,6 +281,12 @@ def client_from_nsqd(c: dict[str, Any], node: str, now: float | None = None) -> 
         "tls_negotiated_protocol": c.get("tls_negotiated_protocol", ""),
         "tls_negotiated_protocol_is_mutual": bool(c.get("tls_negotiated_protocol_is_mutual")),
     }
+
+
+def _counts(c: dict[str, Any], *keys: str) -> dict[str, int]:
+    """Counters of an nsqd /stats object, in the order of ``keys``: ints, 0 where missing or
+    null (Go's zero value)."""
+    return {k: int(c.get(k) or 0) for k in keys}
 
 
 def _channel_from_nsqd(
@@ -294,12 +303,15 @@ def _channel_from_nsqd(
         "depth": depth,
         "memory_depth": depth - backend,
         "backend_depth": backend,
-        "in_flight_count": int(c.get("in_flight_count") or 0),
-        "deferred_count": int(c.get("deferred_count") or 0),
-        "requeue_count": int(c.get("requeue_count") or 0),
-        "timeout_count": int(c.get("timeout_count") or 0),
-        "message_count": int(c.get("message_count") or 0),
-        "client_count": int(c.get("client_count") or 0),
+        **_counts(
+            c,
+            "in_flight_count",
+            "deferred_count",
+            "requeue_count",
+            "timeout_count",
+            "message_count",
+            "client_count",
+        ),
         "nodes": None,
         "clients": None if clients is None else [client_from_nsqd(x, node, now) for x in clients],
         "paused": bool(c.get("paused")),
