@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsq_archive import session, watch  # noqa: E402  (also puts this checkout on the path)
+from nsq_archive import session, source_options, watch  # noqa: E402  (also puts this checkout on the path)
 
 EVENT_SCHEMA = "event_id long, ts timestamp, user string, kind string, value double"
 
@@ -95,18 +95,7 @@ def windowed_counts(events, window: str, watermark: str):  # DataFrame -> DataFr
 
 
 def nsq_options(args: argparse.Namespace) -> dict[str, str]:
-    opts = {
-        "topic": args.topic,
-        "channel": args.channel,
-        "spool_dir": os.path.join(args.checkpoint, "nsq-spool"),
-    }
-    if args.nsqd_tcp_address:
-        opts["nsqd_tcp_addresses"] = ",".join(args.nsqd_tcp_address)
-    if args.lookupd_http_address:
-        opts["lookupd_http_addresses"] = ",".join(args.lookupd_http_address)
-    if args.max_per_trigger:
-        opts["max_messages_per_trigger"] = str(args.max_per_trigger)
-    return opts
+    return source_options(args)
 
 
 def build_query(spark, args: argparse.Namespace):  # -> StreamingQuery

@@ -50,11 +50,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def nsq_options(args: argparse.Namespace) -> dict[str, str]:
+    return source_options(args, max_in_flight=str(args.max_in_flight), msg_timeout=args.msg_timeout)
+
+
+def source_options(args: argparse.Namespace, **extra: str) -> dict[str, str]:
+    """The nsq source's options from the flags every job takes (topic, channel, checkpoint,
+    nsqd and lookupd addresses, max per trigger), ``extra`` after the channel."""
     opts = {
         "topic": args.topic,
         "channel": args.channel,
-        "max_in_flight": str(args.max_in_flight),
-        "msg_timeout": args.msg_timeout,
+        **extra,
         "spool_dir": os.path.join(args.checkpoint, "nsq-spool"),
     }
     if args.nsqd_tcp_address:

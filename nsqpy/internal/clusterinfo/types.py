@@ -283,6 +283,17 @@ def client_from_nsqd(c: dict[str, Any], node: str, now: float | None = None) -> 
     }
 
 
+#: A channel row's counters taken as they are from nsqd's /stats (in the row's key order).
+_CHANNEL_COUNTERS = (
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "message_count",
+    "client_count",
+)
+
+
 def _counts(c: dict[str, Any], *keys: str) -> dict[str, int]:
     """Counters of an nsqd /stats object, in the order of ``keys``: ints, 0 where missing or
     null (Go's zero value)."""
@@ -303,15 +314,7 @@ def _channel_from_nsqd(
         "depth": depth,
         "memory_depth": depth - backend,
         "backend_depth": backend,
-        **_counts(
-            c,
-            "in_flight_count",
-            "deferred_count",
-            "requeue_count",
-            "timeout_count",
-            "message_count",
-            "client_count",
-        ),
+        **_counts(c, *_CHANNEL_COUNTERS),
         "nodes": None,
         "clients": None if clients is None else [client_from_nsqd(x, node, now) for x in clients],
         "paused": bool(c.get("paused")),
@@ -394,17 +397,7 @@ def new_channel_total(topic: str, channel: str, node: str = "*") -> Stats:
     }
 
 
-_CHANNEL_SUMS = (
-    "depth",
-    "memory_depth",
-    "backend_depth",
-    "in_flight_count",
-    "deferred_count",
-    "requeue_count",
-    "timeout_count",
-    "message_count",
-    "client_count",
-)
+_CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", *_CHANNEL_COUNTERS)
 
 
 def channel_add(total: Stats, a: Stats) -> None:
