@@ -196,22 +196,14 @@ class HTTPAPI:
         q, topic = self.topic_from_query(request)
         deferred = self.defer_ms(q)
 
-        def put() -> str:
+        def put() -> None:
             record = self.nsqd.new_record(body)
-            try:
-                if deferred:
-                    topic.put_deferred(record, deferred)
-                else:
-                    topic.put(record)
-                self.nsqd.flush_backends()
-            except TopicError:
-                raise NsqHTTPError(503, "EXITING") from None
-            except OSError:
-                # nsqd answers 503 EXITING for any put error; a disk failure is not "exiting".
-                raise NsqHTTPError(500, "PUB_FAILED") from None
-            return "OK"
+            if deferred:
+                topic.put_deferred(record, deferred)
+            else:
+                topic.put(record)
 
-        return self.once_started(topic, put)
+        return self.put_and_flush(topic, put, "PUB_FAILED")
 
     def mpub(self, request: Request) -> Any:
         opts = self.nsqd.opts
@@ -220,17 +212,28 @@ class HTTPAPI:
         q, topic = self.topic_from_query(request)
         bodies = self.mpub_bodies(q, request)
 
-        def put() -> str:
+        def put() -> None:
+            topic.put_many(self.nsqd.new_records(bodies))
+
+        return self.put_and_flush(topic, put, "MPUB_FAILED")
+
+    def put_and_flush(self, topic: Any, put: Callable[[], None], failed: str) -> Any:
+        """/pub's and /mpub's answer: ``put`` run once ``topic`` has started (once_started),
+        then the backends flushed: "OK". 503 EXITING when the topic refuses (TopicError), 500
+        ``failed`` on a disk error (nsqd answers 503 EXITING for any put error; a disk failure
+        is not "exiting")."""
+
+        def run() -> str:
             try:
-                topic.put_many(self.nsqd.new_records(bodies))
+                put()
                 self.nsqd.flush_backends()
             except TopicError:
                 raise NsqHTTPError(503, "EXITING") from None
             except OSError:
-                raise NsqHTTPError(500, "MPUB_FAILED") from None
+                raise NsqHTTPError(500, failed) from None
             return "OK"
 
-        return self.once_started(topic, put)
+        return self.once_started(topic, run)
 
     def defer_ms(self, q: dict[str, str]) -> int:
         """/pub's ``defer`` in whole ms (0 when absent); 400 INVALID_DEFER."""
