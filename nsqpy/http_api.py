@@ -29,7 +29,7 @@ from .internal.http.request import JSON_TYPE, Request, Response, first_values
 from .internal.http.router import Router
 from .internal.http.server import HTTPServer, serve
 from .internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, plain_text
-from .internal.lg import LOG_LEVELS
+from .internal.lg import LOG_LEVELS, change_level
 from .options import NSQ_VERSION
 from .topic import TopicError
 
@@ -405,10 +405,8 @@ class HTTPAPI:
                     self.nsqd.lookup.set_addresses(value or [])
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").lower()
-                if level not in _PUT_LOG_LEVELS:
+                if not change_level(opts, level, _PUT_LOG_LEVELS):
                     raise NsqHTTPError(400, "INVALID_VALUE")
-                opts.log_level = level
-                logging.getLogger("nsqpy").setLevel(LOG_LEVELS[level])
             else:
                 raise NsqHTTPError(400, "INVALID_OPTION")
         value, ok = config.option_value(opts, opt)

@@ -30,7 +30,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TextIO
 
 #: The --log-level names (any case on the command line) and their logging levels; "warning"
@@ -186,6 +186,17 @@ class PassBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self._write_out()
         finally:
             self.release()
+
+
+def change_level(opts: Any, level: str, known: Collection[str]) -> bool:
+    """A --log-level change at run time (PUT /config/log_level, nsqd's and nsqadmin's
+    doConfig): ``level`` (lower case) among ``known`` goes to ``opts.log_level`` and to the
+    "nsqpy" logger, True; False for any other, nothing changed."""
+    if level not in known:
+        return False
+    opts.log_level = level
+    logging.getLogger("nsqpy").setLevel(LOG_LEVELS[level])
+    return True
 
 
 def setup_logging(
