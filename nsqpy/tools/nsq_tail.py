@@ -18,8 +18,12 @@ from typing import Any
 
 from .flags import (
     BOOL,
+    CONSUMER_OPT,
     INT,
     LIST,
+    LOOKUPD_HTTP_ADDRESS,
+    MAX_IN_FLIGHT,
+    NSQD_TCP_ADDRESS,
     STR,
     VERSION,
     Flag,
@@ -33,13 +37,13 @@ from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 FLAGS = (
     VERSION,
     Flag("channel", STR, "", "NSQ channel"),
-    Flag("max-in-flight", INT, 200, "max number of messages to allow in flight"),
+    MAX_IN_FLIGHT,
     Flag("n", INT, 0, "total messages to show (will wait if starved)"),
     Flag("print-topic", BOOL, False, "print topic name where message was received"),
-    Flag("nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+    NSQD_TCP_ADDRESS,
+    LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "NSQ topic (may be given multiple times)"),
-    Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)"),
+    CONSUMER_OPT,
 )
 
 

@@ -26,9 +26,14 @@ from ..internal.clusterinfo.types import UpstreamError, err_list
 from .file_logger import FileLogger, FileOptions
 from .flags import (
     BOOL,
+    CONSUMER_OPT,
     DURATION,
+    HTTP_CONNECT_TIMEOUT,
     INT,
     LIST,
+    LOOKUPD_HTTP_ADDRESS,
+    MAX_IN_FLIGHT,
+    NSQD_TCP_ADDRESS,
     STR,
     VERSION,
     Flag,
@@ -46,7 +51,7 @@ FLAGS = (
     Flag("log-level", STR, "info", "set log verbosity: debug, info, warn, error, or fatal"),
     Flag("log-prefix", STR, "[nsq_to_file] ", "log message prefix"),
     Flag("channel", STR, "nsq_to_file", "nsq channel"),
-    Flag("max-in-flight", INT, 200, "max number of messages to allow in flight"),
+    MAX_IN_FLIGHT,
     Flag("output-dir", STR, "/tmp", "directory to write output files to"),
     Flag("work-dir", STR, "", "directory for in-progress files before moving to output-dir"),
     Flag("datetime-format", STR, "%Y-%m-%d_%H", "strftime format for <DATETIME>"),
@@ -65,12 +70,12 @@ FLAGS = (
     Flag("rotate-size", INT, 0, "rotate the file when it grows bigger than `rotate-size` bytes"),
     Flag("rotate-interval", DURATION, 0.0, "rotate the file every duration"),
     Flag("sync-interval", DURATION, 30.0, "sync file to disk every duration"),
-    Flag("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"),
+    HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
-    Flag("nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+    NSQD_TCP_ADDRESS,
+    LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "nsq topic (may be given multiple times)"),
-    Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)"),
+    CONSUMER_OPT,
 )
 
 _MSG, _TICK, _HUP, _TERM, _STOPPED = "msg", "tick", "hup", "term", "stopped"
