@@ -411,16 +411,7 @@ def channel_add(total: Stats, a: Stats) -> None:
         total["dead_letter_count"] = total.get("dead_letter_count", 0) + a["dead_letter_count"]
     if a["paused"]:
         total["paused"] = True
-    total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)
-    if total["e2e_processing_latency"] is None:
-        total["e2e_processing_latency"] = {
-            "count": 0,
-            "percentiles": None,
-            "topic": total["topic_name"],
-            "channel": total["channel_name"],
-            "host": total["node"],
-        }
-    e2e_add(total["e2e_processing_latency"], a.get("e2e_processing_latency"))
+    _add_node(total, a, total["channel_name"])
     if a.get("clients"):
         total["clients"] = sorted(
             [*(total["clients"] or []), *a["clients"]], key=lambda c: c["hostname"]
@@ -460,13 +451,20 @@ def topic_add(total: Stats, a: Stats) -> None:
             channels.append(agg)
         channel_add(agg, ch)
     total["channels"] = channels or None
+    _add_node(total, a, "")
+
+
+def _add_node(total: Stats, a: Stats, channel: str) -> None:
+    """What TopicStats.Add and ChannelStats.Add share: the node row ``a`` appended to
+    ``total``'s (sorted by host), its e2e percentiles merged into the total's (made empty for
+    ``channel`` at the first row)."""
     total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)
     if total["e2e_processing_latency"] is None:
         total["e2e_processing_latency"] = {
             "count": 0,
             "percentiles": None,
             "topic": total["topic_name"],
-            "channel": "",
+            "channel": channel,
             "host": total["node"],
         }
     e2e_add(total["e2e_processing_latency"], a.get("e2e_processing_latency"))
