@@ -74,6 +74,17 @@ def _tls_required(nsqd: NSQD) -> Any:
     return check
 
 
+def _name_arg(q: dict[str, str], key: str, invalid: str) -> str:
+    """``q[key]`` (``key``: "topic" or "channel"): 400 MISSING_ARG_<KEY> when absent, 400
+    ``invalid`` when it is not a valid NSQ name (no check when ``invalid`` is empty)."""
+    if key not in q:
+        raise NsqHTTPError(400, f"MISSING_ARG_{key.upper()}")
+    name = q[key]
+    if invalid and not wire.is_valid_name(name):
+        raise NsqHTTPError(400, invalid)
+    return name
+
+
 class HTTPAPI:
     """The handlers; ``nsqd`` is the core they act on."""
 
@@ -95,12 +106,7 @@ class HTTPAPI:
 
     def topic_from_query(self, request: Request) -> tuple[dict[str, str], Any]:
         q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        name = q["topic"]
-        if not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
-        return q, self.nsqd.get_topic(name)
+        return q, self.nsqd.get_topic(_name_arg(q, "topic", "INVALID_TOPIC"))
 
     def once_started(self, topic: Any, answer: Callable[[], Any]) -> Any:
         """``answer()`` now when ``topic`` hands out its messages; else a coroutine that waits
@@ -118,16 +124,8 @@ class HTTPAPI:
 
     def _existing_topic_and_channel(self, request: Request) -> tuple[Any, str]:
         q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        topic_name = q["topic"]
-        if not wire.is_valid_name(topic_name):
-            raise NsqHTTPError(400, "INVALID_ARG_TOPIC")
-        if "channel" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_CHANNEL")
-        channel_name = q["channel"]
-        if not wire.is_valid_name(channel_name):
-            raise NsqHTTPError(400, "INVALID_ARG_CHANNEL")
+        topic_name = _name_arg(q, "topic", "INVALID_ARG_TOPIC")
+        channel_name = _name_arg(q, "channel", "INVALID_ARG_CHANNEL")
         try:
             topic = self.nsqd.get_existing_topic(topic_name)
         except TopicError:
@@ -142,12 +140,7 @@ class HTTPAPI:
             raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
 
     def _existing_topic(self, request: Request, validate: bool) -> Any:
-        q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        name = q["topic"]
-        if validate and not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
+        name = _name_arg(self.query(request), "topic", "INVALID_TOPIC" if validate else "")
         try:
             return self.nsqd.get_existing_topic(name)
         except TopicError:
@@ -309,11 +302,9 @@ class HTTPAPI:
         return replicas
 
     def topic_delete(self, request: Request) -> Any:
-        q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = _name_arg(self.query(request), "topic", "")
         try:
-            self.nsqd.delete_existing_topic(q["topic"])
+            self.nsqd.delete_existing_topic(name)
         except TopicError:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
         return None
