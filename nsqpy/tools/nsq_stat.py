@@ -18,29 +18,19 @@ from collections.abc import Sequence
 from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import FetchError, HTTPClient
 from ..internal.clusterinfo.types import Stats, UpstreamError, err_list
-from .flags import (
-    DURATION,
-    HTTP_CONNECT_TIMEOUT,
-    INT,
-    LIST,
-    LOOKUPD_HTTP_ADDRESS,
-    STR,
-    VERSION,
-    Flag,
-    fail,
-    parse_tool_flags,
-)
+from . import flags
+from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse_tool_flags
 
 FLAGS = (
     VERSION,
     Flag("topic", STR, "", "NSQ topic"),
     Flag("channel", STR, "", "NSQ channel"),
     Flag("interval", DURATION, 2.0, "duration of time between polling/printing output"),
-    HTTP_CONNECT_TIMEOUT,
+    flags.HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
     Flag("count", INT, None, "number of reports"),
     Flag("nsqd-http-address", LIST, (), "nsqd HTTP address (may be given multiple times)"),
-    LOOKUPD_HTTP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
 )
 
 HEADER = (

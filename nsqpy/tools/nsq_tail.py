@@ -16,14 +16,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from . import flags
 from .flags import (
     BOOL,
-    CONSUMER_OPT,
     INT,
     LIST,
-    LOOKUPD_HTTP_ADDRESS,
-    MAX_IN_FLIGHT,
-    NSQD_TCP_ADDRESS,
     STR,
     VERSION,
     Flag,
@@ -37,13 +34,13 @@ from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 FLAGS = (
     VERSION,
     Flag("channel", STR, "", "NSQ channel"),
-    MAX_IN_FLIGHT,
+    flags.MAX_IN_FLIGHT,
     Flag("n", INT, 0, "total messages to show (will wait if starved)"),
     Flag("print-topic", BOOL, False, "print topic name where message was received"),
-    NSQD_TCP_ADDRESS,
-    LOOKUPD_HTTP_ADDRESS,
+    flags.NSQD_TCP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "NSQ topic (may be given multiple times)"),
-    CONSUMER_OPT,
+    flags.CONSUMER_OPT,
 )
 
 

@@ -23,17 +23,13 @@ from typing import Any
 from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import FetchError, HTTPClient
 from ..internal.clusterinfo.types import UpstreamError, err_list
+from . import flags
 from .file_logger import FileLogger, FileOptions
 from .flags import (
     BOOL,
-    CONSUMER_OPT,
     DURATION,
-    HTTP_CONNECT_TIMEOUT,
     INT,
     LIST,
-    LOOKUPD_HTTP_ADDRESS,
-    MAX_IN_FLIGHT,
-    NSQD_TCP_ADDRESS,
     STR,
     VERSION,
     Flag,
@@ -51,7 +47,7 @@ FLAGS = (
     Flag("log-level", STR, "info", "set log verbosity: debug, info, warn, error, or fatal"),
     Flag("log-prefix", STR, "[nsq_to_file] ", "log message prefix"),
     Flag("channel", STR, "nsq_to_file", "nsq channel"),
-    MAX_IN_FLIGHT,
+    flags.MAX_IN_FLIGHT,
     Flag("output-dir", STR, "/tmp", "directory to write output files to"),
     Flag("work-dir", STR, "", "directory for in-progress files before moving to output-dir"),
     Flag("datetime-format", STR, "%Y-%m-%d_%H", "strftime format for <DATETIME>"),
@@ -70,12 +66,12 @@ FLAGS = (
     Flag("rotate-size", INT, 0, "rotate the file when it grows bigger than `rotate-size` bytes"),
     Flag("rotate-interval", DURATION, 0.0, "rotate the file every duration"),
     Flag("sync-interval", DURATION, 30.0, "sync file to disk every duration"),
-    HTTP_CONNECT_TIMEOUT,
+    flags.HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
-    NSQD_TCP_ADDRESS,
-    LOOKUPD_HTTP_ADDRESS,
+    flags.NSQD_TCP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "nsq topic (may be given multiple times)"),
-    CONSUMER_OPT,
+    flags.CONSUMER_OPT,
 )
 
 _MSG, _TICK, _HUP, _TERM, _STOPPED = "msg", "tick", "hup", "term", "stopped"

@@ -21,20 +21,14 @@ from urllib.parse import quote_plus
 import aiohttp
 from yarl import URL
 
+from . import flags
 from .flags import (
-    CONSUMER_OPT,
     DURATION,
     FLOAT,
-    HTTP_CONNECT_TIMEOUT,
     INT,
     LIST,
-    LOOKUPD_HTTP_ADDRESS,
-    MAX_IN_FLIGHT,
     NSQ_TOOLS_VERSION,
-    NSQD_TCP_ADDRESS,
-    STATUS_EVERY,
     STR,
-    UPSTREAM_MODE,
     VERSION,
     Flag,
     check_one_source,
@@ -50,20 +44,20 @@ FLAGS = (
     VERSION,
     Flag("topic", STR, "", "nsq topic"),
     Flag("channel", STR, "nsq_to_http", "nsq channel"),
-    MAX_IN_FLIGHT,
+    flags.MAX_IN_FLIGHT,
     Flag("n", INT, 100, "number of concurrent publishers"),
-    UPSTREAM_MODE,
+    flags.UPSTREAM_MODE,
     Flag("sample", FLOAT, 1.0, "% of messages to publish (float b/w 0 -> 1)"),
-    HTTP_CONNECT_TIMEOUT,
+    flags.HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 20.0, "timeout for HTTP request"),
-    STATUS_EVERY,
+    flags.STATUS_EVERY,
     Flag("content-type", STR, DEFAULT_CONTENT_TYPE, "the Content-Type used for POST requests"),
     Flag("post", LIST, (), "HTTP address to make a POST request to (repeatable)"),
     Flag("header", LIST, (), "Custom header for HTTP requests (repeatable)"),
     Flag("get", LIST, (), "HTTP address to make a GET request to; '%s' is the data (repeatable)"),
-    NSQD_TCP_ADDRESS,
-    LOOKUPD_HTTP_ADDRESS,
-    CONSUMER_OPT,
+    flags.NSQD_TCP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
+    flags.CONSUMER_OPT,
 )
 
 

@@ -21,23 +21,8 @@ from typing import Any
 
 from ..internal.gojson import encode as go_encode_string
 from ..wire import is_valid_name
-from .flags import (
-    CONSUMER_OPT,
-    LIST,
-    LOOKUPD_HTTP_ADDRESS,
-    MAX_IN_FLIGHT,
-    NSQD_TCP_ADDRESS,
-    PRODUCER_OPT,
-    STATUS_EVERY,
-    STR,
-    UPSTREAM_MODE,
-    VERSION,
-    Flag,
-    check_one_source,
-    fail,
-    log,
-    parse_tool_flags,
-)
+from . import flags
+from .flags import LIST, STR, VERSION, Flag, check_one_source, fail, log, parse_tool_flags
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 
@@ -45,18 +30,18 @@ FLAGS = (
     VERSION,
     Flag("channel", STR, "nsq_to_nsq", "nsq channel"),
     Flag("destination-topic", STR, "", "use this destination topic for all consumed topics"),
-    MAX_IN_FLIGHT,
-    STATUS_EVERY,
-    UPSTREAM_MODE,
-    NSQD_TCP_ADDRESS,
+    flags.MAX_IN_FLIGHT,
+    flags.STATUS_EVERY,
+    flags.UPSTREAM_MODE,
+    flags.NSQD_TCP_ADDRESS,
     Flag("destination-nsqd-tcp-address", LIST, (), "destination nsqd TCP address (repeatable)"),
-    LOOKUPD_HTTP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "nsq topic (may be given multiple times)"),
     Flag("whitelist-json-field", LIST, (), "for JSON messages: pass this field (repeatable)"),
     Flag("require-json-field", STR, "", "for JSON messages: only pass messages with this field"),
     Flag("require-json-value", STR, "", "for JSON messages: ... in which it has this value"),
-    CONSUMER_OPT,
-    PRODUCER_OPT,
+    flags.CONSUMER_OPT,
+    flags.PRODUCER_OPT,
 )
 
 

@@ -17,14 +17,15 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from .flags import INT, LIST, PRODUCER_OPT, STR, Flag, fail, log, parse
+from . import flags
+from .flags import INT, LIST, STR, Flag, fail, log, parse
 from .runtime import Signals, make_config, run_main
 
 FLAGS = (
     Flag("topic", STR, "", "NSQ topic to publish to"),
     Flag("delimiter", STR, "\n", "character to split input from stdin"),
     Flag("nsqd-tcp-address", LIST, (), "destination nsqd TCP address (repeatable)"),
-    PRODUCER_OPT,
+    flags.PRODUCER_OPT,
     Flag("rate", INT, 0, "Throttle messages to n/second. 0 to disable"),
 )
 
