@@ -314,13 +314,16 @@ class HTTPAPI:
         return None
 
     def topic_pause(self, request: Request) -> Any:
-        topic = self._existing_topic(request, validate=False)
+        return self._pause(request, self._existing_topic(request, validate=False))
+
+    def _pause(self, request: Request, target: Any) -> None:
+        """/topic/(un)pause and /channel/(un)pause on ``target`` (a Topic or a Channel), the
+        path saying which, then the metadata persisted (nsqd's doPauseTopic/doPauseChannel)."""
         if "unpause" in request.path:
-            topic.unpause()
+            target.unpause()
         else:
-            topic.pause()
+            target.pause()
         self.nsqd.persist_metadata()
-        return None
 
     def channel_create(self, request: Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
@@ -424,13 +427,7 @@ class HTTPAPI:
         return message_lookup.answer(self.nsqd, self.query(request))
 
     def channel_pause(self, request: Request) -> Any:
-        ch = self._existing_channel(request)
-        if "unpause" in request.path:
-            ch.unpause()
-        else:
-            ch.pause()
-        self.nsqd.persist_metadata()
-        return None
+        return self._pause(request, self._existing_channel(request))
 
 
 def build_router(nsqd: NSQD, hooks: Sequence[RouteHook] = ()) -> Router:
