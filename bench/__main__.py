@@ -18,9 +18,9 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from . import report
 from .bombs import BombsConfig, run_bombs
@@ -38,6 +38,8 @@ from .target import Daemon, Target
 from .writer import WriterConfig, run_writer
 
 MODES = ("writer", "reader", "e2e", "memory")
+
+_C = TypeVar("_C")
 
 
 def _positive(v: str) -> int:
@@ -389,42 +391,23 @@ def _own_daemon(args: argparse.Namespace) -> bool:
 # ---------------------------------------------------------------- modes
 
 
+def _config(cls: Callable[..., _C], args: argparse.Namespace, names: str, **kw: Any) -> _C:
+    """A mode's config: each of ``names`` (space-separated) copied from the command line under
+    its own name, ``progress`` unless --quiet, then ``kw``."""
+    return cls(**{n: getattr(args, n) for n in names.split()}, progress=not args.quiet, **kw)
+
+
 def writer_config(args: argparse.Namespace, **kw: Any) -> WriterConfig:
-    return WriterConfig(
-        size=args.size,
-        batch_size=args.batch_size,
-        concurrency=args.concurrency,
-        processes=args.processes,
-        runfor=args.runfor,
-        progress=not args.quiet,
-        **kw,
-    )
+    return _config(WriterConfig, args, "size batch_size concurrency processes runfor", **kw)
 
 
 def reader_config(args: argparse.Namespace, **kw: Any) -> ReaderConfig:
-    return ReaderConfig(
-        size=args.size,
-        rdy=args.rdy,
-        concurrency=args.concurrency,
-        processes=args.processes,
-        runfor=args.runfor,
-        progress=not args.quiet,
-        **kw,
-    )
+    return _config(ReaderConfig, args, "size rdy concurrency processes runfor", **kw)
 
 
 def e2e_config(args: argparse.Namespace, **kw: Any) -> E2EConfig:
-    return E2EConfig(
-        size=args.size,
-        rate=args.rate,
-        batch=args.e2e_batch,
-        rdy=args.rdy,
-        runfor=args.runfor,
-        warmup=args.warmup,
-        output_buffer_timeout=args.output_buffer_timeout,
-        progress=not args.quiet,
-        **kw,
-    )
+    names = "size rate rdy runfor warmup output_buffer_timeout"
+    return _config(E2EConfig, args, names, batch=args.e2e_batch, **kw)
 
 
 def memory_mqs(args: argparse.Namespace, count: int) -> int:

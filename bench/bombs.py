@@ -42,7 +42,7 @@ import time
 import urllib.request
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from .target import Target, proc_status_kib
 
@@ -325,23 +325,38 @@ def _attack(tcp: tuple[str, int], http: tuple[str, int], cfg: BombsConfig, out: 
 # ---------------------------------------------------------------- the bystander and sampler
 
 
-class Polite:
-    """A PUB every 100 ms on one connection, each OK timed (seconds)."""
+class _Background:
+    """A daemon thread running ``_run`` inside ``with``: leaving sets ``_stop`` and waits up to
+    ``join_s`` seconds for the thread."""
 
-    def __init__(self, target: Target) -> None:
-        self.rtts: list[float] = []
-        self.lost = False
+    join_s = 5.0
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
-        self._target = target
         self._t = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Polite:
+    def __enter__(self) -> Self:
         self._t.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._t.join(15)
+        self._t.join(self.join_s)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Polite(_Background):
+    """A PUB every 100 ms on one connection, each OK timed (seconds)."""
+
+    join_s = 15.0
+
+    def __init__(self, target: Target) -> None:
+        self.rtts: list[float] = []
+        self.lost = False
+        self._target = target
+        super().__init__()
 
     def _run(self) -> None:
         cmd = b"PUB " + POLITE_TOPIC.encode() + b"\n" + _SIZE.pack(5) + b"hello"
@@ -369,22 +384,13 @@ class Polite:
                 self.rtts.append(time.perf_counter() - t0)
 
 
-class RssSampler:
+class RssSampler(_Background):
     """VmRSS of ``pid`` every 50 ms while running (KiB)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.peak = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> RssSampler:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join(5)
+        super().__init__()
 
     def _run(self) -> None:
         while True:

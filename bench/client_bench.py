@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .nsq_tools import GO_BIN, run_tool
+from .nsq_tools import GO_BIN, note_run, run_tool
 from .target import Daemon
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,14 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             except (ValueError, subprocess.TimeoutExpired, OSError) as e:
                 print(f"bench.client_bench: {c} run {i + 1} failed: {e}", file=sys.stderr)
                 return 1
-            r["load"] = os.getloadavg()[0]
-            runs[c].append(r)
-            flag = "  exhausted" if not r["left"] else ""
-            print(
-                f"run {i + 1} {c:>6}: writer {r['writer']:>10,.0f} msgs/s   reader "
-                f"{r['reader']:>10,.0f} msgs/s   left {r['left']:,}  load {r['load']:.2f}{flag}",
-                flush=True,
-            )
+            note_run(runs, c, i, r, label_width=6, rate_width=10, unit="msgs/s")
     label = {"nsqpy": "nsqpy.client", "pynsq": "pynsq 0.9", "go": "go-nsq (bench_*)"}
     print(
         f"\nbench_writer/bench_reader work against one nsqpy-d, medians of {args.runs} "

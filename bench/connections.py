@@ -35,7 +35,7 @@ from typing import Any
 
 from nsqpy import wire
 
-from .target import Daemon
+from .target import Daemon, proc_rss_mib
 
 GO_NSQD = os.path.join(os.environ.get("NSQ_GO_BIN", "/opt/nsq-go/bin"), "nsqd")
 _SIZE = struct.Struct(">i")
@@ -151,14 +151,6 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _window(marks: list[tuple[float, float]], t0: float, t1: float) -> tuple[float, float]:
     rtts = sorted(rtt for t, rtt in marks if t0 <= t < t1) or [0.0]
     p99 = rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))]
@@ -186,7 +178,7 @@ def _run(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(took, str):
             raise RuntimeError(f"consumers failed: {took}")
         t_idle = time.monotonic()
-        rss = _rss_mib(pid)
+        rss = proc_rss_mib(pid)
         cpu0 = _proc_cpu_s(pid)
         time.sleep(args.idle_seconds)
         cpu1 = _proc_cpu_s(pid)

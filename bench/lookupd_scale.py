@@ -49,6 +49,8 @@ import time
 
 from nsqpy.testing import Nsqlookupd
 
+from .target import proc_rss_mib
+
 GO_LOOKUPD = "/opt/nsq-go/bin/nsqlookupd"
 _OK_FRAME = struct.pack(">I", 2) + b"OK"
 _SIZE = struct.Struct(">I")
@@ -68,15 +70,6 @@ def proc_cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def proc_rss_mib(pid: int) -> float:
-    """VmRSS of ``pid`` in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Cluster:

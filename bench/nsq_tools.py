@@ -107,6 +107,29 @@ def _daemons(specs: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
+def note_run(
+    runs: dict[str, list[dict[str, Any]]],
+    label: str,
+    i: int,
+    r: dict[str, Any],
+    *,
+    label_width: int,
+    rate_width: int,
+    unit: str,
+) -> None:
+    """Run ``i`` (from 0) of ``label``: ``r`` (writer and reader rates, messages ``left``)
+    gets the 1-minute load average, joins ``runs[label]`` and is printed as one line."""
+    r["load"] = os.getloadavg()[0]
+    runs[label].append(r)
+    flag = "  exhausted" if not r["left"] else ""
+    print(
+        f"run {i + 1} {label:>{label_width}}: writer {r['writer']:>{rate_width},.0f} {unit}   "
+        f"reader {r['reader']:>{rate_width},.0f} {unit}   left {r['left']:,}  "
+        f"load {r['load']:.2f}{flag}",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.nsq_tools", description=__doc__.split("\n")[0]
@@ -136,14 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             except (ValueError, subprocess.TimeoutExpired, OSError, AssertionError) as e:
                 print(f"bench.nsq_tools: {label} run {i + 1} failed: {e}", file=sys.stderr)
                 return 1
-            r["load"] = os.getloadavg()[0]
-            runs[label].append(r)
-            flag = "  exhausted" if not r["left"] else ""
-            print(
-                f"run {i + 1} {label:>10}: writer {r['writer']:>12,.0f} ops/s   reader "
-                f"{r['reader']:>12,.0f} ops/s   left {r['left']:,}  load {r['load']:.2f}{flag}",
-                flush=True,
-            )
+            note_run(runs, label, i, r, label_width=10, rate_width=12, unit="ops/s")
             time.sleep(1)  # let the previous daemon's files go before the next starts
     base = daemons[-1][0]
     med = {

@@ -205,6 +205,15 @@ def proc_status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"/proc/{pid}/status has no {field}")
 
 
+def proc_rss_mib(pid: int) -> float:
+    """VmRSS of ``pid`` in MiB; 0.0 when /proc/PID/status has none (a zombie)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU time of ``pid`` so far, in seconds."""
     with open(f"/proc/{pid}/stat") as f:

@@ -289,6 +289,8 @@ class Channel(ChannelStore):
 
     # ---------------------------------------------------------------- queue scan
 
+    # Kept apart from its twin ChannelStore.process_deferred (channel_store.py): each is the
+    # queue scan's inlined pass over one priority queue (compiled, no callback per message).
     def process_in_flight(self, now_ns: int | None = None) -> bool:
         """Requeue in-flight messages whose timeout passed; True if any did ("dirty")."""
         if self.exiting or not self.in_flight:

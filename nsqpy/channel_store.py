@@ -120,6 +120,8 @@ class ChannelStore(BackedQueue):
                 return None
             reads.fill(file_num, records, positions)
 
+    # Kept apart from its twin Channel.process_in_flight (channel.py): each is the queue
+    # scan's inlined pass over one priority queue (compiled, no callback per message).
     def process_deferred(self, now_ns: int | None = None) -> bool:
         """Queue deferred messages that are due; True if any were ("dirty")."""
         if self.exiting or not self.deferred:

@@ -29,7 +29,7 @@ from .internal.http.request import JSON_TYPE, Request, Response, first_values
 from .internal.http.router import Router
 from .internal.http.server import HTTPServer, serve
 from .internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, plain_text
-from .internal.lg import LOG_LEVELS
+from .internal.lg import LOG_LEVELS, change_level
 from .options import NSQ_VERSION
 from .topic import TopicError
 
@@ -74,6 +74,17 @@ def _tls_required(nsqd: NSQD) -> Any:
     return check
 
 
+def _name_arg(q: dict[str, str], key: str, invalid: str) -> str:
+    """``q[key]`` (``key``: "topic" or "channel"): 400 MISSING_ARG_<KEY> when absent, 400
+    ``invalid`` when it is not a valid NSQ name (no check when ``invalid`` is empty)."""
+    if key not in q:
+        raise NsqHTTPError(400, f"MISSING_ARG_{key.upper()}")
+    name = q[key]
+    if invalid and not wire.is_valid_name(name):
+        raise NsqHTTPError(400, invalid)
+    return name
+
+
 class HTTPAPI:
     """The handlers; ``nsqd`` is the core they act on."""
 
@@ -95,12 +106,7 @@ class HTTPAPI:
 
     def topic_from_query(self, request: Request) -> tuple[dict[str, str], Any]:
         q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        name = q["topic"]
-        if not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
-        return q, self.nsqd.get_topic(name)
+        return q, self.nsqd.get_topic(_name_arg(q, "topic", "INVALID_TOPIC"))
 
     def once_started(self, topic: Any, answer: Callable[[], Any]) -> Any:
         """``answer()`` now when ``topic`` hands out its messages; else a coroutine that waits
@@ -118,16 +124,8 @@ class HTTPAPI:
 
     def _existing_topic_and_channel(self, request: Request) -> tuple[Any, str]:
         q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        topic_name = q["topic"]
-        if not wire.is_valid_name(topic_name):
-            raise NsqHTTPError(400, "INVALID_ARG_TOPIC")
-        if "channel" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_CHANNEL")
-        channel_name = q["channel"]
-        if not wire.is_valid_name(channel_name):
-            raise NsqHTTPError(400, "INVALID_ARG_CHANNEL")
+        topic_name = _name_arg(q, "topic", "INVALID_ARG_TOPIC")
+        channel_name = _name_arg(q, "channel", "INVALID_ARG_CHANNEL")
         try:
             topic = self.nsqd.get_existing_topic(topic_name)
         except TopicError:
@@ -142,12 +140,7 @@ class HTTPAPI:
             raise NsqHTTPError(404, "CHANNEL_NOT_FOUND") from None
 
     def _existing_topic(self, request: Request, validate: bool) -> Any:
-        q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
-        name = q["topic"]
-        if validate and not wire.is_valid_name(name):
-            raise NsqHTTPError(400, "INVALID_TOPIC")
+        name = _name_arg(self.query(request), "topic", "INVALID_TOPIC" if validate else "")
         try:
             return self.nsqd.get_existing_topic(name)
         except TopicError:
@@ -196,22 +189,14 @@ class HTTPAPI:
         q, topic = self.topic_from_query(request)
         deferred = self.defer_ms(q)
 
-        def put() -> str:
+        def put() -> None:
             record = self.nsqd.new_record(body)
-            try:
-                if deferred:
-                    topic.put_deferred(record, deferred)
-                else:
-                    topic.put(record)
-                self.nsqd.flush_backends()
-            except TopicError:
-                raise NsqHTTPError(503, "EXITING") from None
-            except OSError:
-                # nsqd answers 503 EXITING for any put error; a disk failure is not "exiting".
-                raise NsqHTTPError(500, "PUB_FAILED") from None
-            return "OK"
+            if deferred:
+                topic.put_deferred(record, deferred)
+            else:
+                topic.put(record)
 
-        return self.once_started(topic, put)
+        return self.put_and_flush(topic, put, "PUB_FAILED")
 
     def mpub(self, request: Request) -> Any:
         opts = self.nsqd.opts
@@ -220,17 +205,28 @@ class HTTPAPI:
         q, topic = self.topic_from_query(request)
         bodies = self.mpub_bodies(q, request)
 
-        def put() -> str:
+        def put() -> None:
+            topic.put_many(self.nsqd.new_records(bodies))
+
+        return self.put_and_flush(topic, put, "MPUB_FAILED")
+
+    def put_and_flush(self, topic: Any, put: Callable[[], None], failed: str) -> Any:
+        """/pub's and /mpub's answer: ``put`` run once ``topic`` has started (once_started),
+        then the backends flushed: "OK". 503 EXITING when the topic refuses (TopicError), 500
+        ``failed`` on a disk error (nsqd answers 503 EXITING for any put error; a disk failure
+        is not "exiting")."""
+
+        def run() -> str:
             try:
-                topic.put_many(self.nsqd.new_records(bodies))
+                put()
                 self.nsqd.flush_backends()
             except TopicError:
                 raise NsqHTTPError(503, "EXITING") from None
             except OSError:
-                raise NsqHTTPError(500, "MPUB_FAILED") from None
+                raise NsqHTTPError(500, failed) from None
             return "OK"
 
-        return self.once_started(topic, put)
+        return self.once_started(topic, run)
 
     def defer_ms(self, q: dict[str, str]) -> int:
         """/pub's ``defer`` in whole ms (0 when absent); 400 INVALID_DEFER."""
@@ -306,11 +302,9 @@ class HTTPAPI:
         return replicas
 
     def topic_delete(self, request: Request) -> Any:
-        q = self.query(request)
-        if "topic" not in q:
-            raise NsqHTTPError(400, "MISSING_ARG_TOPIC")
+        name = _name_arg(self.query(request), "topic", "")
         try:
-            self.nsqd.delete_existing_topic(q["topic"])
+            self.nsqd.delete_existing_topic(name)
         except TopicError:
             raise NsqHTTPError(404, "TOPIC_NOT_FOUND") from None
         return None
@@ -320,13 +314,16 @@ class HTTPAPI:
         return None
 
     def topic_pause(self, request: Request) -> Any:
-        topic = self._existing_topic(request, validate=False)
+        return self._pause(request, self._existing_topic(request, validate=False))
+
+    def _pause(self, request: Request, target: Any) -> None:
+        """/topic/(un)pause and /channel/(un)pause on ``target`` (a Topic or a Channel), the
+        path saying which, then the metadata persisted (nsqd's doPauseTopic/doPauseChannel)."""
         if "unpause" in request.path:
-            topic.unpause()
+            target.unpause()
         else:
-            topic.pause()
+            target.pause()
         self.nsqd.persist_metadata()
-        return None
 
     def channel_create(self, request: Request) -> Any:
         topic, channel_name = self._existing_topic_and_channel(request)
@@ -402,10 +399,8 @@ class HTTPAPI:
                     self.nsqd.lookup.set_addresses(value or [])
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").lower()
-                if level not in _PUT_LOG_LEVELS:
+                if not change_level(opts, level, _PUT_LOG_LEVELS):
                     raise NsqHTTPError(400, "INVALID_VALUE")
-                opts.log_level = level
-                logging.getLogger("nsqpy").setLevel(LOG_LEVELS[level])
             else:
                 raise NsqHTTPError(400, "INVALID_OPTION")
         value, ok = config.option_value(opts, opt)
@@ -432,13 +427,7 @@ class HTTPAPI:
         return message_lookup.answer(self.nsqd, self.query(request))
 
     def channel_pause(self, request: Request) -> Any:
-        ch = self._existing_channel(request)
-        if "unpause" in request.path:
-            ch.unpause()
-        else:
-            ch.pause()
-        self.nsqd.persist_metadata()
-        return None
+        return self._pause(request, self._existing_channel(request))
 
 
 def build_router(nsqd: NSQD, hooks: Sequence[RouteHook] = ()) -> Router:

@@ -230,6 +230,8 @@ def iter_frames(
     until more bytes arrive. Raises ValueError at a frame whose size field is below 4 (it
     cannot hold its type: the stream is not V2 frames)."""
     end = len(buf) if stop is None else stop
+    # The same header walk as nsqpy.client.frames.scan_frames_struct, kept: that one is the
+    # consumer's per-read loop filling index lists, this one a generator over any buffer.
     unpack = _FRAME_HEADER.unpack_from
     pos = start
     while end - pos >= 8:

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsq_archive import session  # noqa: E402  (also puts this checkout on the path)
+from nsq_archive import session, source_options, watch  # noqa: E402  (also puts this checkout on the path)
 
 EVENT_SCHEMA = "event_id long, ts timestamp, user string, kind string, value double"
 
@@ -97,18 +95,7 @@ def windowed_counts(events, window: str, watermark: str):  # DataFrame -> DataFr
 
 
 def nsq_options(args: argparse.Namespace) -> dict[str, str]:
-    opts = {
-        "topic": args.topic,
-        "channel": args.channel,
-        "spool_dir": os.path.join(args.checkpoint, "nsq-spool"),
-    }
-    if args.nsqd_tcp_address:
-        opts["nsqd_tcp_addresses"] = ",".join(args.nsqd_tcp_address)
-    if args.lookupd_http_address:
-        opts["lookupd_http_addresses"] = ",".join(args.lookupd_http_address)
-    if args.max_per_trigger:
-        opts["max_messages_per_trigger"] = str(args.max_per_trigger)
-    return opts
+    return source_options(args)
 
 
 def build_query(spark, args: argparse.Namespace):  # -> StreamingQuery
@@ -126,19 +113,9 @@ def main() -> int:
     args = parse_args()
     spark = session(args.master, f"nsq-event-counts-{args.topic}")
     query = build_query(spark, args)
-    stop = {"now": False}
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     print(f"started query {query.id}; checkpoint {args.checkpoint}", flush=True)
-    deadline = time.monotonic() + args.run_for if args.run_for else None
-    while not stop["now"] and query.isActive:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        query.awaitTermination(0.5)
+    for _ in watch(query, args.run_for):
+        pass
     if query.exception() is not None:
         print(f"query failed: {query.exception()}", file=sys.stderr, flush=True)
         return 1

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -49,11 +50,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def nsq_options(args: argparse.Namespace) -> dict[str, str]:
+    return source_options(args, max_in_flight=str(args.max_in_flight), msg_timeout=args.msg_timeout)
+
+
+def source_options(args: argparse.Namespace, **extra: str) -> dict[str, str]:
+    """The nsq source's options from the flags every job takes (topic, channel, checkpoint,
+    nsqd and lookupd addresses, max per trigger), ``extra`` after the channel."""
     opts = {
         "topic": args.topic,
         "channel": args.channel,
-        "max_in_flight": str(args.max_in_flight),
-        "msg_timeout": args.msg_timeout,
+        **extra,
         "spool_dir": os.path.join(args.checkpoint, "nsq-spool"),
     }
     if args.nsqd_tcp_address:
@@ -89,6 +95,12 @@ def session(master: str, app: str):  # -> SparkSession
 
 def build_query(spark, args: argparse.Namespace):  # -> StreamingQuery
     df = spark.readStream.format("nsq").options(**nsq_options(args)).load()
+    return start_file_sink(df, args)
+
+
+def start_file_sink(df, args: argparse.Namespace):  # DataFrame -> StreamingQuery
+    """``df`` written as files of --format under --output, one micro-batch every --trigger,
+    its progress kept under --checkpoint."""
     return (
         df.writeStream.format(args.format)
         .option("path", args.output)
@@ -98,9 +110,9 @@ def build_query(spark, args: argparse.Namespace):  # -> StreamingQuery
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    spark = session(args.master, f"nsq-archive-{args.topic}")
-    query = build_query(spark, args)
+def watch(query, run_for: float) -> Iterator[None]:
+    """Wait on ``query`` (a StreamingQuery) in 0.5 s steps, yielding after each, until it ends,
+    SIGTERM or SIGINT arrives, or ``run_for`` seconds (0: no limit) have passed."""
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -108,14 +120,21 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"started query {query.id} run {query.runId}", flush=True)
-    deadline = time.monotonic() + args.run_for if args.run_for else None
-    last_batch = -1
-    total = 0
+    deadline = time.monotonic() + run_for if run_for else None
     while not stop["now"] and query.isActive:
         if deadline is not None and time.monotonic() >= deadline:
             break
         query.awaitTermination(0.5)
+        yield
+
+
+def run(args: argparse.Namespace) -> int:
+    spark = session(args.master, f"nsq-archive-{args.topic}")
+    query = build_query(spark, args)
+    print(f"started query {query.id} run {query.runId}", flush=True)
+    last_batch = -1
+    total = 0
+    for _ in watch(query, args.run_for):
         for p in query.recentProgress:
             if p["batchId"] > last_batch:
                 last_batch = p["batchId"]

@@ -37,13 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_query(spark, args: argparse.Namespace):  # -> StreamingQuery
     df = spark.readStream.format("nsq").options(**nsq_archive.nsq_options(args)).load()
     once = df.withWatermark("timestamp", args.watermark).dropDuplicatesWithinWatermark(["id"])
-    return (
-        once.writeStream.format(args.format)
-        .option("path", args.output)
-        .option("checkpointLocation", args.checkpoint)
-        .trigger(processingTime=args.trigger)
-        .start()
-    )
+    return nsq_archive.start_file_sink(once, args)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from ..internal.clusterinfo.types import UpstreamError
 from ..internal.gojson import GoJSONError, GoStruct, unmarshal_strings
 from ..internal.http.aio import error_response, go_json_response
 from ..internal.http.v1 import NsqHTTPError
-from ..internal.lg import LOG_LEVELS
+from ..internal.lg import LOG_LEVELS, change_level
 from ..wire import is_valid_name
 from . import summaries
 from .notify import Notifier
@@ -375,10 +375,8 @@ class AdminAPI:
                 self.cluster.lookupd = list(value)
             elif opt == "log_level":
                 level = raw.decode("utf-8", "replace").strip().lower()
-                if level not in LOG_LEVELS:
+                if not change_level(opts, level, LOG_LEVELS):
                     raise NsqHTTPError(400, "INVALID_VALUE")
-                opts.log_level = level
-                logging.getLogger("nsqpy").setLevel(LOG_LEVELS[level])
             else:
                 raise NsqHTTPError(400, "INVALID_OPTION")
         found, value = option_by_cfg_name(opts, opt)

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ..internal.aiotasks import cancel_and_wait
 from ..internal.gojson import encode
 from ..internal.netaddr import join_host_port
 
@@ -91,13 +92,8 @@ class Notifier:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     async def _run(self) -> None:
         async with aiohttp.ClientSession(timeout=self.timeout) as session:

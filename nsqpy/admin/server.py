@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..internal.aiotasks import cancel_and_wait
 from ..internal.clusterinfo import types as ci
 from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import HTTPClient
@@ -173,13 +174,8 @@ class AdminServer:
 
     async def stop(self) -> None:
         """Stop the sampler and the notifier, close the listener and the client session."""
-        if self._sampler is not None:
-            self._sampler.cancel()
-            try:
-                await self._sampler
-            except asyncio.CancelledError:
-                pass
-            self._sampler = None
+        await cancel_and_wait([self._sampler])
+        self._sampler = None
         if self.notifier is not None:
             await self.notifier.stop()
         if self._runner is not None:

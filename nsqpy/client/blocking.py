@@ -16,7 +16,7 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from .config import Config
 from .consumer import Consumer, ConsumerStats
@@ -66,8 +66,28 @@ class _LoopThread:
         if not self._thread.is_alive():
             self.loop.close()
 
+    def run_then_close(self, coro: Coroutine[Any, Any, Any], timeout: float) -> None:
+        """run(``coro``, ``timeout``), then close(), also when the run raised."""
+        try:
+            self.run(coro, timeout)
+        finally:
+            self.close()
 
-class BlockingProducer:
+
+class _StopOnExit:
+    """``with wrapper:`` returns the wrapper and calls its stop() on the way out."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class BlockingProducer(_StopOnExit):
     """A :class:`~nsqpy.client.Producer` (one address) or
     :class:`~nsqpy.client.ProducerPool` (a list) for threads: the same methods, blocking, each
     bounded by ``timeout`` seconds (TimeoutError) and raising what the async ones raise.
@@ -103,19 +123,10 @@ class BlockingProducer:
         """Close the connections and the loop thread; a no-op once done."""
         if self._lt.closed:
             return
-        try:
-            self._lt.run(self._p.stop(), self.timeout)
-        finally:
-            self._lt.close()
-
-    def __enter__(self) -> BlockingProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._lt.run_then_close(self._p.stop(), self.timeout)
 
 
-class BlockingConsumer:
+class BlockingConsumer(_StopOnExit):
     """A :class:`~nsqpy.client.Consumer` for threads, pull-style: connect, then ``get()``
     messages and answer each (``finish()``, ``requeue(delay)``, ``touch()``) from any thread.
     Every call is bounded by ``timeout`` seconds (TimeoutError) and raises what the async
@@ -186,13 +197,4 @@ class BlockingConsumer:
                 self._q.get_nowait().requeue(0, backoff=False)
             except queue.Empty:
                 break
-        try:
-            self._lt.run(self.consumer.stop(t), t + 5)
-        finally:
-            self._lt.close()
-
-    def __enter__(self) -> BlockingConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._lt.run_then_close(self.consumer.stop(t), t + 5)

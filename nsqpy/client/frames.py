@@ -56,6 +56,8 @@ def scan_frames_bytewise(
     Raises ValueError at a frame whose size field is below 4 (it cannot hold its type: the
     stream is not V2 frames), leaving the messages before it in the lists. ``buf`` is bytes
     (compiled, a bytearray is refused: take ``bytes(buffer)`` once per read)."""
+    # Kept apart from its twin scan_frames_struct below: one header read per variant, each the
+    # whole per-read loop (this one for the mypyc build), so no shared step costs a call.
     end = len(buf)
     limit = max_body + BODY_START if max_body > 0 else -1
     while end - pos >= 8:
@@ -82,6 +84,8 @@ def scan_frames_struct(
     ``struct.unpack_from`` (the faster way uncompiled)."""
     end = len(buf)
     limit = max_body + BODY_START if max_body > 0 else -1
+    # Kept apart from its twin scan_frames_bytewise above (the header read is what differs);
+    # nsqpy.wire.iter_frames walks frames the same way as a generator for other callers.
     unpack = _HEADER.unpack_from
     while end - pos >= 8:
         size, ftype = unpack(buf, pos)

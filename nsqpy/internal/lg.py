@@ -30,6 +30,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Callable, Collection
 from typing import Any, TextIO
 
 #: The --log-level names (any case on the command line) and their logging levels; "warning"
@@ -61,22 +62,36 @@ _LEVEL_NAMES = {
 }
 
 
+class _SecondStamp:
+    """``time.strftime(fmt, convert(second))`` for a whole second (``convert``: time.localtime
+    or time.gmtime), kept until a record of another second asks."""
+
+    __slots__ = ("_fmt", "_convert", "_second", "_stamp")
+
+    def __init__(self, fmt: str, convert: Callable[[float], time.struct_time]) -> None:
+        self._fmt = fmt
+        self._convert = convert
+        self._second = -1
+        self._stamp = ""
+
+    def __call__(self, second: int) -> str:
+        if second != self._second:
+            self._stamp = time.strftime(self._fmt, self._convert(second))
+            self._second = second
+        return self._stamp
+
+
 class NsqLogFormatter(logging.Formatter):
     """lg's line: ``<prefix>2006/01/02 15:04:05.000000 LEVEL: message`` (local time)."""
 
     def __init__(self, prefix: str) -> None:
         super().__init__()
         self.prefix = prefix
-        self._second = -1
-        self._stamp = ""
+        self._stamp = _SecondStamp("%Y/%m/%d %H:%M:%S", time.localtime)
 
     def format(self, record: logging.LogRecord) -> str:
         created = record.created
-        second = int(created)
-        if second != self._second:
-            self._stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(second))
-            self._second = second
-        stamp = f"{self._stamp}.{int(created % 1 * 1e6):06d}"
+        stamp = f"{self._stamp(int(created))}.{int(created % 1 * 1e6):06d}"
         level = _LEVEL_NAMES.get(record.levelno, record.levelname)
         return f"{self.prefix}{stamp} {level}: {record.getMessage()}"
 
@@ -100,19 +115,14 @@ class JsonLogFormatter(logging.Formatter):
         super().__init__()
         self.daemon = daemon
         self._dumps = json.dumps
-        self._second = -1
-        self._stamp = ""
+        self._stamp = _SecondStamp("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
         created = record.created
-        second = int(created)
-        if second != self._second:
-            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
         level = _LEVEL_NAMES.get(record.levelno, record.levelname).lower()
         line: dict[str, Any] = {
             "level": level,
-            "time": f"{self._stamp}.{int(created % 1 * 1000):03d}Z",
+            "time": f"{self._stamp(int(created))}.{int(created % 1 * 1000):03d}Z",
             "daemon": self.daemon,
             "msg": record.getMessage(),
         }
@@ -176,6 +186,17 @@ class PassBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self._write_out()
         finally:
             self.release()
+
+
+def change_level(opts: Any, level: str, known: Collection[str]) -> bool:
+    """A --log-level change at run time (PUT /config/log_level, nsqd's and nsqadmin's
+    doConfig): ``level`` (lower case) among ``known`` goes to ``opts.log_level`` and to the
+    "nsqpy" logger, True; False for any other, nothing changed."""
+    if level not in known:
+        return False
+    opts.log_level = level
+    logging.getLogger("nsqpy").setLevel(LOG_LEVELS[level])
+    return True
 
 
 def setup_logging(

@@ -359,9 +359,9 @@ class LookupProtocolV1(asyncio.Protocol):
                 raise FatalClientError("E_INVALID", "cannot IDENTIFY again")
             self.state = _ST_SIZE
         elif cmd == b"REGISTER":
-            self._reply(self._register(params[1:], line))
+            self._reply(self._registration(True, params[1:], line))
         elif cmd == b"UNREGISTER":
-            self._reply(self._unregister(params[1:], line))
+            self._reply(self._registration(False, params[1:], line))
         else:
             raise FatalClientError("E_INVALID", b"invalid command " + cmd)
 
@@ -416,12 +416,17 @@ class LookupProtocolV1(asyncio.Protocol):
                 ", ".join(sorted(others)),
             )
 
-    def _register(self, params: list[bytes], line: bytes = b"") -> bytes:
+    def _registration(self, register: bool, params: list[bytes], line: bytes = b"") -> bytes:
+        """REGISTER (``register``) or UNREGISTER ``topic [channel]`` from an identified peer:
+        OK. FatalClientError E_INVALID before IDENTIFY, or for a bad name (get_topic_chan)."""
         if self.peer is None:
             raise FatalClientError("E_INVALID", "client must IDENTIFY")
-        topic, channel = get_topic_chan("REGISTER", params)
-        _remember(line, True, topic, channel)
-        self._do_register(topic, channel)
+        topic, channel = get_topic_chan("REGISTER" if register else "UNREGISTER", params)
+        _remember(line, register, topic, channel)
+        if register:
+            self._do_register(topic, channel)
+        else:
+            self._do_unregister(topic, channel)
         return OK
 
     def _do_register(self, topic: str, channel: str) -> None:
@@ -433,14 +438,6 @@ class LookupProtocolV1(asyncio.Protocol):
                     f"DB: client({self.addr}) REGISTER category:{r.category} key:{r.key} "
                     f"subkey:{r.subkey}"
                 )
-
-    def _unregister(self, params: list[bytes], line: bytes = b"") -> bytes:
-        if self.peer is None:
-            raise FatalClientError("E_INVALID", "client must IDENTIFY")
-        topic, channel = get_topic_chan("UNREGISTER", params)
-        _remember(line, False, topic, channel)
-        self._do_unregister(topic, channel)
-        return OK
 
     def _do_unregister(self, topic: str, channel: str) -> None:
         assert self.peer is not None

@@ -426,20 +426,17 @@ class RegistrationDB:
         unexpected: list[Registration] = []
         if channel:
             k = Registration("channel", topic, channel)
-            gone, left = self.remove_producer(k, peer_id)
-            if gone:
-                removed.append(k)
-            if left == 0 and channel.endswith(EPHEMERAL_SUFFIX):
-                self.remove_registration(k)
-            return removed, unexpected
-        for reg in self.find_registrations("channel", topic, "*"):
-            if self.remove_producer(reg, peer_id)[0]:
-                unexpected.append(reg)
-        k = Registration("topic", topic, "")
+            name = channel
+        else:
+            for reg in self.find_registrations("channel", topic, "*"):
+                if self.remove_producer(reg, peer_id)[0]:
+                    unexpected.append(reg)
+            k = Registration("topic", topic, "")
+            name = topic
         gone, left = self.remove_producer(k, peer_id)
         if gone:
             removed.append(k)
-        if left == 0 and topic.endswith(EPHEMERAL_SUFFIX):
+        if left == 0 and name.endswith(EPHEMERAL_SUFFIX):
             self.remove_registration(k)
         return removed, unexpected
 

@@ -76,6 +76,7 @@ class TCPPublish:
         c.wait = Wait(WAIT_FUTURE, pipeline.until(0), lambda _: retry())
         return SUSPEND
 
+    # The parameters of ProtocolV2.publish (protocol_v2.py), repeated as the override must.
     def publish(
         self,
         c: ClientState,

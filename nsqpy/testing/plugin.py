@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from .process import DaemonProcess, Nsqd, Nsqlookupd, wait_for
+
+_D = TypeVar("_D", bound=DaemonProcess)
 
 
 class Cluster:
@@ -61,14 +63,13 @@ def _stop_all(procs: list[DaemonProcess]) -> None:
             p.kill()
 
 
-@pytest.fixture
-def nsqd_factory() -> Iterator[Callable[..., Nsqd]]:
-    """Start nsqds with extra flags: ``nsqd_factory("--mem-queue-size=0")``; all are stopped
-    at the end of the test."""
+def _factory(cls: Callable[..., _D], env: str) -> Iterator[Callable[..., _D]]:
+    """A daemon factory fixture's body: yields ``start(*flags, **kw)``, which starts a ``cls``
+    (the command in the environment variable ``env`` when it is set), then stops all started."""
     started: list[DaemonProcess] = []
 
-    def start(*args: str, **kw: Any) -> Nsqd:
-        d = Nsqd(args, cmd=_cmd("NSQPY_NSQD_CMD"), **kw)
+    def start(*args: str, **kw: Any) -> _D:
+        d = cls(args, cmd=_cmd(env), **kw)
         started.append(d)
         return d
 
@@ -77,17 +78,16 @@ def nsqd_factory() -> Iterator[Callable[..., Nsqd]]:
 
 
 @pytest.fixture
+def nsqd_factory() -> Iterator[Callable[..., Nsqd]]:
+    """Start nsqds with extra flags: ``nsqd_factory("--mem-queue-size=0")``; all are stopped
+    at the end of the test."""
+    yield from _factory(Nsqd, "NSQPY_NSQD_CMD")
+
+
+@pytest.fixture
 def nsqlookupd_factory() -> Iterator[Callable[..., Nsqlookupd]]:
     """Start nsqlookupds with extra flags; all are stopped at the end of the test."""
-    started: list[DaemonProcess] = []
-
-    def start(*args: str, **kw: Any) -> Nsqlookupd:
-        lk = Nsqlookupd(args, cmd=_cmd("NSQPY_NSQLOOKUPD_CMD"), **kw)
-        started.append(lk)
-        return lk
-
-    yield start
-    _stop_all(started)
+    yield from _factory(Nsqlookupd, "NSQPY_NSQLOOKUPD_CMD")
 
 
 @pytest.fixture

@@ -192,6 +192,7 @@ class DaemonProcess:
         """``http://host:http_port``."""
         return f"http://{self.http_address}"
 
+    # Nsqadmin.http overrides this with the same parameters (only its default timeout differs).
     def http(
         self,
         method: str,
@@ -383,6 +384,7 @@ class NsqAdmin(DaemonProcess):
     def port(self) -> int:
         return self.http_port
 
+    # The parameters of DaemonProcess.http, repeated as the override must; only timeout differs.
     def http(
         self,
         method: str,

@@ -109,6 +109,24 @@ _TYPES: dict[str, Any] = {
 #: Flags every tool has.
 VERSION = Flag("version", BOOL, False, "print version string")
 
+#: Flags several tools declare alike (each Go tool declares its own, with these same words).
+LOOKUPD_HTTP_ADDRESS = Flag(
+    "lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"
+)
+NSQD_TCP_ADDRESS = Flag(
+    "nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"
+)
+MAX_IN_FLIGHT = Flag("max-in-flight", INT, 200, "max number of messages to allow in flight")
+CONSUMER_OPT = Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)")
+PRODUCER_OPT = Flag("producer-opt", LIST, (), "option to passthrough to nsq.Producer (name,value)")
+HTTP_CONNECT_TIMEOUT = Flag(
+    "http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"
+)
+STATUS_EVERY = Flag(
+    "status-every", INT, 250, "the # of requests between logging status, 0 disables"
+)
+UPSTREAM_MODE = Flag("mode", STR, "hostpool", "the upstream request mode: round-robin, hostpool")
+
 
 def _command(program: str, table: Sequence[Flag]) -> click.Command:
     params: list[click.Parameter] = []
@@ -200,6 +218,20 @@ def print_version(program: str) -> None:
     from .. import __version__
 
     click.echo(f"{program} v{NSQ_TOOLS_VERSION} (nsqpy {__version__})")
+
+
+def parse_tool_flags(
+    program: str, table: Sequence[Flag], argv: Sequence[str]
+) -> dict[str, Any] | None:
+    """``parse``, then ``-version``: None when the usage or the version line was printed (the
+    tool then returns), else the values. The order of Go's tools that check ``-version`` first."""
+    opts = parse(program, table, argv)
+    if opts is None:
+        return None
+    if opts["version"]:
+        print_version(program)
+        return None
+    return opts
 
 
 def split_opt(opt: str) -> tuple[str, Any]:

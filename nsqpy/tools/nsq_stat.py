@@ -18,18 +18,19 @@ from collections.abc import Sequence
 from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import FetchError, HTTPClient
 from ..internal.clusterinfo.types import Stats, UpstreamError, err_list
-from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse, print_version
+from . import flags
+from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse_tool_flags
 
 FLAGS = (
     VERSION,
     Flag("topic", STR, "", "NSQ topic"),
     Flag("channel", STR, "", "NSQ channel"),
     Flag("interval", DURATION, 2.0, "duration of time between polling/printing output"),
-    Flag("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"),
+    flags.HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
     Flag("count", INT, None, "number of reports"),
     Flag("nsqd-http-address", LIST, (), "nsqd HTTP address (may be given multiple times)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+    flags.LOOKUPD_HTTP_ADDRESS,
 )
 
 HEADER = (
@@ -100,11 +101,8 @@ async def stat_loop(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_stat's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_stat", FLAGS, argv)
+    opts = parse_tool_flags("nsq_stat", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_stat")
         return
     if not opts["topic"] or not opts["channel"]:
         fail("--topic and --channel are required")

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from . import flags
 from .flags import (
     BOOL,
     INT,
@@ -26,21 +27,20 @@ from .flags import (
     check_one_source,
     fail,
     log,
-    parse,
-    print_version,
+    parse_tool_flags,
 )
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 
 FLAGS = (
     VERSION,
     Flag("channel", STR, "", "NSQ channel"),
-    Flag("max-in-flight", INT, 200, "max number of messages to allow in flight"),
+    flags.MAX_IN_FLIGHT,
     Flag("n", INT, 0, "total messages to show (will wait if starved)"),
     Flag("print-topic", BOOL, False, "print topic name where message was received"),
-    Flag("nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+    flags.NSQD_TCP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "NSQ topic (may be given multiple times)"),
-    Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)"),
+    flags.CONSUMER_OPT,
 )
 
 
@@ -108,11 +108,8 @@ async def tail(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_tail's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_tail", FLAGS, argv)
+    opts = parse_tool_flags("nsq_tail", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_tail")
         return
     if not opts["channel"]:
         opts["channel"] = f"tail{random.randrange(999999):06d}#ephemeral"

@@ -23,6 +23,7 @@ from typing import Any
 from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import FetchError, HTTPClient
 from ..internal.clusterinfo.types import UpstreamError, err_list
+from . import flags
 from .file_logger import FileLogger, FileOptions
 from .flags import (
     BOOL,
@@ -46,7 +47,7 @@ FLAGS = (
     Flag("log-level", STR, "info", "set log verbosity: debug, info, warn, error, or fatal"),
     Flag("log-prefix", STR, "[nsq_to_file] ", "log message prefix"),
     Flag("channel", STR, "nsq_to_file", "nsq channel"),
-    Flag("max-in-flight", INT, 200, "max number of messages to allow in flight"),
+    flags.MAX_IN_FLIGHT,
     Flag("output-dir", STR, "/tmp", "directory to write output files to"),
     Flag("work-dir", STR, "", "directory for in-progress files before moving to output-dir"),
     Flag("datetime-format", STR, "%Y-%m-%d_%H", "strftime format for <DATETIME>"),
@@ -65,12 +66,12 @@ FLAGS = (
     Flag("rotate-size", INT, 0, "rotate the file when it grows bigger than `rotate-size` bytes"),
     Flag("rotate-interval", DURATION, 0.0, "rotate the file every duration"),
     Flag("sync-interval", DURATION, 30.0, "sync file to disk every duration"),
-    Flag("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"),
+    flags.HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
-    Flag("nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+    flags.NSQD_TCP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "nsq topic (may be given multiple times)"),
-    Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)"),
+    flags.CONSUMER_OPT,
 )
 
 _MSG, _TICK, _HUP, _TERM, _STOPPED = "msg", "tick", "hup", "term", "stopped"

@@ -21,6 +21,7 @@ from urllib.parse import quote_plus
 import aiohttp
 from yarl import URL
 
+from . import flags
 from .flags import (
     DURATION,
     FLOAT,
@@ -32,8 +33,7 @@ from .flags import (
     Flag,
     check_one_source,
     fail,
-    parse,
-    print_version,
+    parse_tool_flags,
 )
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
@@ -44,20 +44,20 @@ FLAGS = (
     VERSION,
     Flag("topic", STR, "", "nsq topic"),
     Flag("channel", STR, "nsq_to_http", "nsq channel"),
-    Flag("max-in-flight", INT, 200, "max number of messages to allow in flight"),
+    flags.MAX_IN_FLIGHT,
     Flag("n", INT, 100, "number of concurrent publishers"),
-    Flag("mode", STR, "hostpool", "the upstream request mode: round-robin, hostpool"),
+    flags.UPSTREAM_MODE,
     Flag("sample", FLOAT, 1.0, "% of messages to publish (float b/w 0 -> 1)"),
-    Flag("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"),
+    flags.HTTP_CONNECT_TIMEOUT,
     Flag("http-client-request-timeout", DURATION, 20.0, "timeout for HTTP request"),
-    Flag("status-every", INT, 250, "the # of requests between logging status, 0 disables"),
+    flags.STATUS_EVERY,
     Flag("content-type", STR, DEFAULT_CONTENT_TYPE, "the Content-Type used for POST requests"),
     Flag("post", LIST, (), "HTTP address to make a POST request to (repeatable)"),
     Flag("header", LIST, (), "Custom header for HTTP requests (repeatable)"),
     Flag("get", LIST, (), "HTTP address to make a GET request to; '%s' is the data (repeatable)"),
-    Flag("nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
-    Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)"),
+    flags.NSQD_TCP_ADDRESS,
+    flags.LOOKUPD_HTTP_ADDRESS,
+    flags.CONSUMER_OPT,
 )
 
 
@@ -167,11 +167,8 @@ async def forward(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_to_http's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_to_http", FLAGS, argv)
+    opts = parse_tool_flags("nsq_to_http", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_to_http")
         return
     opts["headers_parsed"] = {}
     if opts["header"]:

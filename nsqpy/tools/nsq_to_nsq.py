@@ -21,7 +21,8 @@ from typing import Any
 
 from ..internal.gojson import encode as go_encode_string
 from ..wire import is_valid_name
-from .flags import INT, LIST, STR, VERSION, Flag, check_one_source, fail, log, parse, print_version
+from . import flags
+from .flags import LIST, STR, VERSION, Flag, check_one_source, fail, log, parse_tool_flags
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 
@@ -29,18 +30,18 @@ FLAGS = (
     VERSION,
     Flag("channel", STR, "nsq_to_nsq", "nsq channel"),
     Flag("destination-topic", STR, "", "use this destination topic for all consumed topics"),
-    Flag("max-in-flight", INT, 200, "max number of messages to allow in flight"),
-    Flag("status-every", INT, 250, "the # of requests between logging status, 0 disables"),
-    Flag("mode", STR, "hostpool", "the upstream request mode: round-robin, hostpool"),
-    Flag("nsqd-tcp-address", LIST, (), "nsqd TCP address (may be given multiple times)"),
+    flags.MAX_IN_FLIGHT,
+    flags.STATUS_EVERY,
+    flags.UPSTREAM_MODE,
+    flags.NSQD_TCP_ADDRESS,
     Flag("destination-nsqd-tcp-address", LIST, (), "destination nsqd TCP address (repeatable)"),
-    Flag("lookupd-http-address", LIST, (), "lookupd HTTP address (may be given multiple times)"),
+    flags.LOOKUPD_HTTP_ADDRESS,
     Flag("topic", LIST, (), "nsq topic (may be given multiple times)"),
     Flag("whitelist-json-field", LIST, (), "for JSON messages: pass this field (repeatable)"),
     Flag("require-json-field", STR, "", "for JSON messages: only pass messages with this field"),
     Flag("require-json-value", STR, "", "for JSON messages: ... in which it has this value"),
-    Flag("consumer-opt", LIST, (), "option to passthrough to nsq.Consumer (name,value)"),
-    Flag("producer-opt", LIST, (), "option to passthrough to nsq.Producer (name,value)"),
+    flags.CONSUMER_OPT,
+    flags.PRODUCER_OPT,
 )
 
 
@@ -211,11 +212,8 @@ async def copy(opts: dict) -> None:
 
 def run(argv: Sequence[str]) -> None:
     """nsq_to_nsq's command line (``argv`` in Go flag syntax); exits as Go's tool does."""
-    opts = parse("nsq_to_nsq", FLAGS, argv)
+    opts = parse_tool_flags("nsq_to_nsq", FLAGS, argv)
     if opts is None:
-        return
-    if opts["version"]:
-        print_version("nsq_to_nsq")
         return
     if not opts["topic"] or not opts["channel"]:
         fail("--topic and --channel are required")

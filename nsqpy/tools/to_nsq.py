@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 
+from . import flags
 from .flags import INT, LIST, STR, Flag, fail, log, parse
 from .runtime import Signals, make_config, run_main
 
@@ -24,7 +25,7 @@ FLAGS = (
     Flag("topic", STR, "", "NSQ topic to publish to"),
     Flag("delimiter", STR, "\n", "character to split input from stdin"),
     Flag("nsqd-tcp-address", LIST, (), "destination nsqd TCP address (repeatable)"),
-    Flag("producer-opt", LIST, (), "option to passthrough to nsq.Producer (name,value)"),
+    flags.PRODUCER_OPT,
     Flag("rate", INT, 0, "Throttle messages to n/second. 0 to disable"),
 )
 

@@ -148,6 +148,7 @@ class ClusterInfo:
             return await self.lookupd_topic_producers(topic)
         return await self.nsqd_producers(topic)
 
+    # The parameters of stats() below, repeated so that this wrapper keeps their names/types.
     async def nsqd_stats(
         self,
         producers: list[ProducerInfo],
@@ -162,6 +163,7 @@ class ClusterInfo:
             raise ci.all_failed("nsqd", list(node_errors.values()))
         return rows, channels, node_errors
 
+    # nsqd_stats() above repeats these parameters: it is this call plus the all-failed check.
     async def stats(
         self,
         producers: list[ProducerInfo],

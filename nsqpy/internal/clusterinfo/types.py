@@ -261,12 +261,15 @@ def client_from_nsqd(c: dict[str, Any], node: str, now: float | None = None) -> 
         "user_agent": c.get("user_agent", ""),
         "connect_ts": connect_ts,
         "connected": (now_s - connect_ts) * 1_000_000_000,
-        "in_flight_count": int(c.get("in_flight_count") or 0),
-        "ready_count": int(c.get("ready_count") or 0),
-        "finish_count": int(c.get("finish_count") or 0),
-        "requeue_count": int(c.get("requeue_count") or 0),
-        "message_count": int(c.get("message_count") or 0),
-        "sample_rate": int(c.get("sample_rate") or 0),
+        **_counts(
+            c,
+            "in_flight_count",
+            "ready_count",
+            "finish_count",
+            "requeue_count",
+            "message_count",
+            "sample_rate",
+        ),
         "deflate": bool(c.get("deflate")),
         "snappy": bool(c.get("snappy")),
         "authed": bool(c.get("authed")),
@@ -278,6 +281,23 @@ def client_from_nsqd(c: dict[str, Any], node: str, now: float | None = None) -> 
         "tls_negotiated_protocol": c.get("tls_negotiated_protocol", ""),
         "tls_negotiated_protocol_is_mutual": bool(c.get("tls_negotiated_protocol_is_mutual")),
     }
+
+
+#: A channel row's counters taken as they are from nsqd's /stats (in the row's key order).
+_CHANNEL_COUNTERS = (
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "message_count",
+    "client_count",
+)
+
+
+def _counts(c: dict[str, Any], *keys: str) -> dict[str, int]:
+    """Counters of an nsqd /stats object, in the order of ``keys``: ints, 0 where missing or
+    null (Go's zero value)."""
+    return {k: int(c.get(k) or 0) for k in keys}
 
 
 def _channel_from_nsqd(
@@ -294,12 +314,7 @@ def _channel_from_nsqd(
         "depth": depth,
         "memory_depth": depth - backend,
         "backend_depth": backend,
-        "in_flight_count": int(c.get("in_flight_count") or 0),
-        "deferred_count": int(c.get("deferred_count") or 0),
-        "requeue_count": int(c.get("requeue_count") or 0),
-        "timeout_count": int(c.get("timeout_count") or 0),
-        "message_count": int(c.get("message_count") or 0),
-        "client_count": int(c.get("client_count") or 0),
+        **_counts(c, *_CHANNEL_COUNTERS),
         "nodes": None,
         "clients": None if clients is None else [client_from_nsqd(x, node, now) for x in clients],
         "paused": bool(c.get("paused")),
@@ -382,17 +397,7 @@ def new_channel_total(topic: str, channel: str, node: str = "*") -> Stats:
     }
 
 
-_CHANNEL_SUMS = (
-    "depth",
-    "memory_depth",
-    "backend_depth",
-    "in_flight_count",
-    "deferred_count",
-    "requeue_count",
-    "timeout_count",
-    "message_count",
-    "client_count",
-)
+_CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", *_CHANNEL_COUNTERS)
 
 
 def channel_add(total: Stats, a: Stats) -> None:
@@ -406,16 +411,7 @@ def channel_add(total: Stats, a: Stats) -> None:
         total["dead_letter_count"] = total.get("dead_letter_count", 0) + a["dead_letter_count"]
     if a["paused"]:
         total["paused"] = True
-    total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)
-    if total["e2e_processing_latency"] is None:
-        total["e2e_processing_latency"] = {
-            "count": 0,
-            "percentiles": None,
-            "topic": total["topic_name"],
-            "channel": total["channel_name"],
-            "host": total["node"],
-        }
-    e2e_add(total["e2e_processing_latency"], a.get("e2e_processing_latency"))
+    _add_node(total, a, total["channel_name"])
     if a.get("clients"):
         total["clients"] = sorted(
             [*(total["clients"] or []), *a["clients"]], key=lambda c: c["hostname"]
@@ -455,13 +451,20 @@ def topic_add(total: Stats, a: Stats) -> None:
             channels.append(agg)
         channel_add(agg, ch)
     total["channels"] = channels or None
+    _add_node(total, a, "")
+
+
+def _add_node(total: Stats, a: Stats, channel: str) -> None:
+    """What TopicStats.Add and ChannelStats.Add share: the node row ``a`` appended to
+    ``total``'s (sorted by host), its e2e percentiles merged into the total's (made empty for
+    ``channel`` at the first row)."""
     total["nodes"] = sorted([*(total["nodes"] or []), a], key=_by_host)
     if total["e2e_processing_latency"] is None:
         total["e2e_processing_latency"] = {
             "count": 0,
             "percentiles": None,
             "topic": total["topic_name"],
-            "channel": "",
+            "channel": channel,
             "host": total["node"],
         }
     e2e_add(total["e2e_processing_latency"], a.get("e2e_processing_latency"))
