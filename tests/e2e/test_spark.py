@@ -480,6 +480,9 @@ def test_available_now_reads_500000_queued_then_only_the_new_ones(
         for i in range(n):
             p.put(b"b%06d" % i)
     d.post("/channel/create", topic="backfill", channel="c")  # before the new ones arrive
+    # the topic hands what it held to its first channel as its pump runs (as nsqd's
+    # messagePump does), so "available now" means once the channel holds all of it
+    wait_for(lambda: d.depth("backfill", "c") == n, 120, 0.2, "the backlog in the channel")
     out = tmp_path / "out"
 
     def run() -> None:
