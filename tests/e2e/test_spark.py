@@ -486,9 +486,12 @@ def test_available_now_reads_500000_queued_then_only_the_new_ones(
     out = tmp_path / "out"
 
     def run() -> None:
+        # fetch_wait: the run ends at its target, or after this long with nothing arriving; the
+        # default 250 ms can pass between two reads of the channel's disk backlog on a loaded
+        # machine, ending the run early (the next run would take the rest)
         df = _source(
             spark, tmp_path, nsqd_tcp_addresses=d.tcp_address, topic="backfill", channel="c",
-            nsqd_http_addresses=d.http_address,
+            nsqd_http_addresses=d.http_address, fetch_wait="10s",
         )  # fmt: skip
         q = (
             df.select("id", "body")
