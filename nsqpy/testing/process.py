@@ -107,6 +107,9 @@ class DaemonProcess:
         self.https_port = 0
         self._max_lines = max_lines
         self._ready = threading.Event()
+        # a daemon that dies of a signal (SIGSEGV, SIGABRT) writes its Python stacks to its
+        # log first (faulthandler), so the test that sees the exit status shows where
+        env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
         self.proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
