@@ -315,10 +315,9 @@ def test_compose_prometheus_scrapes_every_daemon_with_the_alert_rules() -> None:
         )
     }
     assert by_job == expected
-    # it starts once every daemon it scrapes is healthy
-    assert set(prom["depends_on"]) == {
-        n for p in ("nsqpy-d", "nsqpy-lookupd", "nsqpy-admin") for n in by_program(p)
-    }
+    # no start order: it scrapes whatever is up and retries the rest (a dependency on a daemon
+    # that the check kills and recreates would hold a container id that is gone)
+    assert "depends_on" not in prom
     # the image's own default command is the compose one
     (image_cmd,) = [rest for i, rest in stage if i == "CMD"]
     assert exec_form(image_cmd) == cmd
