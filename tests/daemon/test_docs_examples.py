@@ -23,8 +23,10 @@ The counts (run, shown, not runnable by reason) are printed per page and in tota
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -171,13 +173,22 @@ def run_block(block: Block, cluster: Cluster, workdir: Path) -> str | None:
         cmd = [sys.executable, str(script)]
     else:
         cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
+    # its own process group: whatever the block starts (a daemon in the background, say) ends
+    # with it, and nothing outlives the test
+    p = subprocess.Popen(
+        cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        r = subprocess.run(
-            cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return f"no exit within {BLOCK_TIMEOUT} s; stdout:\n{out[-2000:]}"
+        stdout, stderr = p.communicate(timeout=BLOCK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return f"no exit within {BLOCK_TIMEOUT} s; stdout:\n{(out or '')[-2000:]}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    r = subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr)
     if r.returncode != 0:
         return f"exit {r.returncode}\nstdout:\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-3000:]}"
     if block.output is not None and (missing := output_mismatch(block.output, r.stdout)):
