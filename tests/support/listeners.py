@@ -65,10 +65,11 @@ class RecordingListener:
                     line += self._read_exact(s, 1)
                 (size,) = _LEN.unpack(self._read_exact(s, 4))
                 self._read_exact(s, size)
-                data = json.dumps(self.identify).encode()
-                s.sendall(_FRAME.pack(len(data) + 4, 0) + data)
+                # counted before the answer is sent: a client that has the answer can rely on it
                 with self._lock:
                     self.handshakes += 1
+                data = json.dumps(self.identify).encode()
+                s.sendall(_FRAME.pack(len(data) + 4, 0) + data)
             while True:
                 chunk = s.recv(65536)
                 if not chunk:
