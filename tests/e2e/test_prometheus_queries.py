@@ -18,7 +18,8 @@ a PromQL error fails at once):
   would ("All" -> the variable's allValue, the rest their current value, ``$__rate_interval``
   a concrete range); the dashboard model itself is checked without Prometheus;
 - panel queries written against lovoo/nsq_exporter's families (both of its layouts), from
-  nsqpy-d's compat modes;
+  nsqpy-d's compat modes, and a public nsq_exporter dashboard's queries as published (its
+  source named at PUBLIC_NSQ_EXPORTER_DASHBOARD);
 - every alert rule: the expression as written must evaluate (status success); and since most
   conditions are false in a healthy cluster, each rule also has an *observable* form here (the
   condition without its threshold, or the series it compares) that must return series. A rule
@@ -185,6 +186,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ]
         for layout, n in compat.items():
             jobs.append(static_job(layout, [n.http_address]))
+        if "nsq_exporter" in compat:
+            # the public dashboard below names its scrape job "nsq"
+            jobs.append(static_job("nsq", [compat["nsq_exporter"].http_address]))
         prom = PrometheusServer(base / "prometheus", jobs, [RULES])
         repl_families = _scrape(replicated[0].http_address) if replicated else None
         families = {
@@ -439,6 +443,29 @@ def test_nsq_exporter_dashboard_queries_return_series(stack: Stack, layout: str)
     for q in queries:
         name = re.search(r"\b(nsq_[a-z0-9_]+)", q).group(1)  # type: ignore[union-attr]
         assert name in stack.families[layout], (layout, name)
+
+
+#: A public dashboard built on lovoo/nsq_exporter, queries kept verbatim: the panel queries
+#: listed in the README.md of github.com/zt102545/new_nsq_exporter (a maintained fork of
+#: lovoo/nsq_exporter, scraped as job "nsq"): CPU use, the process's memory, messages received,
+#: backlog, and load. nsq_exporter exports its own process_* families; nsqpy-d exports its own,
+#: which is what the panel means (the broker's CPU and memory) once no exporter sits between.
+PUBLIC_NSQ_EXPORTER_DASHBOARD = [
+    'avg(irate(process_cpu_seconds_total{job="nsq"}[5m])) by (instance) * 100',
+    'process_resident_memory_bytes{job="nsq"}',
+    "nsq_topic_message_count",
+    "nsq_topic_depth",
+    "sum(irate(nsq_topic_message_count{}[5m]))",
+]
+
+
+def test_public_nsq_exporter_dashboard_queries_return_series(stack: Stack) -> None:
+    """The public dashboard's queries, as written, return series from nsqpy-d with
+    ``--metrics-compat=nsq_exporter`` through Prometheus."""
+    if "nsq_exporter" not in stack.compat:
+        pytest.skip("nsqpy-d has no --metrics-compat flag")
+    found = stack.prom.wait_series(PUBLIC_NSQ_EXPORTER_DASHBOARD, timeout=90)
+    assert set(found) == set(PUBLIC_NSQ_EXPORTER_DASHBOARD)
 
 
 #: Each alert's expression in a form that returns series in a healthy cluster under the module's
