@@ -178,8 +178,11 @@ def test_identify_and_registrations_are_nsqds(daemon_factory, recorder):
     wait_for(lambda: len(recorder.commands()) >= len(want), what="registrations")
     assert recorder.commands() == want
     assert len(recorder.conns) == 1  # one connection throughout
-    assert f"LOOKUPD({recorder.address}): channel REGISTER t1 c1" in d.log_text()
-    assert f"LOOKUPD({recorder.address}): peer info {{TCPPort:" in d.log_text()
+    for line in (
+        f"LOOKUPD({recorder.address}): channel REGISTER t1 c1",
+        f"LOOKUPD({recorder.address}): peer info {{TCPPort:",
+    ):  # the log reaches the test through a pipe: wait for each line
+        wait_for(lambda line=line: line in d.log_text(), what=line)
 
 
 def test_broadcast_flags_go_into_identify_and_info(daemon_factory, recorder):
@@ -255,7 +258,8 @@ def test_put_config_moves_to_the_new_lookupds(daemon_factory, recorder):
         _post(d, "/topic/create?topic=u")
         wait_for(lambda: "REGISTER u" in other.commands(), what="new registration")
         assert "REGISTER u" not in recorder.commands()
-        assert f"LOOKUP({recorder.address}): removing peer" in d.log_text()
+        removing = f"LOOKUP({recorder.address}): removing peer"
+        wait_for(lambda: removing in d.log_text(), what=removing)
     finally:
         other.close()
 
@@ -511,8 +515,13 @@ def test_a_silent_lookupd_holds_the_first_publish_while_others_are_served(daemon
         waiting.expect_response()
         waiting.close()
         assert d.depth("fresh") == 1  # no channel anywhere: the topic keeps it
-        assert "failed to query nsqlookupd for channels to pre-create for topic fresh" in (
-            d.log_text()
+        # the log reaches the test through a pipe: wait for the line rather than race it
+        wait_for(
+            lambda: (
+                "failed to query nsqlookupd for channels to pre-create for topic fresh"
+                in d.log_text()
+            ),
+            what="the failed channel query logged",
         )
     finally:
         recorder.close()

@@ -85,7 +85,7 @@ async def test_deposed_leader_rejoins_isr_and_takes_over(cluster: Nodes) -> None
     readmitted = time.monotonic() - killed
     r = repl_stats(back, TOPIC)
     assert r is not None and r["role"] == "follower" and r["epoch"] >= 2
-    assert "messages of this node's own dropped" in back.log_text()
+    wait_for(lambda: "messages of this node's own dropped" in back.log_text(), what="reset logged")
     await prod.until(len(h.acked) + 1000)  # it is waited for again
     await prod.stop()
     acked_before = len(h.acked)
@@ -151,7 +151,10 @@ async def test_rolling_restart_loses_nothing(cluster: Nodes) -> None:
     )
     assert v.ok, v.line()
     # the first leader, restarted with its topic on disk, was reset by the new one
-    assert "messages of this node's own dropped" in cluster.nodes[first].log_text()
+    wait_for(
+        lambda: "messages of this node's own dropped" in cluster.nodes[first].log_text(),
+        what="the first leader's reset logged",
+    )
 
 
 #: A producer inside a network host: PUBs to argv[1] (host:port) of topic argv[2] for at most

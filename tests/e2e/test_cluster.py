@@ -675,6 +675,8 @@ def spark(tmp_path_factory) -> Iterator:
 def test_spark_source_reads_every_node_through_nsqpy_lookupd(
     spark, topology: Topology, tmp_path: Path
 ) -> None:
+    from support.spark_query import start_query  # this file also runs as a script
+
     lk = topology.lookupd()
     a = topology.node(0, [lk.tcp_address])
     b = topology.node(1, [lk.tcp_address])
@@ -696,12 +698,14 @@ def test_spark_source_reads_every_node_through_nsqpy_lookupd(
         .option("spool_dir", str(tmp_path / "ckpt" / "nsq-spool"))
         .load()
     )
-    q = (
-        df.writeStream.format("memory")
-        .queryName("cluster_out")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
+    q = start_query(
+        lambda: (
+            df.writeStream.format("memory")
+            .queryName("cluster_out")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
     )
     t0 = time.monotonic()
     try:

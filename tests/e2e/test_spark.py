@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from support.daemons import ROOT, Daemon
 from support.nsq_connection import NSQConnection
+from support.spark_query import start_query
 
 from nsqpy import wire
 from nsqpy.spark.client import BatchPublisher, NSQError, parse_address
@@ -276,11 +277,13 @@ def test_stream_20000_messages_every_id_then_fin(spark, nsqd: Daemon, tmp_path: 
         spark, tmp_path, nsqd_tcp_addresses=nsqd.tcp_address, topic="big", channel="spark",
         max_messages_per_trigger="3000",
     )  # fmt: skip
-    q = (
-        df.writeStream.format("memory")
-        .queryName("big_out")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    q = start_query(
+        lambda: (
+            df.writeStream.format("memory")
+            .queryName("big_out")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
     )
     try:
         deadline = time.monotonic() + 200
@@ -348,8 +351,8 @@ def test_stalled_sink_stops_taking_messages(spark, nsqd: Daemon, tmp_path: Path)
         spark, tmp_path, nsqd_tcp_addresses=nsqd.tcp_address, topic="stall", channel="c",
         max_spool_bytes=str(4 << 20), spool_segment_bytes=str(1 << 20), max_in_flight="500",
     )  # fmt: skip
-    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
-    q = q.start()
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
+    q = start_query(writer.start)
     try:
         wait_for(
             lambda: (
@@ -394,11 +397,13 @@ def test_stream_discovers_nsqds_through_lookupd(
         spark, tmp_path, lookupd_http_addresses=f"http://{lookupd.address}", topic="found",
         channel="c", lookupd_poll_interval="1s",
     )  # fmt: skip
-    q = (
-        df.writeStream.format("memory")
-        .queryName("found_out")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    q = start_query(
+        lambda: (
+            df.writeStream.format("memory")
+            .queryName("found_out")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
     )
     try:
         wait_for(
@@ -451,13 +456,15 @@ def test_sink_round_trip_batch_and_stream(spark, daemon_factory, tmp_path: Path)
     publish(d.tcp_address, "bridge_in", [f"br{i}".encode() for i in range(2000)])
     src = _source(spark, tmp_path, nsqd_tcp_addresses=d.tcp_address, topic="bridge_in",
                   channel="c")  # fmt: skip
-    q = (
-        src.selectExpr("upper(cast(body as string)) as body")
-        .writeStream.format("nsq")
-        .option("nsqd_tcp_addresses", d.tcp_address)
-        .option("topic", "bridge_out")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    q = start_query(
+        lambda: (
+            src.selectExpr("upper(cast(body as string)) as body")
+            .writeStream.format("nsq")
+            .option("nsqd_tcp_addresses", d.tcp_address)
+            .option("topic", "bridge_out")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
     )
     try:
         out = consume(d.tcp_address, "bridge_out", "c", 2000, timeout=120)
@@ -493,13 +500,15 @@ def test_available_now_reads_500000_queued_then_only_the_new_ones(
             spark, tmp_path, nsqd_tcp_addresses=d.tcp_address, topic="backfill", channel="c",
             nsqd_http_addresses=d.http_address, fetch_wait="10s",
         )  # fmt: skip
-        q = (
-            df.select("id", "body")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(availableNow=True)
-            .start()
+        q = start_query(
+            lambda: (
+                df.select("id", "body")
+                .writeStream.format("parquet")
+                .option("path", str(out))
+                .option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(availableNow=True)
+                .start()
+            )
         )
         try:
             assert q.awaitTermination(300), "the AvailableNow query did not end by itself"
@@ -768,11 +777,13 @@ def test_kill_nsqd_mid_stream_loses_nothing_it_acknowledged(spark, tmp_path: Pat
     publish(d.tcp_address, "nk", [b"first"])
     pub = threading.Thread(target=publisher, daemon=True)
     src = _source(spark, tmp_path, nsqd_tcp_addresses=d.tcp_address, topic="nk", channel="c")
-    q = (
-        src.writeStream.format("memory")
-        .queryName("nk_out")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    q = start_query(
+        lambda: (
+            src.writeStream.format("memory")
+            .queryName("nk_out")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
     )
 
     def count() -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from support import gobin
 from support.daemons import Daemon
+from support.spark_query import start_query
 
 from nsqpy.testing import wait_for
 
@@ -157,12 +158,14 @@ def test_spark_source_and_sink_over_tls_with_auth(spark, broker, certs, tmp_path
         .load()
     )
     table = f"secure_{name.replace('-', '_')}"
-    q = (
-        df.writeStream.format("memory")
-        .queryName(table)
-        .option("checkpointLocation", str(ckpt))
-        .trigger(processingTime="200 milliseconds")
-        .start()
+    q = start_query(
+        lambda: (
+            df.writeStream.format("memory")
+            .queryName(table)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
     )
     try:
         # the source's connections: ceil(max_in_flight / nsqd's max RDY) of them by default
