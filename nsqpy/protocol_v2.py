@@ -728,13 +728,13 @@ class ProtocolV2:
         return 0
 
     def finish_ids(self, c: ClientState, ids: list[bytes]) -> None:
-        """FIN for each ID (a run of FINs the parser took at once: wire.take_fins), errors
-        answered one by one, in order, as FIN's."""
+        """FIN for each ID (a run of FINs the parser took at once: wire.take_fins, or one FIN
+        parsed alone), errors answered one by one, in order, as FIN's."""
         ch = c.channel
         assert ch is not None
         failed = ch.finish_many(c, ids)
         for msg_id, reason in failed:
-            err = ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {reason}")
+            err = _in_flight_error("FIN", msg_id, reason)
             log.error("[%s] - %s", c.remote_address, err)
             c.reply(wire.encode_error(err))
         done = len(ids) - len(failed)
@@ -743,56 +743,31 @@ class ProtocolV2:
         c.room_changed = True
 
     def FIN(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        msg_id = _msg_id(c, "FIN", params)
-        ch = c.channel
-        assert ch is not None
-        try:
-            ch.finish(c, msg_id)
-        except ChannelError as e:
-            raise ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}") from None
-        c.finish_count += 1
-        c.in_flight_count -= 1
-        c.room_changed = True
+        # a FIN the parser did not take in a run (after CLS, or a line take_fins left)
+        _in_flight_channel(c, "FIN", params)
+        self.finish_ids(c, [params[1]])
         return 0
 
     def REQ(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        msg_id = _msg_id(c, "REQ", params)
+        ch = _in_flight_channel(c, "REQ", params)
+        msg_id = params[1]
+        delay_ms = _req_timeout_ms(c, params[2], self.opts.max_req_timeout_ms)
         try:
-            timeout_ms = wire.byte_to_base10(params[2])
-        except ValueError:
-            raise FatalClientError(
-                "E_INVALID", f"REQ could not parse timeout {_text(params[2])}"
-            ) from None
-        max_ms = self.opts.max_req_timeout_ms
-        ns = wire.go_ms_duration_ns(timeout_ms)  # a wrapping int64, as nsqd's Duration
-        clamped = min(max(ns, 0), max_ms * 1_000_000)
-        if clamped != ns:
-            log.info(
-                "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
-                c.remote_address,
-                ns,
-                max_ms * 1_000_000,
-                clamped,
-            )
-        ch = c.channel
-        assert ch is not None
-        try:
-            ch.requeue(c, msg_id, clamped // 1_000_000)
+            ch.requeue(c, msg_id, delay_ms)
         except ChannelError as e:
-            raise ClientError("E_REQ_FAILED", f"REQ {_text(msg_id)} failed {e}") from None
+            raise _in_flight_error("REQ", msg_id, e) from None
         c.requeue_count += 1
         c.in_flight_count -= 1
         c.room_changed = True
         return 0
 
     def TOUCH(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        msg_id = _msg_id(c, "TOUCH", params)
-        ch = c.channel
-        assert ch is not None
+        ch = _in_flight_channel(c, "TOUCH", params)
+        msg_id = params[1]
         try:
             ch.touch(c, msg_id, c.msg_timeout_ms)
         except ChannelError as e:
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(msg_id)} failed {e}") from None
+            raise _in_flight_error("TOUCH", msg_id, e) from None
         return 0
 
     def CLS(self, c: ClientState, params: list[bytes], body: Any) -> int:
@@ -996,16 +971,46 @@ def _ranged(
     raise FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
 
 
-def _msg_id(c: ClientState, cmd: str, params: list[bytes]) -> bytes:
+def _in_flight_channel(c: ClientState, cmd: str, params: list[bytes]) -> Channel:
+    """The channel of FIN, REQ and TOUCH (``cmd``), whose message ID is ``params[1]``, after
+    nsqd's checks: subscribed (or closing), enough parameters, an ID of MSG_ID_LENGTH bytes;
+    else FatalClientError E_INVALID."""
     state = c.state
     if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
         raise FatalClientError("E_INVALID", f"cannot {cmd} in current state")
     if len(params) < (3 if cmd == "REQ" else 2):
         raise FatalClientError("E_INVALID", f"{cmd} insufficient number of params")
-    msg_id = params[1]
-    if len(msg_id) != wire.MSG_ID_LENGTH:
+    if len(params[1]) != wire.MSG_ID_LENGTH:
         raise FatalClientError("E_INVALID", "invalid message ID")
-    return msg_id
+    ch = c.channel
+    assert ch is not None
+    return ch
+
+
+def _in_flight_error(cmd: str, msg_id: bytes, reason: object) -> ClientError:
+    """nsqd's answer when the channel refuses FIN, REQ or TOUCH (``cmd``) of ``msg_id``:
+    E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED, "<cmd> <id> failed <reason>", not fatal."""
+    return ClientError(f"E_{cmd}_FAILED", f"{cmd} {_text(msg_id)} failed {reason}")
+
+
+def _req_timeout_ms(c: ClientState, raw: bytes, max_ms: int) -> int:
+    """REQ's timeout parameter, ms: unparsable is FatalClientError E_INVALID; out of
+    [0, --max-req-timeout] it is clamped and logged (nsqd's REQ, on a wrapping int64 Duration)."""
+    try:
+        timeout_ms = wire.byte_to_base10(raw)
+    except ValueError:
+        raise FatalClientError("E_INVALID", f"REQ could not parse timeout {_text(raw)}") from None
+    ns = wire.go_ms_duration_ns(timeout_ms)
+    clamped = min(max(ns, 0), max_ms * 1_000_000)
+    if clamped != ns:
+        log.info(
+            "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+            c.remote_address,
+            ns,
+            max_ms * 1_000_000,
+            clamped,
+        )
+    return clamped // 1_000_000
 
 
 def _auth_answer(c: ClientState, answer: AuthState | BaseException) -> AuthState:
