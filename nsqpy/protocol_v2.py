@@ -827,7 +827,7 @@ class ProtocolV2:
                 return act
         n = 1
         if cmd.many and len(body) > MPUB_SLICE:
-            mpub = SlicedMpub(self, c, topic_name, body, cmd)
+            mpub = SlicedMpub(self, c, topic_name, body)
             c.wait = Wait(WAIT_STEPS, mpub.step, mpub.then)
             return SUSPEND
         try:
@@ -884,21 +884,15 @@ class SlicedMpub:
     keep their order and get increasing IDs; the steps go on to the last even if the client
     goes away, as nsqd's PutMessages finishes once the body is read."""
 
-    __slots__ = ("core", "client", "topic_name", "bodies", "cmd", "at")
+    __slots__ = ("core", "client", "topic_name", "bodies", "at")
 
     def __init__(
-        self,
-        core: ProtocolV2,
-        c: ClientState,
-        topic_name: str,
-        bodies: list[bytes],
-        cmd: PubCommand,
+        self, core: ProtocolV2, c: ClientState, topic_name: str, bodies: list[bytes]
     ) -> None:
         self.core = core
         self.client = c
         self.topic_name = topic_name
         self.bodies = bodies
-        self.cmd = cmd
         self.at = 0
 
     def step(self) -> bool:
@@ -915,7 +909,7 @@ class SlicedMpub:
     def then(self, answer: Any) -> int:
         """The answer after the last step (None) or a step's exception."""
         if isinstance(answer, (TopicError, OSError)):
-            raise FatalClientError(self.cmd.failed, f"{self.cmd.name} failed {answer}")
+            raise FatalClientError(MPUB_COMMAND.failed, f"MPUB failed {answer}")
         if isinstance(answer, BaseException):
             raise answer
         return self.core.published(self.client, self.topic_name, len(self.bodies))
