@@ -751,9 +751,25 @@ class ProtocolV2:
     def REQ(self, c: ClientState, params: list[bytes], body: Any) -> int:
         ch = _in_flight_channel(c, "REQ", params)
         msg_id = params[1]
-        delay_ms = _req_timeout_ms(c, params[2], self.opts.max_req_timeout_ms)
         try:
-            ch.requeue(c, msg_id, delay_ms)
+            timeout_ms = wire.byte_to_base10(params[2])
+        except ValueError:
+            raise FatalClientError(
+                "E_INVALID", f"REQ could not parse timeout {_text(params[2])}"
+            ) from None
+        max_ms = self.opts.max_req_timeout_ms
+        ns = wire.go_ms_duration_ns(timeout_ms)  # a wrapping int64, as nsqd's Duration
+        clamped = min(max(ns, 0), max_ms * 1_000_000)
+        if clamped != ns:
+            log.info(
+                "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+                c.remote_address,
+                ns,
+                max_ms * 1_000_000,
+                clamped,
+            )
+        try:
+            ch.requeue(c, msg_id, clamped // 1_000_000)
         except ChannelError as e:
             raise _in_flight_error("REQ", msg_id, e) from None
         c.requeue_count += 1
@@ -985,26 +1001,6 @@ def _in_flight_error(cmd: str, msg_id: bytes, reason: object) -> ClientError:
     """nsqd's answer when the channel refuses FIN, REQ or TOUCH (``cmd``) of ``msg_id``:
     E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED, "<cmd> <id> failed <reason>", not fatal."""
     return ClientError(f"E_{cmd}_FAILED", f"{cmd} {_text(msg_id)} failed {reason}")
-
-
-def _req_timeout_ms(c: ClientState, raw: bytes, max_ms: int) -> int:
-    """REQ's timeout parameter, ms: unparsable is FatalClientError E_INVALID; out of
-    [0, --max-req-timeout] it is clamped and logged (nsqd's REQ, on a wrapping int64 Duration)."""
-    try:
-        timeout_ms = wire.byte_to_base10(raw)
-    except ValueError:
-        raise FatalClientError("E_INVALID", f"REQ could not parse timeout {_text(raw)}") from None
-    ns = wire.go_ms_duration_ns(timeout_ms)
-    clamped = min(max(ns, 0), max_ms * 1_000_000)
-    if clamped != ns:
-        log.info(
-            "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
-            c.remote_address,
-            ns,
-            max_ms * 1_000_000,
-            clamped,
-        )
-    return clamped // 1_000_000
 
 
 def _auth_answer(c: ClientState, answer: AuthState | BaseException) -> AuthState:
