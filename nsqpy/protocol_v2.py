@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import wire
 from .auth import AuthState
@@ -356,6 +356,17 @@ DPUB_COMMAND = PubCommand("DPUB", deferred=True)
 _PUBLISH_COMMANDS = (b"PUB", b"MPUB", b"DPUB")
 
 
+class Publish(NamedTuple):
+    """A publish the core hands to PublishReplication.publish, its topic name read and the
+    client authorized: ``cmd`` (PUB, MPUB or DPUB), ``topic``, the message ``bodies`` (one
+    for PUB and DPUB) and ``delay_ms`` (DPUB's delay, else 0)."""
+
+    cmd: PubCommand
+    topic: str
+    bodies: list[bytes]
+    delay_ms: int
+
+
 class PublishReplication(Protocol):
     """Replicated topics as the protocol core sees them (--etcd-endpoints only; implemented
     by nsqpy/replication/tcp_publish.py). Every method takes the client's state and a
@@ -372,18 +383,9 @@ class PublishReplication(Protocol):
         ``retry`` runs once they are answered."""
         ...
 
-    def publish(
-        self,
-        c: ClientState,
-        cmd: PubCommand,
-        topic: str,
-        bodies: list[bytes],
-        delay_ms: int,
-        retry: Callable[[], int],
-    ) -> int:
-        """Publish ``bodies`` (``delay_ms``: DPUB's delay, else 0) to the replicated
-        ``topic``, already authorized; answered through ProtocolV2.published, or an error of
-        ``cmd.failed`` (raised now or answered later, fatal)."""
+    def publish(self, c: ClientState, pub: Publish, retry: Callable[[], int]) -> int:
+        """Publish ``pub`` (its topic replicated); answered through ProtocolV2.published, or
+        an error of ``pub.cmd.failed`` (raised now or answered later, fatal)."""
         ...
 
 
@@ -834,7 +836,7 @@ class ProtocolV2:
                     return act
             if repl is not None and replicated:
                 bodies = list(body) if cmd.many else [body]
-                return repl.publish(c, cmd, topic_name, bodies, delay_ms, retry)
+                return repl.publish(c, Publish(cmd, topic_name, bodies, delay_ms), retry)
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         if topic.starting:
