@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import wire
 from .auth import AuthState
@@ -356,6 +356,17 @@ DPUB_COMMAND = PubCommand("DPUB", deferred=True)
 _PUBLISH_COMMANDS = (b"PUB", b"MPUB", b"DPUB")
 
 
+class Publish(NamedTuple):
+    """A publish the core hands to PublishReplication.publish, its topic name read and the
+    client authorized: ``cmd`` (PUB, MPUB or DPUB), ``topic``, the message ``bodies`` (one
+    for PUB and DPUB) and ``delay_ms`` (DPUB's delay, else 0)."""
+
+    cmd: PubCommand
+    topic: str
+    bodies: list[bytes]
+    delay_ms: int
+
+
 class PublishReplication(Protocol):
     """Replicated topics as the protocol core sees them (--etcd-endpoints only; implemented
     by nsqpy/replication/tcp_publish.py). Every method takes the client's state and a
@@ -372,18 +383,9 @@ class PublishReplication(Protocol):
         ``retry`` runs once they are answered."""
         ...
 
-    def publish(
-        self,
-        c: ClientState,
-        cmd: PubCommand,
-        topic: str,
-        bodies: list[bytes],
-        delay_ms: int,
-        retry: Callable[[], int],
-    ) -> int:
-        """Publish ``bodies`` (``delay_ms``: DPUB's delay, else 0) to the replicated
-        ``topic``, already authorized; answered through ProtocolV2.published, or an error of
-        ``cmd.failed`` (raised now or answered later, fatal)."""
+    def publish(self, c: ClientState, pub: Publish, retry: Callable[[], int]) -> int:
+        """Publish ``pub`` (its topic replicated); answered through ProtocolV2.published, or
+        an error of ``pub.cmd.failed`` (raised now or answered later, fatal)."""
         ...
 
 
@@ -728,13 +730,13 @@ class ProtocolV2:
         return 0
 
     def finish_ids(self, c: ClientState, ids: list[bytes]) -> None:
-        """FIN for each ID (a run of FINs the parser took at once: wire.take_fins), errors
-        answered one by one, in order, as FIN's."""
+        """FIN for each ID (a run of FINs the parser took at once: wire.take_fins, or one FIN
+        parsed alone), errors answered one by one, in order, as FIN's."""
         ch = c.channel
         assert ch is not None
         failed = ch.finish_many(c, ids)
         for msg_id, reason in failed:
-            err = ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {reason}")
+            err = _in_flight_error("FIN", msg_id, reason)
             log.error("[%s] - %s", c.remote_address, err)
             c.reply(wire.encode_error(err))
         done = len(ids) - len(failed)
@@ -743,20 +745,14 @@ class ProtocolV2:
         c.room_changed = True
 
     def FIN(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        msg_id = _msg_id(c, "FIN", params)
-        ch = c.channel
-        assert ch is not None
-        try:
-            ch.finish(c, msg_id)
-        except ChannelError as e:
-            raise ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {e}") from None
-        c.finish_count += 1
-        c.in_flight_count -= 1
-        c.room_changed = True
+        # a FIN the parser did not take in a run (after CLS, or a line take_fins left)
+        _in_flight_channel(c, "FIN", params)
+        self.finish_ids(c, [params[1]])
         return 0
 
     def REQ(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        msg_id = _msg_id(c, "REQ", params)
+        ch = _in_flight_channel(c, "REQ", params)
+        msg_id = params[1]
         try:
             timeout_ms = wire.byte_to_base10(params[2])
         except ValueError:
@@ -774,25 +770,22 @@ class ProtocolV2:
                 max_ms * 1_000_000,
                 clamped,
             )
-        ch = c.channel
-        assert ch is not None
         try:
             ch.requeue(c, msg_id, clamped // 1_000_000)
         except ChannelError as e:
-            raise ClientError("E_REQ_FAILED", f"REQ {_text(msg_id)} failed {e}") from None
+            raise _in_flight_error("REQ", msg_id, e) from None
         c.requeue_count += 1
         c.in_flight_count -= 1
         c.room_changed = True
         return 0
 
     def TOUCH(self, c: ClientState, params: list[bytes], body: Any) -> int:
-        msg_id = _msg_id(c, "TOUCH", params)
-        ch = c.channel
-        assert ch is not None
+        ch = _in_flight_channel(c, "TOUCH", params)
+        msg_id = params[1]
         try:
             ch.touch(c, msg_id, c.msg_timeout_ms)
         except ChannelError as e:
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(msg_id)} failed {e}") from None
+            raise _in_flight_error("TOUCH", msg_id, e) from None
         return 0
 
     def CLS(self, c: ClientState, params: list[bytes], body: Any) -> int:
@@ -843,7 +836,7 @@ class ProtocolV2:
                     return act
             if repl is not None and replicated:
                 bodies = list(body) if cmd.many else [body]
-                return repl.publish(c, cmd, topic_name, bodies, delay_ms, retry)
+                return repl.publish(c, Publish(cmd, topic_name, bodies, delay_ms), retry)
         nsqd = self.nsqd
         topic = nsqd.get_topic(topic_name)
         if topic.starting:
@@ -852,7 +845,7 @@ class ProtocolV2:
                 return act
         n = 1
         if cmd.many and len(body) > MPUB_SLICE:
-            mpub = SlicedMpub(self, c, topic_name, body, cmd)
+            mpub = SlicedMpub(self, c, topic_name, body)
             c.wait = Wait(WAIT_STEPS, mpub.step, mpub.then)
             return SUSPEND
         try:
@@ -909,21 +902,15 @@ class SlicedMpub:
     keep their order and get increasing IDs; the steps go on to the last even if the client
     goes away, as nsqd's PutMessages finishes once the body is read."""
 
-    __slots__ = ("core", "client", "topic_name", "bodies", "cmd", "at")
+    __slots__ = ("core", "client", "topic_name", "bodies", "at")
 
     def __init__(
-        self,
-        core: ProtocolV2,
-        c: ClientState,
-        topic_name: str,
-        bodies: list[bytes],
-        cmd: PubCommand,
+        self, core: ProtocolV2, c: ClientState, topic_name: str, bodies: list[bytes]
     ) -> None:
         self.core = core
         self.client = c
         self.topic_name = topic_name
         self.bodies = bodies
-        self.cmd = cmd
         self.at = 0
 
     def step(self) -> bool:
@@ -940,7 +927,7 @@ class SlicedMpub:
     def then(self, answer: Any) -> int:
         """The answer after the last step (None) or a step's exception."""
         if isinstance(answer, (TopicError, OSError)):
-            raise FatalClientError(self.cmd.failed, f"{self.cmd.name} failed {answer}")
+            raise FatalClientError(MPUB_COMMAND.failed, f"MPUB failed {answer}")
         if isinstance(answer, BaseException):
             raise answer
         return self.core.published(self.client, self.topic_name, len(self.bodies))
@@ -996,16 +983,26 @@ def _ranged(
     raise FatalClientError("E_BAD_BODY", f"IDENTIFY {what} ({v}) is invalid")
 
 
-def _msg_id(c: ClientState, cmd: str, params: list[bytes]) -> bytes:
+def _in_flight_channel(c: ClientState, cmd: str, params: list[bytes]) -> Channel:
+    """The channel of FIN, REQ and TOUCH (``cmd``), whose message ID is ``params[1]``, after
+    nsqd's checks: subscribed (or closing), enough parameters, an ID of MSG_ID_LENGTH bytes;
+    else FatalClientError E_INVALID."""
     state = c.state
     if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
         raise FatalClientError("E_INVALID", f"cannot {cmd} in current state")
     if len(params) < (3 if cmd == "REQ" else 2):
         raise FatalClientError("E_INVALID", f"{cmd} insufficient number of params")
-    msg_id = params[1]
-    if len(msg_id) != wire.MSG_ID_LENGTH:
+    if len(params[1]) != wire.MSG_ID_LENGTH:
         raise FatalClientError("E_INVALID", "invalid message ID")
-    return msg_id
+    ch = c.channel
+    assert ch is not None
+    return ch
+
+
+def _in_flight_error(cmd: str, msg_id: bytes, reason: object) -> ClientError:
+    """nsqd's answer when the channel refuses FIN, REQ or TOUCH (``cmd``) of ``msg_id``:
+    E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED, "<cmd> <id> failed <reason>", not fatal."""
+    return ClientError(f"E_{cmd}_FAILED", f"{cmd} {_text(msg_id)} failed {reason}")
 
 
 def _auth_answer(c: ClientState, answer: AuthState | BaseException) -> AuthState:

@@ -17,7 +17,7 @@ from .admission import Admission
 from .client_v2 import Connection
 from .http_api import RouteHook, start_http
 from .internal.http.server import HTTPServer, close_unix, listen, listen_unix
-from .internal.lg import fields
+from .internal.lg import log_listening
 from .internal.netaddr import format_listen_addr, is_unix_address, split_host_port
 from .nsqd import NSQD
 from .protocol_v2 import ProtocolV2
@@ -118,11 +118,7 @@ class Server:
             sock = self._tcp_server.sockets[0].getsockname()
             nsqd.tcp_address = (sock[0], sock[1])
             self._tcp_name = format_listen_addr(sock)
-        log.info(
-            "TCP: listening on %s",
-            self._tcp_name,
-            extra=fields(listener="TCP", address=self._tcp_name),
-        )
+        log_listening(log, "TCP", self._tcp_name)
 
         if nsqd.tls_context is not None and opts.https_address:
             host, port = split_host_port(opts.https_address)
@@ -135,11 +131,7 @@ class Server:
             sock = self._https.address
             nsqd.https_address = (sock[0], sock[1])
             self._https_name = format_listen_addr(sock)
-            log.info(
-                "HTTPS: listening on %s",
-                self._https_name,
-                extra=fields(listener="HTTPS", address=self._https_name),
-            )
+            log_listening(log, "HTTPS", self._https_name)
 
         try:
             if is_unix_address(opts.http_address):
@@ -148,7 +140,7 @@ class Server:
                 )
                 self._unix_paths.append(opts.http_address)
                 self._http_name = opts.http_address
-                self._log_http_listening()
+                log_listening(log, "HTTP", self._http_name)
                 return
             host, port = split_host_port(opts.http_address)
             self._http = await start_http(nsqd, host or None, port, hooks=hooks)
@@ -157,14 +149,7 @@ class Server:
         sock = self._http.address
         nsqd.http_address = (sock[0], sock[1])
         self._http_name = format_listen_addr(sock)
-        self._log_http_listening()
-
-    def _log_http_listening(self) -> None:
-        log.info(
-            "HTTP: listening on %s",
-            self._http_name,
-            extra=fields(listener="HTTP", address=self._http_name),
-        )
+        log_listening(log, "HTTP", self._http_name)
 
     def status(self) -> str:
         """What a supervisor shows (internal/daemon.py): the bound listeners, e.g.

@@ -25,7 +25,7 @@ from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import HTTPClient
 from ..internal.clusterinfo.types import UpstreamError
 from ..internal.http.aio import go_router, start_site
-from ..internal.lg import fields
+from ..internal.lg import log_listening
 from ..internal.netaddr import format_listen_addr, split_host_port
 from ..internal.reqmetrics import CONTENT_TYPE
 from . import http_api, pages
@@ -144,8 +144,7 @@ class AdminServer:
             self._runner, self.http_address = await start_site(app, host or None, port)
         except OSError as e:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from None
-        name = format_listen_addr(self.http_address)
-        log.info("HTTP: listening on %s", name, extra=fields(listener="HTTP", address=name))
+        log_listening(log, "HTTP", format_listen_addr(self.http_address))
         assert self.notifier is not None
         self.notifier.start()
         self._sampler = asyncio.get_running_loop().create_task(self._sample_loop())

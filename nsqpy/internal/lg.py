@@ -103,6 +103,14 @@ def fields(**values: Any) -> dict[str, Any]:
     return {_FIELDS: values}
 
 
+def log_listening(logger: logging.Logger, kind: str, address: str) -> None:
+    """Log a bound listener as NSQ's daemons do (nsqd, nsqlookupd and nsqadmin's tcp and http
+    servers): ``<kind>: listening on <address>`` at info, ``kind`` "TCP", "HTTP" or "HTTPS",
+    ``address`` as format_listen_addr gives it (or a unix socket's path); the JSON line
+    carries both as fields. Scripts and nsqpy.testing.process read this line for the port."""
+    logger.info("%s: listening on %s", kind, address, extra=fields(listener=kind, address=address))
+
+
 class JsonLogFormatter(logging.Formatter):
     """One JSON object per record (see the module docstring): level, time, daemon, msg, then
     the record's fields and its exception, if any."""

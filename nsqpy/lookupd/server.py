@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from ..internal.http.server import HTTPServer, listen, serve
-from ..internal.lg import fields
+from ..internal.lg import log_listening
 from ..internal.netaddr import format_listen_addr, split_host_port
 from .http_api import build_router
 from .nsqlookupd import NSQLookupd
@@ -47,8 +47,7 @@ class Server:
             raise OSError(f"listen ({opts.http_address}) failed - {e}") from None
         lookupd.http_address = self._http.address
         for kind, address in (("TCP", lookupd.tcp_address), ("HTTP", lookupd.http_address)):
-            name = format_listen_addr(address)
-            log.info("%s: listening on %s", kind, name, extra=fields(listener=kind, address=name))
+            log_listening(log, kind, format_listen_addr(address))
 
     def status(self) -> str:
         """What a supervisor shows (internal/daemon.py): "TCP <addr>, HTTP <addr>"."""

@@ -82,16 +82,20 @@ def install_routes(router: Router, h: HTTPAPI, repl: Replication) -> None:
     def append_size() -> int:
         return MAX_REQUEST_BYTES + opts.max_msg_size + 1024
 
-    router.post("/pub", api(routes.pub), msg_size)
-    router.post("/mpub", api(routes.mpub), body_size)
-    router.post("/topic/create", api(routes.topic_create))
-    router.post("/topic/delete", api(routes.topic_delete))
-    router.post("/replica/append", api(routes.replica_append), append_size)
-    router.post("/replica/progress", api(routes.replica_progress), append_size)
-    router.post("/replica/round", api(routes.replica_round))
-    router.post("/topic/replicas", api(routes.topic_replicas))
-    router.post("/topic/reassign", api(routes.topic_reassign))
-    router.post("/node/replace", api(routes.node_replace))
+    # every route here is a POST answered as nsqd's JSON API (v1.api); some read a body
+    for path, handler, limit in (
+        ("/pub", routes.pub, msg_size),
+        ("/mpub", routes.mpub, body_size),
+        ("/topic/create", routes.topic_create, None),
+        ("/topic/delete", routes.topic_delete, None),
+        ("/replica/append", routes.replica_append, append_size),
+        ("/replica/progress", routes.replica_progress, append_size),
+        ("/replica/round", routes.replica_round, None),
+        ("/topic/replicas", routes.topic_replicas, None),
+        ("/topic/reassign", routes.topic_reassign, None),
+        ("/node/replace", routes.node_replace, None),
+    ):
+        router.post(path, api(handler), limit)
 
 
 class ReplicaRoutes:

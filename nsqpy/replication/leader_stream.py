@@ -62,6 +62,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .entries import ENTRY, MAX_RETAINED, encode_entries
@@ -89,6 +90,7 @@ log = logging.getLogger("nsqpy.replication")
 OnCommit: TypeAlias = Callable[[list[bytes], list[tuple[bytes, int]]], bool]
 
 
+@dataclass(eq=False, repr=False)
 class LeaderStream:
     """One topic's stream as its leader in ``epoch``: ``append`` assigns seqs and keeps the
     entries until every link has them; ``commit_waiter`` gives a future answered True once
@@ -113,42 +115,31 @@ class LeaderStream:
     local append. ``dropped`` counts the records it never handed over (refused, or uncommitted
     when the stream closed). ``clock``: monotonic seconds (how long a link has been behind)."""
 
-    def __init__(
-        self,
-        topic: str,
-        epoch: int,
-        http: aiohttp.ClientSession | None,
-        address_of: Callable[[str], str],
-        allowed: Callable[[], bool],
-        on_lagging: Callable[[str], None],
-        timeout: float,
-        on_caught_up: Callable[[str], None] | None = None,
-        on_commit: OnCommit | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.topic = topic
-        self.epoch = epoch
-        self.http = http
-        self.address_of = address_of
-        self.allowed = allowed
-        self.on_lagging = on_lagging
-        self.on_caught_up = on_caught_up
-        self.timeout = timeout
-        self.base = 0  # seq of entries[0]
-        self.entries: list[bytes] = []
-        self.next_seq = 0
-        self.links: dict[str, Link] = {}
-        self.waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
-        self.committed = 0
-        self.closed = False
-        self.history: list[bytes] = []  # set_history
-        self.given_up: set[str] = set()  # out-of-ISR nodes this epoch can no longer serve
-        self.placed: set[str] | None = None  # every node linked this epoch (None: none yet)
-        self.on_commit = on_commit
-        #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
-        self.pending: deque[tuple[int, int, list[bytes], int]] = deque()
-        self.dropped = 0
-        self.clock = clock
+    topic: str
+    epoch: int
+    http: aiohttp.ClientSession | None
+    address_of: Callable[[str], str]
+    allowed: Callable[[], bool]
+    on_lagging: Callable[[str], None]
+    timeout: float
+    on_caught_up: Callable[[str], None] | None = None
+    on_commit: OnCommit | None = None
+    clock: Callable[[], float] = time.monotonic
+    base: int = field(default=0, init=False)  # seq of entries[0]
+    entries: list[bytes] = field(default_factory=list, init=False)
+    next_seq: int = field(default=0, init=False)
+    links: dict[str, Link] = field(default_factory=dict, init=False)
+    waiters: deque[tuple[int, asyncio.Future[bool]]] = field(default_factory=deque, init=False)
+    committed: int = field(default=0, init=False)
+    closed: bool = field(default=False, init=False)
+    history: list[bytes] = field(default_factory=list, init=False)  # set_history
+    #: Out-of-ISR nodes this epoch can no longer serve.
+    given_up: set[str] = field(default_factory=set, init=False)
+    #: Every node linked this epoch (None: none yet).
+    placed: set[str] | None = field(default=None, init=False)
+    #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
+    pending: deque[tuple[int, int, list[bytes], int]] = field(default_factory=deque, init=False)
+    dropped: int = field(default=0, init=False)
 
     # ------------------------------------------------------------ links
 

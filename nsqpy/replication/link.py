@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_right
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .entries import MAX_REQUEST_BYTES, Name, entry_name, name_text, parse_name
@@ -217,26 +218,17 @@ REFUSED = 1  # E_STALE_EPOCH: the follower has a newer epoch; stop, out of the I
 RETRY = 2  # the request failed: wait ``link.backoff``, then after_retry (``report``: lagging)
 
 
+@dataclass(slots=True)
 class Outcome:
     """What an answer means for the sender: ``kind`` (AGAIN, REFUSED, RETRY); ``advance``:
     the follower acknowledged (AGAIN); ``resetting``: a probe found its topic dirty (AGAIN);
     ``report``: call on_lagging (RETRY); ``message``: the error's text."""
 
-    __slots__ = ("advance", "kind", "message", "report", "resetting")
-
-    def __init__(
-        self,
-        kind: int,
-        advance: bool = False,
-        resetting: bool = False,
-        report: bool = False,
-        message: str = "",
-    ) -> None:
-        self.kind = kind
-        self.advance = advance
-        self.resetting = resetting
-        self.report = report
-        self.message = message
+    kind: int
+    advance: bool = False
+    resetting: bool = False
+    report: bool = False
+    message: str = ""
 
 
 def apply_answer(

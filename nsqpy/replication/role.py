@@ -8,6 +8,7 @@ docs/architecture-replication.md."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 from .coordinator import TopicState
 from .forward import Forwarder
@@ -19,6 +20,7 @@ FOLLOWER = "follower"
 NONE = "none"
 
 
+@dataclass(eq=False, slots=True)
 class TopicRole:
     """This node's part in one replicated topic: ``state`` (record + etcd revision), ``role``,
     the LeaderStream while leader, the ReplicaLog once follower, the Forwarder when not
@@ -30,42 +32,23 @@ class TopicRole:
     led) and ``min_isr_refused`` (publishes this node refused as leader while the ISR was
     below --min-isr)."""
 
-    __slots__ = (
-        "failovers",
-        "forwarder",
-        "held",
-        "high",
-        "min_isr_refused",
-        "progress_sent",
-        "progress_task",
-        "promoted",
-        "redelivered",
-        "resets",
-        "rlog",
-        "role",
-        "state",
-        "stream",
-        "trimmed",
-    )
-
-    def __init__(self, state: TopicState) -> None:
-        self.state = state
-        self.role = NONE
-        self.stream: LeaderStream | None = None
-        self.rlog: ReplicaLog | None = None
-        self.forwarder: Forwarder | None = None
-        self.promoted = 0
-        self.resets = 0  # times a newer leader emptied this node's copy (_reset_topic)
-        self.trimmed = 0  # replica-log entries dropped as finished everywhere (local.trim_log)
-        #: The history and entries of the stream this node led last, while no other node
-        #: has led since (it may be elected again: they stay its history then).
-        self.held: list[bytes] = []
-        self.redelivered = 0
-        self.high: dict[int, int] = {}
-        self.progress_sent = 0
-        self.progress_task: asyncio.Task[None] | None = None
-        self.failovers = 0
-        self.min_isr_refused = 0
+    state: TopicState
+    role: str = NONE
+    stream: LeaderStream | None = None
+    rlog: ReplicaLog | None = None
+    forwarder: Forwarder | None = None
+    promoted: int = 0
+    resets: int = 0  # times a newer leader emptied this node's copy (_reset_topic)
+    trimmed: int = 0  # replica-log entries dropped as finished everywhere (local.trim_log)
+    #: The history and entries of the stream this node led last, while no other node has led
+    #: since (it may be elected again: they stay its history then).
+    held: list[bytes] = field(default_factory=list)
+    redelivered: int = 0
+    high: dict[int, int] = field(default_factory=dict)
+    progress_sent: int = 0
+    progress_task: asyncio.Task[None] | None = None
+    failovers: int = 0
+    min_isr_refused: int = 0
 
     def note_refused(self, min_isr: int) -> None:
         """A publish was answered "not acknowledged": counted in ``min_isr_refused`` when this

@@ -37,7 +37,7 @@ from ..protocol_v2 import (
     WAIT_FUTURE,
     ClientState,
     ProtocolV2,
-    PubCommand,
+    Publish,
     Wait,
 )
 from ..topic import TopicError
@@ -76,38 +76,22 @@ class TCPPublish:
         c.wait = Wait(WAIT_FUTURE, pipeline.until(0), lambda _: retry())
         return SUSPEND
 
-    # The parameters of ProtocolV2.publish (protocol_v2.py), repeated as the override must.
-    def publish(
-        self,
-        c: ClientState,
-        cmd: PubCommand,
-        topic: str,
-        bodies: list[bytes],
-        delay_ms: int,
-        retry: Callable[[], int],
-    ) -> int:
+    def publish(self, c: ClientState, pub: Publish, retry: Callable[[], int]) -> int:
         """A replicated publish (see the module docstring): its record made first when it has
         none, room in the pipeline, then Replication.publish. Each step that waits runs
         ``retry`` later."""
         repl = self.repl
-        tr = repl.topics.get(topic)
+        tr = repl.topics.get(pub.topic)
         if tr is None:
-            return self._ensure(c, topic, cmd.failed, retry)
+            return self._ensure(c, pub.topic, pub.cmd.failed, retry)
         pipeline = self.pipelines.get(c)
         if pipeline is not None and len(pipeline.entries) >= MAX_PIPELINED:
             c.wait = Wait(WAIT_FUTURE, pipeline.until(MAX_PIPELINED - 1), lambda _: retry())
             return SUSPEND
-        return self._publish(c, tr, topic, bodies, delay_ms, cmd)
+        return self._publish(c, tr, pub)
 
-    def _publish(
-        self,
-        c: ClientState,
-        tr: TopicRole,
-        name: str,
-        bodies: list[bytes],
-        delay: int,
-        cmd: PubCommand,
-    ) -> int:
+    def _publish(self, c: ClientState, tr: TopicRole, pub: Publish) -> int:
+        cmd, name, bodies, delay = pub
         try:
             answer = self.repl.publish(tr, name, bodies, delay)
         except (TopicError, OSError) as e:

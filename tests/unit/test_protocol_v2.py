@@ -803,7 +803,8 @@ class FakeReplication:
         self.retries.append(retry)
         return SUSPEND
 
-    def publish(self, c, cmd, topic, bodies, delay_ms, retry) -> int:
+    def publish(self, c, pub, retry) -> int:
+        cmd, topic, bodies, delay_ms = pub
         self.published.append((cmd.name, topic, bodies, delay_ms))
         if not self.answer:
             raise wire.FatalClientError(cmd.failed, f"{cmd.name} failed not acknowledged")
