@@ -31,6 +31,21 @@ class BenchError(RuntimeError):
     """A connection failed, or the run could not start or finish."""
 
 
+@dataclass
+class LoadConfig:
+    """What every load mode (writer, reader, e2e) is given: the ``topic`` it loads with bodies
+    of ``size`` bytes, for at most ``runfor`` seconds and ``count`` messages; ``progress``
+    lines on stderr; ``name``, the mode its results and progress lines carry. Each mode's
+    config adds its own fields and may change these defaults."""
+
+    topic: str = "sub_bench"
+    size: int = 200
+    runfor: float = 10.0
+    count: int = 10_000_000
+    progress: bool = True
+    name: str = "load"
+
+
 class ConnContext:
     """What one connection sees of the run."""
 

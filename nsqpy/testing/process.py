@@ -78,10 +78,15 @@ class DaemonProcess:
     listener needed was logged). ``listens`` names the listeners to wait for (default: the
     class's, "TCP" and "HTTP"). Raises RuntimeError when the process does not log them all
     within ``start_timeout`` seconds (its log is in the message).
+
+    ``http_timeout`` (s) is the default bound of one ``http()`` request; ``str_body_type`` the
+    Content-Type a str body is sent with (None: none is added).
     """
 
     name = "daemon"
     listens: tuple[str, ...] = ("TCP", "HTTP")
+    http_timeout: float = 10
+    str_body_type: str | None = None
 
     def __init__(
         self,
@@ -195,18 +200,18 @@ class DaemonProcess:
         """``http://host:http_port``."""
         return f"http://{self.http_address}"
 
-    # Nsqadmin.http overrides this with the same parameters (only its default timeout differs).
     def http(
         self,
         method: str,
         path: str,
         body: bytes | str | dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
-        timeout: float = 10,
+        timeout: float | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers) of one request to the HTTP port; redirects not followed.
-        A dict body is sent as JSON (Content-Type application/json unless given), a str
-        UTF-8 encoded, bytes as they are."""
+        """(status, body, headers) of one request to the HTTP port, waiting at most ``timeout``
+        s (default: the class's ``http_timeout``); redirects not followed. A dict body is sent
+        as JSON (Content-Type application/json unless given), a str UTF-8 encoded (with the
+        class's ``str_body_type`` as Content-Type unless given), bytes as they are."""
         hdrs = dict(headers or {})
         data: bytes | None
         if isinstance(body, dict):
@@ -214,8 +219,12 @@ class DaemonProcess:
             hdrs.setdefault("Content-Type", "application/json")
         elif isinstance(body, str):
             data = body.encode()
+            if self.str_body_type is not None:
+                hdrs.setdefault("Content-Type", self.str_body_type)
         else:
             data = body
+        if timeout is None:
+            timeout = self.http_timeout
         conn = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
         try:
             conn.request(method, path, body=data, headers=hdrs)
@@ -365,10 +374,14 @@ class NsqAdmin(DaemonProcess):
     """An nsqadmin (nsqpy-admin unless ``cmd`` names another, e.g. Go's nsqadmin) on ``host``
     with an ephemeral HTTP port (it has no TCP listener); ``args`` are extra flags (the
     lookupd or nsqd addresses it watches). The child is unbuffered (PYTHONUNBUFFERED=1 added
-    to ``env``, default this process's environment)."""
+    to ``env``, default this process's environment). ``http()`` waits up to 20 s by default,
+    and sends a str body as a form (application/x-www-form-urlencoded), as nsqadmin's pages
+    post."""
 
     name = "nsqadmin"
     listens = ("HTTP",)
+    http_timeout = 20
+    str_body_type = "application/x-www-form-urlencoded"
 
     def __init__(
         self,
@@ -386,21 +399,6 @@ class NsqAdmin(DaemonProcess):
     @property
     def port(self) -> int:
         return self.http_port
-
-    # The parameters of DaemonProcess.http, repeated as the override must; only timeout differs.
-    def http(
-        self,
-        method: str,
-        path: str,
-        body: bytes | str | dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 20,
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """As DaemonProcess.http, but a str body is a form (Content-Type
-        application/x-www-form-urlencoded unless given), as nsqadmin's pages post."""
-        if isinstance(body, str):
-            headers = {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
-        return super().http(method, path, body, headers, timeout)
 
     def get(self, path: str, **kw: Any) -> Any:
         """GET ``path`` and decode its JSON; AssertionError unless 200."""
