@@ -24,19 +24,17 @@ SUB, PUB = 0, 1
 
 
 @dataclass
-class E2EConfig(harness.LoadConfig):
+class E2EConfig(harness.ConsumerConfig):
     """``rate`` messages a second, sent one PUB each (``batch`` 1) or as MPUBs of ``batch``
-    bodies, to a subscriber on ``channel`` with RDY ``rdy``. The first ``warmup`` seconds are
+    bodies, to one subscriber. The first ``warmup`` seconds are
     not measured; the subscriber waits up to ``drain`` seconds after the publisher for what is
     still on its way. ``output_buffer_timeout`` (ms) is sent in the subscriber's IDENTIFY when
     given; ``samples`` names a CSV file for every measured message (publish time in ms after
     the start, latency in ms)."""
 
     topic: str = "e2e_bench"
-    channel: str = "ch"
     rate: int = 10_000
     batch: int = 1
-    rdy: int = 2500
     warmup: float = 1.0
     drain: float = 5.0
     output_buffer_timeout: int | None = None

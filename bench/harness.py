@@ -46,6 +46,14 @@ class LoadConfig:
     name: str = "load"
 
 
+@dataclass
+class ConsumerConfig(LoadConfig):
+    """A load mode that consumes (reader, e2e): it SUBs to ``channel`` and sends RDY ``rdy``."""
+
+    channel: str = "ch"
+    rdy: int = 2500
+
+
 class ConnContext:
     """What one connection sees of the run."""
 

@@ -22,13 +22,11 @@ from .writer import WriterConfig, run_writer
 
 
 @dataclass
-class ReaderConfig(harness.LoadConfig):
-    """SUB to ``channel`` with RDY ``rdy`` over ``concurrency`` connections in ``processes``
-    client processes (0 as the writer's). ``prefill``: -1 tops the queue up to ``count``, 0
-    reads what is there, N publishes N more first; ``size`` is the prefill's body size."""
+class ReaderConfig(harness.ConsumerConfig):
+    """``concurrency`` consuming connections in ``processes`` client processes (0 as the
+    writer's). ``prefill``: -1 tops the queue up to ``count``, 0 reads what is there, N
+    publishes N more first; ``size`` is the prefill's body size."""
 
-    channel: str = "ch"
-    rdy: int = 2500
     concurrency: int = 2
     processes: int = 0
     prefill: int = -1
