@@ -26,11 +26,11 @@ SUB, PUB = 0, 1
 @dataclass
 class E2EConfig(harness.ConsumerConfig):
     """``rate`` messages a second, sent one PUB each (``batch`` 1) or as MPUBs of ``batch``
-    bodies, to one subscriber. The first ``warmup`` seconds are
-    not measured; the subscriber waits up to ``drain`` seconds after the publisher for what is
-    still on its way. ``output_buffer_timeout`` (ms) is sent in the subscriber's IDENTIFY when
-    given; ``samples`` names a CSV file for every measured message (publish time in ms after
-    the start, latency in ms)."""
+    bodies, to one subscriber. The first ``warmup`` seconds are not measured; the subscriber
+    waits up to ``drain`` seconds after the publisher for what is still on its way.
+    ``output_buffer_timeout`` (ms) is sent in the subscriber's IDENTIFY when given; ``samples``
+    names a CSV file for every measured message (publish time in ms after the start, latency
+    in ms)."""
 
     topic: str = "e2e_bench"
     rate: int = 10_000
