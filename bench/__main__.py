@@ -22,10 +22,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from . import report
+from . import flags, report
 from .bombs import BombsConfig, run_bombs
 from .bombs import table as bombs_table
 from .e2e import E2EConfig, run_e2e
+from .flags import positive as _positive
+from .flags import seconds as _seconds
 from .harness import BenchError
 from .http_pub import run_http_pub
 from .http_pub import table as http_pub_table
@@ -40,20 +42,6 @@ from .writer import WriterConfig, run_writer
 MODES = ("writer", "reader", "e2e", "memory")
 
 _C = TypeVar("_C")
-
-
-def _positive(v: str) -> int:
-    n = int(v)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{v} is not a positive integer")
-    return n
-
-
-def _seconds(v: str) -> float:
-    x = float(v.rstrip("s"))
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"{v} is not a positive duration")
-    return x
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = common.add_argument_group("run")
     g.add_argument("--runfor", type=_seconds, default=10.0, help="seconds per run (default 10)")
     g.add_argument("--size", type=_positive, default=200, help="message body bytes (default 200)")
-    g.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
+    flags.add_json(g)
     g.add_argument("--quiet", action="store_true", help="no progress lines")
     g.add_argument(
         "--polite",
@@ -114,7 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--concurrency", type=_positive, default=2, help="connections (default 2)")
     r.add_argument("--processes", type=int, default=0)
     r.add_argument(
-        "--count", type=_positive, default=2_000_000, help="read at most this many (default 2M)"
+        "--count",
+        type=_positive,
+        default=2_000_000,
+        help="read at most this many (default 2M)",
     )
     r.add_argument(
         "--prefill",
@@ -163,21 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds from exec to GET /ping answering 200 (nsqpy-d, nsqpy-lookupd; Go's too "
         "when /opt/nsq-go/bin has them)",
     )
-    s.add_argument("--runs", type=_positive, default=10, help="runs per daemon (default 10)")
+    flags.add_runs(s, 10)
     s.add_argument(
         "--daemons",
         default=",".join((*PY_DAEMONS, *GO_DAEMONS)),
         help="comma-separated subset of " + ", ".join((*PY_DAEMONS, *GO_DAEMONS)),
     )
-    s.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="LABEL=PYTHONPATH",
-        help="a code tree put in front of the installed nsqpy (e.g. a git worktree of an older "
-        "commit); repeat to alternate several; default: the installed package only",
-    )
-    s.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
+    flags.add_variant(s, _VARIANT_HELP)
+    flags.add_json(s)
     s.add_argument(
         "--no-compile",
         action="store_true",
@@ -203,35 +187,32 @@ def build_parser() -> argparse.ArgumentParser:
         b.add_argument("--kinds", default="", help="comma-separated attacks to play (default all)")
         b.add_argument("--settle", type=_seconds, default=3.0, help="after the attack (s)")
         b.add_argument("--repeat", type=_positive, default=1, help="rounds (medians shown)")
-        b.add_argument(
-            "--daemon",
-            action="append",
-            default=[],
-            metavar="LABEL=CMD",
-            help="a daemon command (as --nsqd-cmd; 'nsqpy' alone: this Python's -m nsqpy); "
+        flags.add_daemon(
+            b,
+            "a daemon command (as --nsqd-cmd; 'nsqpy' alone: this Python's -m nsqpy); "
             "repeat to alternate several within each round",
         )
         b.add_argument("--nsqd-cmd", help="shorthand for one --daemon")
         b.add_argument("--daemon-arg", action="append", default=[])
-        b.add_argument("--json", metavar="PATH")
+        flags.add_json(b, None)
 
     h = sub.add_parser("http-pub", help="HTTP /pub round trips per second, one connection")
-    h.add_argument("--runs", type=_positive, default=3, help="runs per variant (default 3)")
+    flags.add_runs(h, 3, of="variant")
     h.add_argument("--count", type=_positive, default=5000, help="PUBs per run (default 5000)")
     h.add_argument("--size", type=_positive, default=200, help="message body bytes")
     h.add_argument("--max-seconds", type=_seconds, default=60.0, help="bound per run")
-    h.add_argument("--variant", action="append", default=[], metavar="LABEL=PYTHONPATH")
+    flags.add_variant(h, _VARIANT_HELP)
     return p
 
 
+_VARIANT_HELP = (
+    "a code tree put in front of the installed nsqpy (e.g. a git worktree of an older "
+    "commit); repeat to alternate several; default: the installed package only"
+)
+
+
 def _variants(args: argparse.Namespace) -> list[tuple[str, str]]:
-    variants = []
-    for v in args.variant:
-        label, sep, path = v.partition("=")
-        if not sep:
-            raise SystemExit(f"bench: --variant {v!r} is not LABEL=PYTHONPATH")
-        variants.append((label, os.path.abspath(path)))
-    return variants or [("installed", "")]
+    return flags.variants(args.variant, "bench")
 
 
 def run_http_pub_mode(args: argparse.Namespace) -> int:
@@ -248,10 +229,7 @@ def run_http_pub_mode(args: argparse.Namespace) -> int:
 
 
 def run_bombs_mode(args: argparse.Namespace) -> int:
-    daemons: list[tuple[str, str | None]] = []
-    for d in args.daemon:
-        label, sep, cmd = d.partition("=")
-        daemons.append((label, cmd if sep else (None if label == "nsqpy" else label)))
+    daemons = flags.daemons(args.daemon)
     if args.nsqd_cmd:
         daemons.append((args.nsqd_cmd, args.nsqd_cmd))
     if not daemons:

@@ -17,27 +17,28 @@ from typing import Any
 
 from nsqpy import wire
 
-from . import harness, proto
+from . import harness, proto, report
 from .target import Target
 
 SUB, PUB = 0, 1
 
 
 @dataclass
-class E2EConfig:
+class E2EConfig(harness.ConsumerConfig):
+    """``rate`` messages a second, sent one PUB each (``batch`` 1) or as MPUBs of ``batch``
+    bodies, to one subscriber. The first ``warmup`` seconds are not measured; the subscriber
+    waits up to ``drain`` seconds after the publisher for what is still on its way.
+    ``output_buffer_timeout`` (ms) is sent in the subscriber's IDENTIFY when given; ``samples``
+    names a CSV file for every measured message (publish time in ms after the start, latency
+    in ms)."""
+
     topic: str = "e2e_bench"
-    channel: str = "ch"
-    size: int = 200
     rate: int = 10_000
-    batch: int = 1  # 1: PUB per message; N: MPUB of N bodies
-    rdy: int = 2500
-    runfor: float = 10.0
-    count: int = 10_000_000
+    batch: int = 1
     warmup: float = 1.0
     drain: float = 5.0
-    output_buffer_timeout: int | None = None  # ms, sent in IDENTIFY when given
-    samples: str | None = None  # CSV path: publish time (ms after start), latency (ms)
-    progress: bool = True
+    output_buffer_timeout: int | None = None
+    samples: str | None = None
     name: str = "e2e"
 
 
@@ -160,42 +161,32 @@ def _subscriber(ctx: harness.ConnContext, addr: tuple[str, int], cfg: E2EConfig)
         lat = array("q")
         pub_times = array("q") if cfg.samples else None
         stamp_from = proto.STAMP.unpack_from
-        fill, send = client.fill, client.send
+        fill, fin_received = client.fill, proto.fin_received
         monotonic_ns = time.monotonic_ns
-        fin_join = b"\nFIN ".join
-        id_start, id_end, body_start = proto.MSG_ID_START, proto.MSG_ID_END, proto.MSG_BODY_START
+        body_start = proto.MSG_BODY_START
         while not stop[i]:
             try:
                 fill()
             except TimeoutError:
                 continue
             t = monotonic_ns()
+            spans = fin_received(client)
+            # the FINs are out; the bodies stay in the buffer until the next fill()
             buf = client.buf
-            ids = []
-            end = client.pos
-            for ftype, start, end in client.frames():
-                if ftype == 2:
-                    ids.append(buf[start + id_start : start + id_end])
-                    b = start + body_start
-                    ts = stamp_from(buf, b)[0] if end - b >= 8 else 0
-                    if ts < start_ns:
-                        stale += 1
-                    else:
-                        received += 1
-                        if ts >= warm_ns:
-                            lat.append(t - ts)
-                            if pub_times is not None:
-                                pub_times.append(ts - start_ns)
-                        else:
-                            warm += 1
-                elif ftype == 0:
-                    if buf[start:end] == proto.HEARTBEAT:
-                        send(proto.NOP)
+            for start, end in spans:
+                b = start + body_start
+                ts = stamp_from(buf, b)[0] if end - b >= 8 else 0
+                if ts < start_ns:
+                    stale += 1
                 else:
-                    raise proto.ProtocolError(f"error frame: {bytes(buf[start:end])!r}")
-            client.pos = end
-            if ids:
-                send(b"FIN " + fin_join(ids) + b"\n")
+                    received += 1
+                    if ts >= warm_ns:
+                        lat.append(t - ts)
+                        if pub_times is not None:
+                            pub_times.append(ts - start_ns)
+                    else:
+                        warm += 1
+            if spans:
                 counts[i] = received
         if cfg.samples and pub_times is not None:
             with open(cfg.samples, "w") as f:
@@ -251,25 +242,17 @@ def run_e2e(target: Target, cfg: E2EConfig) -> dict[str, Any]:
         progress_index=[SUB],
     )
     sub, pub = res.results[SUB], res.results[PUB]
-    duration = max((pub["last_send_ns"] - res.start_ns) / 1e9, 1e-9)
     how = "PUB" if cfg.batch <= 1 else f"MPUB of {cfg.batch}"
-    return {
-        "mode": cfg.name,
-        "workload": f"{how}, {cfg.size} B at {cfg.rate:,}/s, 1 pub + 1 sub (RDY {cfg.rdy})",
-        "count": pub["sent"],
-        "delivered": sub["received"],
-        "lost": pub["sent"] - sub["received"],
-        "stale": sub["stale"],
-        "measured": sub["measured"],
-        "duration_s": duration,
-        "msgs_per_s": pub["sent"] / duration,
-        "mb_per_s": pub["sent"] * cfg.size / duration / 1024 / 1024,
-        "p50_ms": sub["p50_ns"] / 1e6,
-        "p90_ms": sub["p90_ns"] / 1e6,
-        "p99_ms": sub["p99_ns"] / 1e6,
-        "p999_ms": sub["p999_ns"] / 1e6,
-        "max_ms": sub["max_ns"] / 1e6,
-        "mean_ms": sub["mean_ns"] / 1e6,
-        "daemon_cpu": res.daemon_cpu_share,
-        "client_cpu": res.client_cpu_share,
-    }
+    return report.rate_row(
+        cfg.name,
+        f"{how}, {cfg.size} B at {cfg.rate:,}/s, 1 pub + 1 sub (RDY {cfg.rdy})",
+        res,
+        pub["sent"],
+        pub["last_send_ns"],
+        pub["sent"] * cfg.size,
+        delivered=sub["received"],
+        lost=pub["sent"] - sub["received"],
+        stale=sub["stale"],
+        measured=sub["measured"],
+        **{f"{k}_ms": sub[f"{k}_ns"] / 1e6 for k in ("p50", "p90", "p99", "p999", "max", "mean")},
+    )

@@ -31,6 +31,29 @@ class BenchError(RuntimeError):
     """A connection failed, or the run could not start or finish."""
 
 
+@dataclass
+class LoadConfig:
+    """What every load mode (writer, reader, e2e) is given: the ``topic`` it loads with bodies
+    of ``size`` bytes, for at most ``runfor`` seconds and ``count`` messages; ``progress``
+    lines on stderr; ``name``, the mode its results and progress lines carry. Each mode's
+    config adds its own fields and may change these defaults."""
+
+    topic: str = "sub_bench"
+    size: int = 200
+    runfor: float = 10.0
+    count: int = 10_000_000
+    progress: bool = True
+    name: str = "load"
+
+
+@dataclass
+class ConsumerConfig(LoadConfig):
+    """A load mode that consumes (reader, e2e): it SUBs to ``channel`` and sends RDY ``rdy``."""
+
+    channel: str = "ch"
+    rdy: int = 2500
+
+
 class ConnContext:
     """What one connection sees of the run."""
 

@@ -49,6 +49,7 @@ import time
 
 from nsqpy.testing import Nsqlookupd
 
+from . import flags
 from .target import proc_rss_mib
 
 GO_LOOKUPD = "/opt/nsq-go/bin/nsqlookupd"
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=30, help="measured window, s")
     ap.add_argument("--ping-interval", type=float, default=15, help="producer PING period, s")
     ap.add_argument("--settle", type=float, default=1, help="pause before the window, s")
-    ap.add_argument("--runs", type=int, default=3, help="runs of each daemon, alternating")
+    flags.add_runs(ap, 3)
     ap.add_argument("--timeout", type=float, default=150, help="bound of one run, s")
     ap.add_argument("--go-bin", default=GO_LOOKUPD, help="Go nsqlookupd binary")
     ap.add_argument("--only", choices=("nsqpy", "go"), help="run one daemon only")

@@ -34,6 +34,7 @@ import sys
 import time
 from typing import Any
 
+from . import flags
 from .target import Daemon
 
 GO_BIN = os.environ.get("NSQ_GO_BIN", "/opt/nsq-go/bin")
@@ -95,18 +96,6 @@ def one_run(cmd: str | None, args: argparse.Namespace) -> dict[str, Any]:
         d.stop()
 
 
-def _daemons(specs: list[str]) -> list[tuple[str, str | None]]:
-    if not specs:
-        return [("nsqpy-d", None), ("go-nsqd", os.path.join(GO_BIN, "nsqd"))]
-    out: list[tuple[str, str | None]] = []
-    for spec in specs:
-        label, sep, cmd = spec.partition("=")
-        if not sep:
-            raise SystemExit(f"bench.nsq_tools: --daemon {spec!r} is not LABEL=CMD")
-        out.append((label, cmd or None))
-    return out
-
-
 def note_run(
     runs: dict[str, list[dict[str, Any]]],
     label: str,
@@ -134,23 +123,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.nsq_tools", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--runs", type=int, default=5, help="runs per daemon, alternating (default 5)")
+    flags.add_runs(p, 5)
     p.add_argument("--writer-runfor", type=float, default=10.0, help="seconds (default 10)")
     p.add_argument("--reader-runfor", type=float, default=5.0, help="seconds (default 5)")
     p.add_argument("--size", type=int, default=200, help="message body bytes (default 200)")
     p.add_argument("--batch-size", type=int, default=200, help="MPUB batch (default 200)")
     p.add_argument("--rdy", type=int, default=2500, help="reader RDY (default 2500)")
-    p.add_argument(
-        "--daemon",
-        action="append",
-        default=[],
-        metavar="LABEL=CMD",
-        help="a daemon command (default: nsqpy-d as this Python runs it, then Go nsqd); the "
-        "last one named is the base of the ratios",
+    flags.add_daemon(
+        p,
+        "a daemon command (default: nsqpy-d as this Python runs it, then Go nsqd); the last one "
+        "named is the base of the ratios",
     )
-    p.add_argument("--json", metavar="PATH", help="write every run and the medians as JSON")
+    flags.add_json(p)
     args = p.parse_args(argv)
-    daemons = _daemons(args.daemon)
+    daemons = flags.daemons(args.daemon) or [
+        ("nsqpy-d", None),
+        ("go-nsqd", os.path.join(GO_BIN, "nsqd")),
+    ]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in daemons}
     for i in range(args.runs):
         for label, cmd in daemons:

@@ -72,3 +72,28 @@ def mpub_frame(topic: str, size: int, count: int) -> bytes:
 def fin_lines(ids: list) -> bytes:  # type: ignore[type-arg]
     """``FIN <id>\\n`` for every ID (bytes-like), as one buffer for one send."""
     return b"FIN " + b"\nFIN ".join(ids) + b"\n"
+
+
+def fin_received(client: WireClient) -> list[tuple[int, int]]:
+    """Take every whole frame a consumer's ``client`` has buffered and FIN its messages.
+
+    A heartbeat is answered with NOP, another response is passed over, an error frame raises
+    ProtocolError. The messages' IDs (at message.py's offsets) go out as one buffer of
+    ``FIN <id>\\n`` lines, one send per call, as bench_reader's buffered writer sends them.
+    Returns each message's ``(data_start, data_end)`` in ``client.buf``, in the order received:
+    valid until the next ``client.fill()``."""
+    buf = client.buf
+    spans = []
+    end = client.pos
+    for ftype, start, end in client.frames():
+        if ftype == FRAME_MESSAGE:
+            spans.append((start, end))
+        elif ftype == FRAME_RESPONSE:
+            if buf[start:end] == HEARTBEAT:
+                client.send(NOP)
+        else:
+            raise ProtocolError(f"error frame: {bytes(buf[start:end])!r}")
+    client.pos = end
+    if spans:
+        client.send(fin_lines([buf[s + MSG_ID_START : s + MSG_ID_END] for s, _ in spans]))
+    return spans

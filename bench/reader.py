@@ -1,7 +1,7 @@
 r"""reader: NSQ's bench_reader. Each connection SUBs to --topic/--channel (before the start), sends
 RDY --rdy at the start, and FINs every message it receives. Frames are walked in place in the
-connection's receive buffer (nsqpy.wire.iter_frames through its WireClient; IDs at message.py's
-offsets); the FINs for everything one recv brought are sent as one buffer of
+connection's receive buffer (proto.fin_received: nsqpy.wire.iter_frames through its WireClient;
+IDs at message.py's offsets); the FINs for everything one recv brought are sent as one buffer of
 "FIN <id>\n" lines (bench_reader batches through a 4 KiB bufio.Writer to the same effect).
 
 What it reads: the messages already queued for the channel (what `writer` left in the topic,
@@ -16,23 +16,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import harness, proto
+from . import harness, proto, report
 from .target import Target
 from .writer import WriterConfig, run_writer
 
 
 @dataclass
-class ReaderConfig:
-    topic: str = "sub_bench"
-    channel: str = "ch"
-    size: int = 200
-    rdy: int = 2500
+class ReaderConfig(harness.ConsumerConfig):
+    """``concurrency`` consuming connections in ``processes`` client processes (0 as the
+    writer's). ``prefill``: -1 tops the queue up to ``count``, 0 reads what is there, N
+    publishes N more first; ``size`` is the prefill's body size."""
+
     concurrency: int = 2
     processes: int = 0
-    runfor: float = 10.0
+    prefill: int = -1
     count: int = 2_000_000
-    prefill: int = -1  # -1: top the queue up to --count; 0: read what is there; N: add N
-    progress: bool = True
     name: str = "reader"
 
 
@@ -45,34 +43,20 @@ def _consume(
     count = 0
     body_bytes = 0
     last_ns = 0
-    fill, send = client.fill, client.send
+    fill, fin_received = client.fill, proto.fin_received
     monotonic_ns = time.monotonic_ns
-    fin_join = b"\nFIN ".join
-    id_start, id_end, body_start = proto.MSG_ID_START, proto.MSG_ID_END, proto.MSG_BODY_START
-    heartbeat = proto.HEARTBEAT
+    body_start = proto.MSG_BODY_START
     client.sock.settimeout(0.1)
-    send(proto.rdy(rdy_count))
+    client.send(proto.rdy(rdy_count))
     while not stop[i]:
         try:
             fill()
         except TimeoutError:
             continue
-        buf = client.buf
-        ids = []
-        end = client.pos
-        for ftype, start, end in client.frames():
-            if ftype == 2:
-                ids.append(buf[start + id_start : start + id_end])
-                body_bytes += end - start - body_start
-            elif ftype == 0:
-                if buf[start:end] == heartbeat:
-                    send(proto.NOP)
-            else:
-                raise proto.ProtocolError(f"error frame: {bytes(buf[start:end])!r}")
-        client.pos = end
-        if ids:
-            send(b"FIN " + fin_join(ids) + b"\n")
-            count += len(ids)
+        spans = fin_received(client)
+        if spans:
+            count += len(spans)
+            body_bytes += sum([end - start for start, end in spans]) - len(spans) * body_start
             counts[i] = count
             last_ns = monotonic_ns()
     return count, body_bytes, last_ns
@@ -127,18 +111,12 @@ def run_reader(target: Target, cfg: ReaderConfig) -> dict[str, Any]:
         progress=cfg.progress,
         daemon_pid=target.pid,
     )
-    total = sum(r["count"] for r in res.results)
-    body_bytes = sum(r["bytes"] for r in res.results)
-    end_ns = max([r["last_ns"] for r in res.results if r["count"]] or [res.end_ns])
-    duration = max((end_ns - res.start_ns) / 1e9, 1e-9)
-    return {
-        "mode": cfg.name,
-        "workload": f"SUB+FIN RDY {cfg.rdy}, {n} conns, {cfg.runfor:g}s",
-        "count": total,
-        "queued": expected,
-        "duration_s": duration,
-        "msgs_per_s": total / duration,
-        "mb_per_s": body_bytes / duration / 1024 / 1024,
-        "daemon_cpu": res.daemon_cpu_share,
-        "client_cpu": res.client_cpu_share,
-    }
+    return report.rate_row(
+        cfg.name,
+        f"SUB+FIN RDY {cfg.rdy}, {n} conns, {cfg.runfor:g}s",
+        res,
+        sum(r["count"] for r in res.results),
+        max([r["last_ns"] for r in res.results if r["count"]] or [res.end_ns]),
+        sum(r["bytes"] for r in res.results),
+        queued=expected,
+    )

@@ -1,10 +1,13 @@
-"""Results: one-line summaries in bench_writer/bench_reader's shape, medians over repeated runs,
-and the Markdown table."""
+"""Results: the row a load mode returns, one-line summaries in bench_writer/bench_reader's
+shape, medians over repeated runs, and the Markdown table."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .harness import RunResult
 
 _NUMERIC_KEYS = (
     "msgs_per_s",
@@ -22,6 +25,33 @@ _NUMERIC_KEYS = (
     "polite_max_ms",
     "polite_p99_ms",
 )
+
+
+def rate_row(
+    mode: str,
+    workload: str,
+    res: RunResult,
+    count: int,
+    end_ns: int,
+    body_bytes: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A load mode's result: ``count`` messages carrying ``body_bytes`` of bodies from the run's
+    start to ``end_ns`` (time.monotonic_ns; the duration is at least 1 ns) as ``msgs_per_s``
+    and ``mb_per_s`` (MiB/s, as bench_writer prints mb/s), the mode's ``extra`` fields after
+    the count, and the daemon's and the clients' CPU shares of one core."""
+    duration = max((end_ns - res.start_ns) / 1e9, 1e-9)
+    return {
+        "mode": mode,
+        "workload": workload,
+        "count": count,
+        **extra,
+        "duration_s": duration,
+        "msgs_per_s": count / duration,
+        "mb_per_s": body_bytes / duration / 1024 / 1024,
+        "daemon_cpu": res.daemon_cpu_share,
+        "client_cpu": res.client_cpu_share,
+    }
 
 
 def summary_line(r: dict[str, Any]) -> str:

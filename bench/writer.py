@@ -10,20 +10,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import harness, proto
+from . import harness, proto, report
 from .target import Target
 
 
 @dataclass
-class WriterConfig:
-    topic: str = "sub_bench"
-    size: int = 200
+class WriterConfig(harness.LoadConfig):
+    """MPUBs of ``batch_size`` bodies over ``concurrency`` connections in ``processes`` client
+    processes (0: one per connection, up to the number of CPUs)."""
+
     batch_size: int = 200
     concurrency: int = 2
-    processes: int = 0  # 0: one per connection, up to the number of CPUs
-    runfor: float = 10.0
-    count: int = 10_000_000
-    progress: bool = True
+    processes: int = 0
     name: str = "writer"
 
 
@@ -85,17 +83,13 @@ def run_writer(target: Target, cfg: WriterConfig) -> dict[str, Any]:
         daemon_pid=target.pid,
     )
     total = sum(r["count"] for r in res.results)
-    end_ns = max(r["last_ns"] for r in res.results)
-    duration = max((end_ns - res.start_ns) / 1e9, 1e-9)
-    return {
-        "mode": cfg.name,
-        "workload": f"MPUB {cfg.batch_size}x{cfg.size} B, {n} conns, {cfg.runfor:g}s",
-        "count": total,
-        "duration_s": duration,
-        "msgs_per_s": total / duration,
-        "mb_per_s": total * cfg.size / duration / 1024 / 1024,
+    return report.rate_row(
+        cfg.name,
+        f"MPUB {cfg.batch_size}x{cfg.size} B, {n} conns, {cfg.runfor:g}s",
+        res,
+        total,
+        max(r["last_ns"] for r in res.results),
+        total * cfg.size,
         # The longest wait for one MPUB's OK (send to OK): the daemon's longest stall.
-        "max_ms": max(r["max_rtt_ns"] for r in res.results) / 1e6,
-        "daemon_cpu": res.daemon_cpu_share,
-        "client_cpu": res.client_cpu_share,
-    }
+        max_ms=max(r["max_rtt_ns"] for r in res.results) / 1e6,
+    )

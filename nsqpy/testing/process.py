@@ -78,10 +78,17 @@ class DaemonProcess:
     listener needed was logged). ``listens`` names the listeners to wait for (default: the
     class's, "TCP" and "HTTP"). Raises RuntimeError when the process does not log them all
     within ``start_timeout`` seconds (its log is in the message).
+
+    ``http_timeout`` (s) is the default bound of one ``http()`` request; ``str_body_type`` the
+    Content-Type a str body is sent with (None: none is added); ``child_env`` variables are
+    added to the child's environment (``env``, default this process's).
     """
 
     name = "daemon"
     listens: tuple[str, ...] = ("TCP", "HTTP")
+    http_timeout: float = 10
+    str_body_type: str | None = None
+    child_env: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -109,7 +116,11 @@ class DaemonProcess:
         self._ready = threading.Event()
         # a daemon that dies of a signal (SIGSEGV, SIGABRT) writes its Python stacks to its
         # log first (faulthandler), so the test that sees the exit status shows where
-        env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+        env = {
+            **(os.environ if env is None else env),
+            "PYTHONFAULTHANDLER": "1",
+            **dict(self.child_env),
+        }
         self.proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
@@ -195,18 +206,18 @@ class DaemonProcess:
         """``http://host:http_port``."""
         return f"http://{self.http_address}"
 
-    # Nsqadmin.http overrides this with the same parameters (only its default timeout differs).
     def http(
         self,
         method: str,
         path: str,
         body: bytes | str | dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
-        timeout: float = 10,
+        timeout: float | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
-        """(status, body, headers) of one request to the HTTP port; redirects not followed.
-        A dict body is sent as JSON (Content-Type application/json unless given), a str
-        UTF-8 encoded, bytes as they are."""
+        """(status, body, headers) of one request to the HTTP port, waiting at most ``timeout``
+        s (default: the class's ``http_timeout``); redirects not followed. A dict body is sent
+        as JSON (Content-Type application/json unless given), a str UTF-8 encoded (with the
+        class's ``str_body_type`` as Content-Type unless given), bytes as they are."""
         hdrs = dict(headers or {})
         data: bytes | None
         if isinstance(body, dict):
@@ -214,8 +225,12 @@ class DaemonProcess:
             hdrs.setdefault("Content-Type", "application/json")
         elif isinstance(body, str):
             data = body.encode()
+            if self.str_body_type is not None:
+                hdrs.setdefault("Content-Type", self.str_body_type)
         else:
             data = body
+        if timeout is None:
+            timeout = self.http_timeout
         conn = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
         try:
             conn.request(method, path, body=data, headers=hdrs)
@@ -251,7 +266,27 @@ class DaemonProcess:
             time.sleep(0.02)
 
 
-class Nsqd(DaemonProcess):
+class _NsqDaemon(DaemonProcess):
+    """One of NSQ's daemons, started as they take their addresses: ``cmd`` (default: this
+    Python's ``-m`` of the class's ``module``, nsqpy's own daemon), then
+    ``--<kind>-address=host:0`` for each listener of the class's ``listens``, then ``args``
+    (extra flags; later flags win over these)."""
+
+    module = "nsqpy"
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        cmd: str | Sequence[str] | None = None,
+        host: str = "127.0.0.1",
+        **kw: Any,
+    ) -> None:
+        listen = [f"--{kind.lower()}-address={host}:0" for kind in type(self).listens]
+        super().__init__([*_command(cmd, self.module), *listen, *args], host=host, **kw)
+
+
+class Nsqd(_NsqDaemon):
     """An nsqd (nsqpy-d unless ``cmd`` names another, e.g. a Go nsqd binary) on ``host`` with
     ephemeral ports and ``data_path`` (a fresh temporary directory when None, removed by
     stop()/kill()). ``args`` are extra flags; later flags win over the defaults given here."""
@@ -273,11 +308,10 @@ class Nsqd(DaemonProcess):
             self._tmp = tempfile.TemporaryDirectory(prefix="nsqpy-nsqd-")
             data_path = self._tmp.name
         self.data_path = Path(data_path)
-        base = _command(cmd, "nsqpy")
-        listen = [f"--tcp-address={host}:0", f"--http-address={host}:0"]
-        if https:
-            listen.append(f"--https-address={host}:0")
-        super().__init__([*base, *listen, f"--data-path={data_path}", *args], host=host, **kw)
+        https_listen = [f"--https-address={host}:0"] if https else []
+        super().__init__(
+            [*https_listen, f"--data-path={data_path}", *args], cmd=cmd, host=host, **kw
+        )
 
     def stop(self, timeout: float = 10) -> int:
         try:
@@ -332,26 +366,12 @@ class Nsqd(DaemonProcess):
         wait_for(lambda: self.depth(topic, channel) == n, timeout, what=f"depth {n}")
 
 
-class Nsqlookupd(DaemonProcess):
+class Nsqlookupd(_NsqDaemon):
     """An nsqlookupd (nsqpy-lookupd unless ``cmd`` names another) on ``host`` with ephemeral
     ports; ``args`` are extra flags."""
 
     name = "nsqlookupd"
-
-    def __init__(
-        self,
-        args: Sequence[str] = (),
-        *,
-        cmd: str | Sequence[str] | None = None,
-        host: str = "127.0.0.1",
-        **kw: Any,
-    ) -> None:
-        base = _command(cmd, "nsqpy.lookupd")
-        super().__init__(
-            [*base, f"--tcp-address={host}:0", f"--http-address={host}:0", *args],
-            host=host,
-            **kw,
-        )
+    module = "nsqpy.lookupd"
 
     def producers(self, topic: str) -> list[dict[str, Any]]:
         """/lookup?topic= producers ([] when the topic is unknown)."""
@@ -361,46 +381,24 @@ class Nsqlookupd(DaemonProcess):
         return json.loads(body).get("producers") or []
 
 
-class NsqAdmin(DaemonProcess):
+class NsqAdmin(_NsqDaemon):
     """An nsqadmin (nsqpy-admin unless ``cmd`` names another, e.g. Go's nsqadmin) on ``host``
     with an ephemeral HTTP port (it has no TCP listener); ``args`` are extra flags (the
     lookupd or nsqd addresses it watches). The child is unbuffered (PYTHONUNBUFFERED=1 added
-    to ``env``, default this process's environment)."""
+    to ``env``, default this process's environment). ``http()`` waits up to 20 s by default,
+    and sends a str body as a form (application/x-www-form-urlencoded), as nsqadmin's pages
+    post."""
 
     name = "nsqadmin"
+    module = "nsqpy.admin"
     listens = ("HTTP",)
-
-    def __init__(
-        self,
-        args: Sequence[str] = (),
-        *,
-        cmd: str | Sequence[str] | None = None,
-        host: str = "127.0.0.1",
-        env: dict[str, str] | None = None,
-        **kw: Any,
-    ) -> None:
-        base = _command(cmd, "nsqpy.admin")
-        env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
-        super().__init__([*base, f"--http-address={host}:0", *args], host=host, env=env, **kw)
+    http_timeout = 20
+    str_body_type = "application/x-www-form-urlencoded"
+    child_env = (("PYTHONUNBUFFERED", "1"),)
 
     @property
     def port(self) -> int:
         return self.http_port
-
-    # The parameters of DaemonProcess.http, repeated as the override must; only timeout differs.
-    def http(
-        self,
-        method: str,
-        path: str,
-        body: bytes | str | dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 20,
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """As DaemonProcess.http, but a str body is a form (Content-Type
-        application/x-www-form-urlencoded unless given), as nsqadmin's pages post."""
-        if isinstance(body, str):
-            headers = {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
-        return super().http(method, path, body, headers, timeout)
 
     def get(self, path: str, **kw: Any) -> Any:
         """GET ``path`` and decode its JSON; AssertionError unless 200."""

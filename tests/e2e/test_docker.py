@@ -642,6 +642,11 @@ def test_dockerfile_stages_user_volume_ports_and_commands() -> None:
     for name in ("nsqpy", "spark"):
         ins = stages[name]
         runs = " ".join(rest for i, rest in ins if i == "RUN")
+        # the wheel's install, shared by the runtime stages, is in a script the python stage
+        # copies to /tmp/build/: read it as part of what the stage runs
+        if "/tmp/build/install-wheel.sh" in runs:
+            assert "docker/install-wheel.sh" in " ".join(r for i, r in ins if i == "COPY")
+            runs += " " + (DOCKER / "install-wheel.sh").read_text()
         user = [rest for i, rest in ins if i == "USER"]
         assert user and user[-1] not in ("root", "0"), name
         assert any("/data" in rest for i, rest in ins if i == "VOLUME"), name
