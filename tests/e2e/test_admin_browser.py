@@ -29,6 +29,7 @@ from support.admin_cluster import (  # noqa: F401 (cluster_fixture: the "cluster
     cluster_fixture,
     consume,
     dead_letter,
+    message_page,
     pub_both,
 )
 from support.daemons import ROOT
@@ -418,6 +419,7 @@ def test_message_search_box(page: Page, admin: Admin, cluster: Cluster, artifact
         c.identify(user_agent="finder/1.0", client_id="finder", hostname="finder-host")
         c.sub(topic, "billing", rdy=1)
         msg_id = c.read_message(10)[2].decode()
+        message_page(admin, f"id={msg_id}")  # the lookupd's first lookup done (see there)
         page.goto(admin.url + "/topics")
         box = "header form.search input[name=id]"
         page.fill(box, msg_id)

@@ -60,6 +60,26 @@ class Cluster:
         return None
 
 
+def message_page(admin: Admin, query: str, timeout: float = 60) -> str:
+    """nsqpy-admin's /message?<query> page once it names the producer (a row ``dd.producer``).
+    The admin under test gives its upstream requests 1 s, and nsqpy-lookupd's first GET
+    /message pays for importing its HTTP client and asking the node: on a loaded machine that
+    first lookup can take longer, the page then says so, and the next one is fast. Asked again
+    until the producer shows; AssertionError with the last page after ``timeout`` s."""
+    last = [""]
+
+    def found() -> bool:
+        code, body, _ = admin.http("GET", f"/message?{query}")
+        last[0] = body.decode()
+        return code == 200 and '<dd class="producer">' in last[0]
+
+    try:
+        wait_for(found, timeout, 0.5, what="the message page naming its producer")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last page:\n{last[0]}") from None
+    return last[0]
+
+
 def consume(node: Nsqd, topic: str, channel: str, n: int, requeue: int = 0) -> RawClient:
     """Subscribe on ``node`` with a user agent, take ``n`` messages, FIN all but ``requeue``
     of them (those are REQ'd); the connection stays open (the caller closes it)."""
