@@ -83,6 +83,14 @@ class Percentile:
 
 
 @dataclass(frozen=True)
+class PubCount:
+    """A producer's publishes to one topic (``pub_counts`` of a client)."""
+
+    topic: str
+    count: int
+
+
+@dataclass(frozen=True)
 class E2eLatency(_Record):
     """``e2e_processing_latency``: ``count`` samples and the tracked ``percentiles`` (empty
     when nsqd tracks none: its --e2e-processing-latency-percentile is unset)."""
@@ -95,14 +103,6 @@ class E2eLatency(_Record):
     def from_json(cls, data: Any) -> Self:
         """As every record; JSON null (nsqd's omitted latency) reads as no samples."""
         return cls() if data is None else super().from_json(data)
-
-
-@dataclass(frozen=True)
-class PubCount:
-    """A producer's publishes to one topic (``pub_counts`` of a client)."""
-
-    topic: str
-    count: int
 
 
 @dataclass(frozen=True)
