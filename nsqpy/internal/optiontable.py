@@ -421,7 +421,7 @@ class Table:
             argv, self.bool_flags, self.unimplemented, self.bare_true, program=self.program
         )
 
-    def main(self, command: Any, argv: list[str] | None) -> None:
+    def main(self, command: Any, argv: list[str] | None = None) -> None:
         """Run the click ``command`` on ``argv`` (sys.argv[1:] when None) after the Go
         rewrite; a refused flag prints "<program>: <reason>" and exits 2."""
         import click
