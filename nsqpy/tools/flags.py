@@ -222,6 +222,22 @@ def split_opt(opt: str) -> tuple[str, Any]:
     return (name, value) if comma else (name, True)
 
 
+def require_topic_and_channel(opts: dict[str, Any]) -> None:
+    """The consuming tools' first check: both --topic and --channel given, else exit 1."""
+    if not opts["topic"] or not opts["channel"]:
+        fail("--topic and --channel are required")
+
+
+def require_positive(opts: dict[str, Any], *keys: str) -> None:
+    """The Go tools' "--<flag> should be positive" (exit 1) for the first of ``keys`` (flag
+    keys, ``http_client_connect_timeout``) whose value is 0 or less; an unset one (None)
+    passes."""
+    for key in keys:
+        value = opts[key]
+        if value is not None and value <= 0:
+            fail(f"--{key.replace('_', '-')} should be positive")
+
+
 def check_one_source(nsqd: Sequence[str], lookupd: Sequence[str], flag: str) -> None:
     """The Go tools' rule: ``--<flag>`` or ``--lookupd-http-address``, exactly one of them."""
     if not nsqd and not lookupd:
