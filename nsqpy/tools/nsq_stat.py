@@ -19,19 +19,7 @@ from ..internal.clusterinfo.data import ClusterInfo
 from ..internal.clusterinfo.http_client import FetchError, HTTPClient
 from ..internal.clusterinfo.types import Stats, UpstreamError, err_list
 from . import flags
-from .flags import (
-    DURATION,
-    INT,
-    LIST,
-    STR,
-    VERSION,
-    Flag,
-    check_one_source,
-    fail,
-    parse_tool_flags,
-    require_positive,
-    require_topic_and_channel,
-)
+from .flags import DURATION, INT, LIST, STR, VERSION, Flag, fail, parse_tool_flags
 
 FLAGS = (
     VERSION,
@@ -116,12 +104,12 @@ def run(argv: Sequence[str]) -> None:
     opts = parse_tool_flags("nsq_stat", FLAGS, argv)
     if opts is None:
         return
-    require_topic_and_channel(opts)
-    require_positive(
+    flags.require_topic_and_channel(opts)
+    flags.require_positive(
         opts, "interval", "http_client_connect_timeout", "http_client_request_timeout", "count"
     )
     nsqds, lookupds = opts["nsqd_http_address"], opts["lookupd_http_address"]
-    check_one_source(nsqds, lookupds, "nsqd-http-address")
+    flags.check_one_source(nsqds, lookupds, "nsqd-http-address")
     for flag, addrs in (("nsqd-http-address", nsqds), ("lookupd-http-address", lookupds)):
         if any(a.startswith("http") for a in addrs):
             fail(f"--{flag} error - address should not contain scheme")

@@ -38,7 +38,6 @@ from .flags import (
     fail,
     parse,
     print_version,
-    require_positive,
     set_app_log,
 )
 from .runtime import Signals, make_config, run_main, start_consumer
@@ -248,7 +247,7 @@ def run(argv: Sequence[str]) -> None:
         return
     if not opts["channel"]:
         fail("--channel is required")
-    require_positive(opts, "http_client_connect_timeout", "http_client_request_timeout")
+    flags.require_positive(opts, "http_client_connect_timeout", "http_client_request_timeout")
     check_one_source(opts["nsqd_tcp_address"], opts["lookupd_http_address"], "nsqd-tcp-address")
     if not 1 <= opts["gzip_level"] <= 9:
         fail(f"invalid --gzip-level value ({opts['gzip_level']}), should be 1-9")

@@ -34,7 +34,6 @@ from .flags import (
     check_one_source,
     fail,
     parse_tool_flags,
-    require_topic_and_channel,
 )
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
@@ -177,7 +176,7 @@ def run(argv: Sequence[str]) -> None:
             opts["headers_parsed"] = parse_headers(opts["header"])
         except ValueError:
             fail("--header value format should be 'key=value'")
-    require_topic_and_channel(opts)
+    flags.require_topic_and_channel(opts)
     if opts["content_type"] != DEFAULT_CONTENT_TYPE:
         if not opts["post"]:
             fail("--content-type only used with --post")

@@ -22,17 +22,7 @@ from typing import Any
 from ..internal.gojson import encode as go_encode_string
 from ..wire import is_valid_name
 from . import flags
-from .flags import (
-    LIST,
-    STR,
-    VERSION,
-    Flag,
-    check_one_source,
-    fail,
-    log,
-    parse_tool_flags,
-    require_topic_and_channel,
-)
+from .flags import LIST, STR, VERSION, Flag, check_one_source, fail, log, parse_tool_flags
 from .hostpool import HostPool
 from .runtime import Signals, make_config, run_main, start_consumer, stop_all
 
@@ -225,7 +215,7 @@ def run(argv: Sequence[str]) -> None:
     opts = parse_tool_flags("nsq_to_nsq", FLAGS, argv)
     if opts is None:
         return
-    require_topic_and_channel(opts)
+    flags.require_topic_and_channel(opts)
     if not all(is_valid_name(t) for t in opts["topic"]):
         fail("--topic is invalid")
     if opts["destination_topic"] and not is_valid_name(opts["destination_topic"]):
