@@ -294,9 +294,7 @@ class Channel(ChannelStore):
         due = self._pop_due(self.in_flight, self._in_flight_pq, now_ns)
         if not due:
             return False
-        in_flight = self.in_flight
         for msg in due:
-            in_flight.pop(msg.id, None)
             client = msg.client
             msg.client = None
             if client is not None and client.client_id in self.clients:

@@ -124,22 +124,21 @@ class ChannelStore(BackedQueue):
         self, held: dict[bytes, Message], pq: TimeoutQueue | InFlightQueue, now_ns: int | None
     ) -> list[Message]:
         """The queue scan's first step over one priority queue: the messages of ``pq`` due at
-        ``now_ns`` (the clock's now when None), earliest first, out of ``pq`` but still in
-        ``held`` (their table, by ID); none while the channel exits or ``held`` is empty.
-        One call per pass: the pass itself (process_deferred, Channel.process_in_flight)
-        walks the messages inline, with no callback per message."""
+        ``now_ns`` (the clock's now when None), earliest first, taken out of ``pq`` and out of
+        ``held`` (their table by ID); none while the channel exits or ``held`` is empty.
+        One call per pass (process_deferred, Channel.process_in_flight), inline per message."""
         if self.exiting or not held:
             return []
-        return pq.pop_due(self._clock_ns() if now_ns is None else now_ns)
+        due: list[Message] = pq.pop_due(self._clock_ns() if now_ns is None else now_ns)
+        for msg in due:
+            held.pop(msg.id, None)
+        return due
 
     def process_deferred(self, now_ns: int | None = None) -> bool:
         """Queue deferred messages that are due; True if any were ("dirty")."""
         due = self._pop_due(self.deferred, self._deferred_pq, now_ns)
         if not due:
             return False
-        deferred = self.deferred
-        for msg in due:
-            del deferred[msg.id]
         self._requeue_all(due)
         if self._hooks is not None and self.backend is not None:
             self._hooks.deferred_done(self.topic_name, self.name, [m.id for m in due])
