@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-Reader = Callable[[Any], Any]
+_Reader = Callable[[Any], Any]
 
 
-def _reader(hint: Any) -> Reader | None:
+def _reader(hint: Any) -> _Reader | None:
     """How a field typed ``hint`` reads its JSON value: a list of records item by item (Go's
     null as []), a record with its ``from_json`` (or, for a record without ``extra``, from
     its keys, each required: KeyError), None for a plain value taken as it is."""
@@ -38,10 +38,10 @@ def _reader(hint: Any) -> Reader | None:
     return lambda v: hint(*(v[n] for n in names))
 
 
-_READERS: dict[type, dict[str, Reader]] = {}
+_READERS: dict[type, dict[str, _Reader]] = {}
 
 
-def _readers(cls: type) -> dict[str, Reader]:
+def _readers(cls: type) -> dict[str, _Reader]:
     """The fields of ``cls`` that hold records, each with its reader (made once per class)."""
     readers = _READERS.get(cls)
     if readers is None:
