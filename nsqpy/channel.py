@@ -289,18 +289,12 @@ class Channel(ChannelStore):
 
     # ---------------------------------------------------------------- queue scan
 
-    # Kept apart from its twin ChannelStore.process_deferred (channel_store.py): each is the
-    # queue scan's inlined pass over one priority queue (compiled, no callback per message).
     def process_in_flight(self, now_ns: int | None = None) -> bool:
         """Requeue in-flight messages whose timeout passed; True if any did ("dirty")."""
-        if self.exiting or not self.in_flight:
-            return False
-        due = self._in_flight_pq.pop_due(self._clock_ns() if now_ns is None else now_ns)
+        due = self._pop_due(self.in_flight, self._in_flight_pq, now_ns)
         if not due:
             return False
-        in_flight = self.in_flight
         for msg in due:
-            in_flight.pop(msg.id, None)
             client = msg.client
             msg.client = None
             if client is not None and client.client_id in self.clients:

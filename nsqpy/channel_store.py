@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .backed_queue import BackedQueue, StorageHooks
 from .backend_reads import BackendReads
 from .message import Message, record_id
-from .pqueue import TimeoutQueue
+from .pqueue import InFlightQueue, TimeoutQueue
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -120,18 +120,25 @@ class ChannelStore(BackedQueue):
                 return None
             reads.fill(file_num, records, positions)
 
-    # Kept apart from its twin Channel.process_in_flight (channel.py): each is the queue
-    # scan's inlined pass over one priority queue (compiled, no callback per message).
+    def _pop_due(
+        self, held: dict[bytes, Message], pq: TimeoutQueue | InFlightQueue, now_ns: int | None
+    ) -> list[Message]:
+        """The queue scan's first step over one priority queue: the messages of ``pq`` due at
+        ``now_ns`` (the clock's now when None), earliest first, taken out of ``pq`` and out of
+        ``held`` (their table by ID); none while the channel exits or ``held`` is empty.
+        One call per pass (process_deferred, Channel.process_in_flight), inline per message."""
+        if self.exiting or not held:
+            return []
+        due: list[Message] = pq.pop_due(self._clock_ns() if now_ns is None else now_ns)
+        for msg in due:
+            held.pop(msg.id, None)
+        return due
+
     def process_deferred(self, now_ns: int | None = None) -> bool:
         """Queue deferred messages that are due; True if any were ("dirty")."""
-        if self.exiting or not self.deferred:
-            return False
-        due = self._deferred_pq.pop_due(self._clock_ns() if now_ns is None else now_ns)
+        due = self._pop_due(self.deferred, self._deferred_pq, now_ns)
         if not due:
             return False
-        deferred = self.deferred
-        for msg in due:
-            del deferred[msg.id]
         self._requeue_all(due)
         if self._hooks is not None and self.backend is not None:
             self._hooks.deferred_done(self.topic_name, self.name, [m.id for m in due])

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -76,6 +76,38 @@ CONTENT_TYPE: str = getattr(
 _TOPIC = ["topic"]
 _CHANNEL = ["topic", "channel"]
 _EPHEMERAL = "#ephemeral"
+
+_G = GaugeMetricFamily
+_C = CounterMetricFamily
+_Row = tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str, Callable[[Any], float]]
+
+#: The per-topic families in exposition order: (kind, name, help, the value of one Topic).
+_TOPICS: tuple[_Row, ...] = (
+    (_G, "nsq_topic_depth", "Messages queued in the topic", lambda t: t.depth),
+    (_G, "nsq_topic_backend_depth", "Messages queued on disk", lambda t: t.backend_depth),
+    (_G, "nsq_topic_paused", "1 when the topic is paused", lambda t: 1 if t.paused else 0),
+    (_C, "nsq_topic_messages", "Messages published to the topic", lambda t: t.message_count),
+    (_C, "nsq_topic_message_bytes", "Bytes published to the topic", lambda t: t.message_bytes),
+)
+
+#: The per-channel families in exposition order: (kind, name, help, the value of one Channel).
+_CHANNELS: tuple[_Row, ...] = (
+    (_G, "nsq_channel_depth", "Messages waiting in the channel", lambda c: c.depth),
+    (_G, "nsq_channel_backend_depth", "Channel messages on disk", lambda c: c.backend_depth),
+    (_G, "nsq_channel_in_flight", "Messages in flight", lambda c: len(c.in_flight)),
+    (_G, "nsq_channel_deferred", "Deferred messages", lambda c: len(c.deferred)),
+    (_G, "nsq_channel_clients", "Consumers subscribed", lambda c: len(c.clients)),
+    (_G, "nsq_channel_paused", "1 when the channel is paused", lambda c: 1 if c.paused else 0),
+    (_C, "nsq_channel_messages", "Messages put to the channel", lambda c: c.message_count),
+    (_C, "nsq_channel_requeued", "Messages requeued", lambda c: c.requeue_count),
+    (_C, "nsq_channel_timed_out", "Messages that timed out in flight", lambda c: c.timeout_count),
+    (
+        _C,
+        "nsq_channel_dead_lettered",
+        "Messages moved to the dead-letter topic after --max-attempts",
+        lambda c: c.dead_letter_count,
+    ),
+)
 
 
 def build_info_labels() -> dict[str, str]:
@@ -117,33 +149,16 @@ class NsqCollector(Collector):
     def _native(self) -> Iterator[Metric]:
         nsqd = self.nsqd
         skip_ephemeral = nsqd.opts.metrics_exclude_ephemeral
-        g = GaugeMetricFamily
-        c = CounterMetricFamily
-        t_depth = g("nsq_topic_depth", "Messages queued in the topic", labels=_TOPIC)
-        t_bdepth = g("nsq_topic_backend_depth", "Messages queued on disk", labels=_TOPIC)
-        t_paused = g("nsq_topic_paused", "1 when the topic is paused", labels=_TOPIC)
-        t_msgs = c("nsq_topic_messages", "Messages published to the topic", labels=_TOPIC)
-        t_bytes = c("nsq_topic_message_bytes", "Bytes published to the topic", labels=_TOPIC)
+        t_fams = [(kind(name, text, labels=_TOPIC), read) for kind, name, text, read in _TOPICS]
         t_e2e = SummaryMetricFamily(
             "nsq_topic_e2e_processing_latency_seconds",
             "Publish-to-FIN latency over all channels: quantiles over the window, "
             "count and sum since start",
             labels=_TOPIC,
         )
-        ch_depth = g("nsq_channel_depth", "Messages waiting in the channel", labels=_CHANNEL)
-        ch_bdepth = g("nsq_channel_backend_depth", "Channel messages on disk", labels=_CHANNEL)
-        ch_inflt = g("nsq_channel_in_flight", "Messages in flight", labels=_CHANNEL)
-        ch_def = g("nsq_channel_deferred", "Deferred messages", labels=_CHANNEL)
-        ch_clients = g("nsq_channel_clients", "Consumers subscribed", labels=_CHANNEL)
-        ch_paused = g("nsq_channel_paused", "1 when the channel is paused", labels=_CHANNEL)
-        ch_msgs = c("nsq_channel_messages", "Messages put to the channel", labels=_CHANNEL)
-        ch_req = c("nsq_channel_requeued", "Messages requeued", labels=_CHANNEL)
-        ch_to = c("nsq_channel_timed_out", "Messages that timed out in flight", labels=_CHANNEL)
-        ch_dead = c(
-            "nsq_channel_dead_lettered",
-            "Messages moved to the dead-letter topic after --max-attempts",
-            labels=_CHANNEL,
-        )
+        ch_fams = [
+            (kind(name, text, labels=_CHANNEL), read) for kind, name, text, read in _CHANNELS
+        ]
         ch_e2e = SummaryMetricFamily(
             "nsq_channel_e2e_processing_latency_seconds",
             "Publish-to-FIN latency: quantiles over the window, count and sum since start",
@@ -157,11 +172,8 @@ class NsqCollector(Collector):
             if skip_ephemeral and t.name.endswith(_EPHEMERAL):
                 continue
             tl = [t.name]
-            t_depth.add_metric(tl, t.depth)
-            t_bdepth.add_metric(tl, t.backend_depth)
-            t_paused.add_metric(tl, 1 if t.paused else 0)
-            t_msgs.add_metric(tl, t.message_count)
-            t_bytes.add_metric(tl, t.message_bytes)
+            for fam, read in t_fams:
+                fam.add_metric(tl, read(t))
             t_streams = [ch.e2e for ch in chans if ch.e2e is not None]
             if t_streams:
                 _add_summary(t_e2e, _TOPIC, tl, t_streams, percentiles)
@@ -169,29 +181,20 @@ class NsqCollector(Collector):
                 if skip_ephemeral and ch.name.endswith(_EPHEMERAL):
                     continue
                 cl = [t.name, ch.name]
-                ch_depth.add_metric(cl, ch.depth)
-                ch_bdepth.add_metric(cl, ch.backend_depth)
-                ch_inflt.add_metric(cl, len(ch.in_flight))
-                ch_def.add_metric(cl, len(ch.deferred))
-                ch_clients.add_metric(cl, len(ch.clients))
-                ch_paused.add_metric(cl, 1 if ch.paused else 0)
-                ch_msgs.add_metric(cl, ch.message_count)
-                ch_req.add_metric(cl, ch.requeue_count)
-                ch_to.add_metric(cl, ch.timeout_count)
-                ch_dead.add_metric(cl, ch.dead_letter_count)
+                for fam, read in ch_fams:
+                    fam.add_metric(cl, read(ch))
                 if ch.e2e is not None:
                     _add_summary(ch_e2e, _CHANNEL, cl, [ch.e2e], percentiles)
-        yield from (t_depth, t_bdepth, t_paused, t_msgs, t_bytes)
+        yield from (fam for fam, _ in t_fams)
         if percentiles:
             yield t_e2e
-        yield from (ch_depth, ch_bdepth, ch_inflt, ch_def, ch_clients, ch_paused)
-        yield from (ch_msgs, ch_req, ch_to, ch_dead)
+        yield from (fam for fam, _ in ch_fams)
         if percentiles:
             yield ch_e2e
-        yield g("nsq_topics", "Topics", value=len(nsqd.topics))
-        yield g("nsq_channels", "Channels", value=n_channels)
-        yield g("nsq_clients", "Connected TCP clients", value=len(nsqd.clients))
-        yield g("nsq_healthy", "1 when /ping answers OK", value=1 if nsqd.is_healthy() else 0)
+        yield _G("nsq_topics", "Topics", value=len(nsqd.topics))
+        yield _G("nsq_channels", "Channels", value=n_channels)
+        yield _G("nsq_clients", "Connected TCP clients", value=len(nsqd.clients))
+        yield _G("nsq_healthy", "1 when /ping answers OK", value=1 if nsqd.is_healthy() else 0)
         yield self._build_info
 
 

@@ -49,7 +49,7 @@ from .options import Options
 from .quantile import E2ELatency
 from .queue_scan import QueueScanner
 from .storage import DEFERRED_FILE, METADATA_FILE, DataDirLocked, Storage
-from .topic import Topic, TopicError
+from .topic import Topic, existing
 
 __all__ = ["DEFERRED_FILE", "METADATA_FILE", "NSQD", "DataDirLocked"]
 
@@ -234,15 +234,10 @@ class NSQD:
                 fut.set_result(None)
 
     def get_existing_topic(self, name: str) -> Topic:
-        t = self.topics.get(name)
-        if t is None:
-            raise TopicError("topic does not exist")
-        return t
+        return existing(self.topics, name, "topic")
 
     def delete_existing_topic(self, name: str) -> None:
-        t = self.topics.pop(name, None)
-        if t is None:
-            raise TopicError("topic does not exist")
+        t = existing(self.topics, name, "topic", take=True)
         log.info("TOPIC(%s): deleting", name)
         if self.lookup is not None:
             self.lookup.topic_removed(name)

@@ -25,12 +25,16 @@ from .internal.optiontable import (
     computed,
     duration,
     flag,
+    http_client_connect_timeout,
+    http_client_request_timeout,
     log_format,
     log_level,
     log_prefix,
     option,
     repeated,
     size,
+    statsd_interval,
+    statsd_prefix,
 )
 
 __all__ = [
@@ -152,12 +156,8 @@ class Options:
         "broadcast-http-port", 0, "HTTP port that will be registered with lookupd"
     )
     # the AUTH client's timeouts (auth.py)
-    http_client_connect_timeout_ms: int = duration(
-        "http-client-connect-timeout", 2000, "timeout for HTTP connect"
-    )
-    http_client_request_timeout_ms: int = duration(
-        "http-client-request-timeout", 5000, "timeout for HTTP request"
-    )
+    http_client_connect_timeout_ms: int = http_client_connect_timeout()
+    http_client_request_timeout_ms: int = http_client_request_timeout()
 
     data_path: str = option("data-path", "", "path to store disk-backed messages")
     mem_queue_size: int = option(
@@ -248,14 +248,12 @@ class Options:
     statsd_address: str = option(
         "statsd-address", "", "UDP <addr>:<port> of a statsd daemon for pushing stats"
     )
-    statsd_interval_ms: int = duration(
-        "statsd-interval", 60_000, "duration between pushing to statsd"
-    )
+    statsd_interval_ms: int = statsd_interval("duration between pushing to statsd")
     statsd_mem_stats: bool = boolean(
         "statsd-mem-stats", True, "toggle sending memory and GC stats to statsd"
     )
-    statsd_prefix: str = option(
-        "statsd-prefix", "nsq.%s", "prefix used for keys sent to statsd (%s for host replacement)"
+    statsd_prefix: str = statsd_prefix(
+        "prefix used for keys sent to statsd (%s for host replacement)"
     )
     statsd_udp_packet_size: int = size(
         "statsd-udp-packet-size", 508, "the size in bytes of statsd UDP packets"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .backed_queue import BackedQueue, StorageHooks
 from .channel import Channel
@@ -36,10 +36,21 @@ log = logging.getLogger("nsqpy")
 DRAIN_CHUNK = 500
 
 _HEADER = HEADER_LENGTH
+_T = TypeVar("_T")
 
 
 class TopicError(Exception):
     """Topic operation refused (text as nsqd: "exiting", "channel does not exist")."""
+
+
+def existing(named: dict[str, _T], name: str, kind: str, take: bool = False) -> _T:
+    """The topic or channel ``name`` of ``named`` (removed from it when ``take``), or
+    TopicError with nsqd's text "<kind> does not exist" (GetExistingTopic,
+    GetExistingChannel, DeleteExistingTopic, DeleteExistingChannel)."""
+    found = named.pop(name, None) if take else named.get(name)
+    if found is None:
+        raise TopicError(f"{kind} does not exist")
+    return found
 
 
 class Topic(BackedQueue):
@@ -243,17 +254,11 @@ class Topic(BackedQueue):
         return ch
 
     def get_existing_channel(self, name: str) -> Channel:
-        ch = self.channels.get(name)
-        if ch is None:
-            raise TopicError("channel does not exist")
-        return ch
+        return existing(self.channels, name, "channel")
 
     def delete_existing_channel(self, name: str) -> None:
         """Delete a channel (its consumers are disconnected). Raises TopicError if absent."""
-        ch = self.channels.pop(name, None)
-        if ch is None:
-            raise TopicError("channel does not exist")
-        ch.close()
+        existing(self.channels, name, "channel", take=True).close()
         if self._on_channels_changed is not None:
             self._on_channels_changed(self, name, False)
         if not self.channels and self.ephemeral and self._on_last_channel_gone is not None:

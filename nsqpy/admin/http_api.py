@@ -116,7 +116,9 @@ class AdminAPI:
         name = request.match_info["topic"]
         producers, errors = await self.cluster.topic_producers(name)
         messages = [ci.err_list(errors)] if errors else []
-        rows, _, node_errors = await self.cluster.nsqd_stats(producers, name, "", False)
+        rows, _, node_errors = await self.cluster.stats(
+            producers, name, "", False, require_one=True
+        )
         if node_errors:
             messages.append(ci.err_list(node_errors.values()))
         return {**ci.aggregate_topic(name, rows), "message": summaries.warn_message(messages)}
@@ -128,7 +130,9 @@ class AdminAPI:
         channel = request.match_info["channel"]
         producers, errors = await self.cluster.topic_producers(topic)
         messages = [ci.err_list(errors)] if errors else []
-        _, channels, node_errors = await self.cluster.nsqd_stats(producers, topic, channel, True)
+        _, channels, node_errors = await self.cluster.stats(
+            producers, topic, channel, True, require_one=True
+        )
         if node_errors:
             messages.append(ci.err_list(node_errors.values()))
         stats = channels.get(channel)
@@ -154,7 +158,7 @@ class AdminAPI:
         producer = ci.find_producer(producers, node)
         if producer is None:
             raise NsqHTTPError(404, "NODE_NOT_FOUND")
-        rows, _, node_errors = await self.cluster.nsqd_stats([producer], "", "", True)
+        rows, _, node_errors = await self.cluster.stats([producer], "", "", True, require_one=True)
         total_messages, total_clients = summaries.node_totals(rows)
         return {
             "node": node,
@@ -169,7 +173,9 @@ class AdminAPI:
         message_count}}, "message"}."""
         producers, errors = await self.cluster.producers()
         messages = [ci.err_list(errors)] if errors else []
-        _, channels, node_errors = await self.cluster.nsqd_stats(producers, "", "", False)
+        _, channels, node_errors = await self.cluster.stats(
+            producers, "", "", False, require_one=True
+        )
         if node_errors:
             messages.append(ci.err_list(node_errors.values()))
         return {

@@ -20,11 +20,16 @@ from ..internal.optiontable import (
     Table,
     boolean,
     duration,
+    http_client_connect_timeout,
+    http_client_request_timeout,
+    listen_address,
     log_format,
     log_level,
     log_prefix,
     option,
     repeated,
+    statsd_interval,
+    statsd_prefix,
 )
 
 
@@ -36,9 +41,7 @@ class AdminOptions:
     log_level: str = log_level()
     log_prefix: str = log_prefix("[nsqadmin] ")
     log_format: str = log_format()
-    http_address: str = option(
-        "http-address", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"
-    )
+    http_address: str = listen_address("HTTP", "0.0.0.0:4171")
     base_path: str = option("base-path", "/", "URL base path")
     dev_static_dir: str = option("dev-static-dir", "", "(development use only)")
     statsd_counter_format: str = option(
@@ -52,23 +55,15 @@ class AdminOptions:
         "stats.gauges.%s",
         "The gauge stats key formatting applied by the implementation of statsd (unused)",
     )
-    statsd_prefix: str = option(
-        "statsd-prefix", "nsq.%s", "prefix used for keys sent to statsd (unused)"
-    )
-    statsd_interval_ms: int = duration(
-        "statsd-interval", 60_000, "time interval nsqd is configured to push to statsd"
-    )
+    statsd_prefix: str = statsd_prefix("prefix used for keys sent to statsd (unused)")
+    statsd_interval_ms: int = statsd_interval("time interval nsqd is configured to push to statsd")
     notification_http_endpoint: str = option(
         "notification-http-endpoint",
         "",
         "HTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent",
     )
-    http_client_connect_timeout_ms: int = duration(
-        "http-client-connect-timeout", 2_000, "timeout for HTTP connect"
-    )
-    http_client_request_timeout_ms: int = duration(
-        "http-client-request-timeout", 5_000, "timeout for HTTP request"
-    )
+    http_client_connect_timeout_ms: int = http_client_connect_timeout()
+    http_client_request_timeout_ms: int = http_client_request_timeout()
     http_client_tls_insecure_skip_verify: bool = boolean(
         "http-client-tls-insecure-skip-verify",
         False,

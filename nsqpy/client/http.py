@@ -93,7 +93,8 @@ def _error_text(body: bytes) -> str:
 
 
 class _HTTPClient:
-    """What both clients share: the address, the session, one request."""
+    """What both clients share: the address, the session, one request, and the routes both
+    daemons answer alike."""
 
     def __init__(
         self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
@@ -152,6 +153,27 @@ class _HTTPClient:
         TCP and HTTP ports and start time) as the JSON object it answers."""
         data: dict[str, Any] = await self._json("/info")
         return data
+
+    # Both daemons have these four routes with the same parameters.
+    async def create_topic(self, topic: str) -> None:
+        """POST /topic/create: nsqd creates the topic (and registers it with its lookupds);
+        nsqlookupd registers it (no nsqd needed)."""
+        await self._request("POST", "/topic/create", _topic(topic))
+
+    async def delete_topic(self, topic: str) -> None:
+        """POST /topic/delete: nsqd drops the topic, its channels and messages (404
+        TOPIC_NOT_FOUND); nsqlookupd drops the topic's registrations and its channels'."""
+        await self._request("POST", "/topic/delete", _topic(topic))
+
+    async def create_channel(self, topic: str, channel: str) -> None:
+        """POST /channel/create: nsqd creates the channel (and the topic, when it is not
+        there yet); nsqlookupd registers the channel (and its topic)."""
+        await self._request("POST", "/channel/create", _topic_channel(topic, channel))
+
+    async def delete_channel(self, topic: str, channel: str) -> None:
+        """POST /channel/delete. 404 TOPIC_NOT_FOUND or CHANNEL_NOT_FOUND from nsqd;
+        404 CHANNEL_NOT_FOUND from nsqlookupd when the channel is not registered."""
+        await self._request("POST", "/channel/delete", _topic_channel(topic, channel))
 
     async def close(self) -> None:
         """Close the session (the client makes a new one if used again)."""
@@ -238,14 +260,6 @@ class NsqdHTTPClient(_HTTPClient):
             payload = b"\n".join(bodies)
         await self._request("POST", "/mpub", params, payload)
 
-    async def create_topic(self, topic: str) -> None:
-        """POST /topic/create (nsqd registers it with its lookupds)."""
-        await self._request("POST", "/topic/create", _topic(topic))
-
-    async def delete_topic(self, topic: str) -> None:
-        """POST /topic/delete: the topic, its channels and messages. 404 TOPIC_NOT_FOUND."""
-        await self._request("POST", "/topic/delete", _topic(topic))
-
     async def empty_topic(self, topic: str) -> None:
         """POST /topic/empty: drops the messages the topic holds (not its channels').
         404 TOPIC_NOT_FOUND."""
@@ -259,14 +273,6 @@ class NsqdHTTPClient(_HTTPClient):
     async def unpause_topic(self, topic: str) -> None:
         """POST /topic/unpause. 404 TOPIC_NOT_FOUND."""
         await self._request("POST", "/topic/unpause", _topic(topic))
-
-    async def create_channel(self, topic: str, channel: str) -> None:
-        """POST /channel/create (and the topic, when it is not there yet)."""
-        await self._request("POST", "/channel/create", _topic_channel(topic, channel))
-
-    async def delete_channel(self, topic: str, channel: str) -> None:
-        """POST /channel/delete. 404 TOPIC_NOT_FOUND or CHANNEL_NOT_FOUND."""
-        await self._request("POST", "/channel/delete", _topic_channel(topic, channel))
 
     async def empty_channel(self, topic: str, channel: str) -> None:
         """POST /channel/empty: drops the channel's queued messages. 404 TOPIC_NOT_FOUND or
@@ -391,22 +397,6 @@ class LookupdClient(_HTTPClient):
         """GET /nodes: every active nsqd with its topics and a tombstone flag for each."""
         return _producers(_unwrap(await self._json("/nodes")))
 
-    async def create_topic(self, topic: str) -> None:
-        """POST /topic/create: registers the topic (no nsqd needed)."""
-        await self._request("POST", "/topic/create", _topic(topic))
-
-    async def delete_topic(self, topic: str) -> None:
-        """POST /topic/delete: drops the topic's registrations and its channels'."""
-        await self._request("POST", "/topic/delete", _topic(topic))
-
-    async def create_channel(self, topic: str, channel: str) -> None:
-        """POST /channel/create: registers the channel (and its topic)."""
-        await self._request("POST", "/channel/create", _topic_channel(topic, channel))
-
-    async def delete_channel(self, topic: str, channel: str) -> None:
-        """POST /channel/delete. 404 CHANNEL_NOT_FOUND when it is not registered."""
-        await self._request("POST", "/channel/delete", _topic_channel(topic, channel))
-
     async def tombstone_topic(self, topic: str, node: str) -> None:
         """POST /topic/tombstone: hide the producer ``node`` ("broadcast_address:http_port",
         Producer.http_address) of ``topic`` from /lookup for the lookupd's
@@ -422,13 +412,18 @@ class _Blocking:
     a daemon thread and bounded by ``timeout`` seconds (TimeoutError)."""
 
     _client: _HTTPClient
+    #: the async client wrapped, and the name of the loop thread (set by each subclass)
+    _async_class: type[_HTTPClient]
+    _thread_name: str
 
-    def __init__(self, client: _HTTPClient, name: str) -> None:
+    def __init__(
+        self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         from .blocking import _LoopThread
 
-        self._client = client
-        self.timeout = client.timeout + 5  # the request's own bound answers first
-        self._lt = _LoopThread(name)
+        self._client = self._async_class(address, timeout, ssl_context)
+        self.timeout = timeout + 5  # the request's own bound answers first
+        self._lt = _LoopThread(self._thread_name)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._lt.run(coro, self.timeout)
@@ -463,17 +458,13 @@ class BlockingNsqdHTTPClient(_Blocking):
     """NsqdHTTPClient for threads: the same methods (``ping()``, ``stats()``, ``pub()``, ...),
     blocking, raising what the async ones raise. A context manager (``close()`` at exit)."""
 
-    def __init__(
-        self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
-        super().__init__(NsqdHTTPClient(address, timeout, ssl_context), "nsqpy-nsqd-http")
+    _async_class = NsqdHTTPClient
+    _thread_name = "nsqpy-nsqd-http"
 
 
 class BlockingLookupdClient(_Blocking):
     """LookupdClient for threads: the same methods (``lookup()``, ``topics()``, ...),
     blocking, raising what the async ones raise. A context manager (``close()`` at exit)."""
 
-    def __init__(
-        self, address: str, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
-        super().__init__(LookupdClient(address, timeout, ssl_context), "nsqpy-lookupd-http")
+    _async_class = LookupdClient
+    _thread_name = "nsqpy-lookupd-http"

@@ -2,8 +2,9 @@
 
 Strategy: one frozen dataclass per level of the answer (NsqdStats > TopicStats > ChannelStats
 > ClientStats, with E2eLatency and PubCount), each field named as nsqd 1.3's JSON key (so the
-JSON field names in NSQ's docs read straight onto the attributes). ``from_json`` takes a key
-where it is present and the field's default where it is not (older nsqds, omitempty keys); a
+JSON field names in NSQ's docs read straight onto the attributes). ``from_json`` (one for all
+levels) takes a key where it is present, read as the field's type says (a list of records, a
+record), and the field's default where it is not (older nsqds, omitempty keys); a
 key no field has (nsqpy-d's ``replication``, ``max_attempts``, ``dead_letter_count``, a newer
 nsqd's additions) is kept in ``extra`` rather than dropped or refused. Go's JSON null for an
 empty list reads as []. Source: nsqd/stats.go (TopicStats, ChannelStats, ClientV2Stats),
@@ -12,30 +13,65 @@ nsqd/http.go (doStats), internal/quantile (Result)."""
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self
 
-R = TypeVar("R")
+_Reader = Callable[[Any], Any]
 
 
-def _build(cls: type[R], data: Any, nested: dict[str, Any] | None = None) -> R:
-    """``cls`` from the JSON object ``data``: known keys to fields (``nested`` maps a key to
-    the function that reads its value), the rest to ``extra``. ValueError when ``data`` is not
-    an object."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    kw: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    for key, value in data.items():
-        if key == "extra" or key not in names:
-            extra[key] = value
-        elif nested and key in nested:
-            kw[key] = nested[key](value)
-        else:
-            kw[key] = value
-    kw["extra"] = extra
-    return cls(**kw)
+def _reader(hint: Any) -> _Reader | None:
+    """How a field typed ``hint`` reads its JSON value: a list of records item by item (Go's
+    null as []), a record with its ``from_json`` (or, for a record without ``extra``, from
+    its keys, each required: KeyError), None for a plain value taken as it is."""
+    if typing.get_origin(hint) is list:
+        item = _reader(typing.get_args(hint)[0])
+        if item is None:
+            return None
+        return lambda v: [item(x) for x in v or []]
+    if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+        return None
+    if issubclass(hint, _Record):
+        return hint.from_json
+    names = [f.name for f in dataclasses.fields(hint)]
+    return lambda v: hint(*(v[n] for n in names))
+
+
+_READERS: dict[type, dict[str, _Reader]] = {}
+
+
+def _readers(cls: type) -> dict[str, _Reader]:
+    """The fields of ``cls`` that hold records, each with its reader (made once per class)."""
+    readers = _READERS.get(cls)
+    if readers is None:
+        hints = typing.get_type_hints(cls)
+        found = {f.name: _reader(hints[f.name]) for f in dataclasses.fields(cls)}
+        readers = _READERS[cls] = {n: read for n, read in found.items() if read is not None}
+    return readers
+
+
+class _Record:
+    """A level of the answer: ``from_json`` reads known keys into the fields (records nested
+    as the field types say) and keeps the rest in ``extra``."""
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        """The record of the JSON object ``data``; ValueError when it is not an object."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+        readers = _readers(cls)
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kw: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "extra" or key not in names:
+                extra[key] = value
+            else:
+                read = readers.get(key)
+                kw[key] = value if read is None else read(value)
+        kw["extra"] = extra
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -47,26 +83,6 @@ class Percentile:
 
 
 @dataclass(frozen=True)
-class E2eLatency:
-    """``e2e_processing_latency``: ``count`` samples and the tracked ``percentiles`` (empty
-    when nsqd tracks none: its --e2e-processing-latency-percentile is unset)."""
-
-    count: int = 0
-    percentiles: list[Percentile] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: Any) -> E2eLatency:
-        if data is None:
-            return cls()
-        return _build(
-            cls,
-            data,
-            {"percentiles": lambda v: [Percentile(p["quantile"], p["value"]) for p in v or []]},
-        )
-
-
-@dataclass(frozen=True)
 class PubCount:
     """A producer's publishes to one topic (``pub_counts`` of a client)."""
 
@@ -75,7 +91,22 @@ class PubCount:
 
 
 @dataclass(frozen=True)
-class ClientStats:
+class E2eLatency(_Record):
+    """``e2e_processing_latency``: ``count`` samples and the tracked ``percentiles`` (empty
+    when nsqd tracks none: its --e2e-processing-latency-percentile is unset)."""
+
+    count: int = 0
+    percentiles: list[Percentile] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        """As every record; JSON null (nsqd's omitted latency) reads as no samples."""
+        return cls() if data is None else super().from_json(data)
+
+
+@dataclass(frozen=True)
+class ClientStats(_Record):
     """One connection (nsqd's ClientV2Stats): a consumer under its channel, or a producer
     under ``NsqdStats.producers``. ``connect_ts`` in Unix seconds; ``state`` nsqd's number
     (3 subscribed); ``sample_rate`` in percent (0: all)."""
@@ -106,15 +137,9 @@ class ClientStats:
     tls_negotiated_protocol_is_mutual: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: Any) -> ClientStats:
-        return _build(
-            cls, data, {"pub_counts": lambda v: [PubCount(p["topic"], p["count"]) for p in v or []]}
-        )
-
 
 @dataclass(frozen=True)
-class ChannelStats:
+class ChannelStats(_Record):
     """One channel of a topic. ``depth`` counts memory and disk (``backend_depth`` the disk
     part); ``clients`` is [] when /stats was asked without clients."""
 
@@ -132,20 +157,9 @@ class ChannelStats:
     e2e_processing_latency: E2eLatency = field(default_factory=E2eLatency)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: Any) -> ChannelStats:
-        return _build(
-            cls,
-            data,
-            {
-                "clients": lambda v: [ClientStats.from_json(c) for c in v or []],
-                "e2e_processing_latency": E2eLatency.from_json,
-            },
-        )
-
 
 @dataclass(frozen=True)
-class TopicStats:
+class TopicStats(_Record):
     """One topic and its channels; ``message_bytes`` is the bodies' total size in bytes."""
 
     topic_name: str = ""
@@ -158,24 +172,13 @@ class TopicStats:
     e2e_processing_latency: E2eLatency = field(default_factory=E2eLatency)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: Any) -> TopicStats:
-        return _build(
-            cls,
-            data,
-            {
-                "channels": lambda v: [ChannelStats.from_json(c) for c in v or []],
-                "e2e_processing_latency": E2eLatency.from_json,
-            },
-        )
-
     def channel(self, name: str) -> ChannelStats | None:
         """The channel called ``name``, or None."""
         return next((c for c in self.channels if c.channel_name == name), None)
 
 
 @dataclass(frozen=True)
-class NsqdStats:
+class NsqdStats(_Record):
     """The whole answer. ``start_time`` in Unix seconds; ``health`` "OK" or nsqd's reason;
     ``memory`` nsqd's memory keys (None unless asked with ``include_mem``); ``producers``
     the publishing connections ([] when asked without clients)."""
@@ -189,17 +192,10 @@ class NsqdStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: Any) -> NsqdStats:
+    def from_json(cls, data: Any) -> Self:
         """The records of a /stats?format=json answer; ValueError when it has not its shape."""
         try:
-            return _build(
-                cls,
-                data,
-                {
-                    "topics": lambda v: [TopicStats.from_json(t) for t in v or []],
-                    "producers": lambda v: [ClientStats.from_json(c) for c in v or []],
-                },
-            )
+            return super().from_json(data)
         except (KeyError, TypeError) as e:
             raise ValueError(f"not an nsqd /stats answer: {e!r}") from None
 

@@ -1,14 +1,15 @@
 """Go's flag syntax on nsqpy's command lines: what NSQ's Go daemons accept, rewritten for click.
 
 Strategy: click parses; this module rewrites Go-only spellings first (``-flag value``,
-``-flag=value``, ``--bool=false``, bare booleans) and supplies the click type of a Go
-duration flag. What a daemon's flags are (which are booleans, which are refused as not yet
-built) comes from its option table (internal/optiontable.py); the log format lives in
-internal/lg.py. Source: Go's src/flag/flag.go (parseOne, boolFlag)."""
+``-flag=value``, ``--bool=false``, bare booleans) and supplies the click type of a Go flag's
+value (GoValue: a duration or an int read as Go's flag package reads them, for the daemons'
+tables and the tools' alike). What a daemon's flags are (which are booleans, which are refused
+as not yet built) comes from its option table (internal/optiontable.py); the log format lives
+in internal/lg.py. Source: Go's src/flag/flag.go (parseOne, boolFlag)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import click
@@ -60,17 +61,30 @@ def normalize_go_flags(
     return out
 
 
-class GoDuration(click.ParamType):  # type: ignore[type-arg]
-    """A Go duration flag ("60s", "1m30s", "250ms") as whole milliseconds; an int (from a
-    config file: go-options reads an integer duration as milliseconds) passes as it is."""
+class GoValue(click.ParamType):  # type: ignore[type-arg]
+    """A Go flag's value as text, read by ``parse`` into the field's type; a value that is
+    already an instance of ``given`` (from a config file, or a default) is turned into that
+    type by ``given_as`` instead. Text ``parse`` refuses (ValueError) is a usage error in the
+    words of Go's flag package: 'invalid value "X" for flag -name: parse error'. ``name`` is
+    the type's name in click's messages."""
 
-    name = "duration"
+    def __init__(
+        self,
+        name: str,
+        parse: Callable[[str], Any],
+        given: tuple[type, ...] = (int,),
+        given_as: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
+        self.name = name
+        self._parse = parse
+        self._given = given
+        self._given_as = given_as
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, self._given):
+            return self._given_as(value)
         try:
-            return parse_go_duration_ms(str(value))
+            return self._parse(str(value))
         except ValueError:
             # what ParamType.fail does, spelled out so the type holds where click is untyped
             # (the isolated build environment of the compiled install has no click)
@@ -81,4 +95,6 @@ class GoDuration(click.ParamType):  # type: ignore[type-arg]
             ) from None
 
 
-DURATION = GoDuration()
+#: A Go duration flag ("60s", "1m30s", "250ms") as whole milliseconds; an int (from a config
+#: file: go-options reads an integer duration as milliseconds) passes as it is.
+DURATION = GoValue("duration", parse_go_duration_ms)

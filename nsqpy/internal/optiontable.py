@@ -307,6 +307,39 @@ def log_format() -> Any:
     )
 
 
+# Options several daemons declare alike (the same flag, default and help in each Go daemon).
+
+
+def listen_address(protocol: str, default: str) -> Any:
+    """nsqlookupd's and nsqadmin's --tcp-address/--http-address (``protocol`` "TCP" or
+    "HTTP"), with that daemon's default ("0.0.0.0:4161"). nsqd words its own."""
+    return option(
+        f"{protocol.lower()}-address", default, f"<addr>:<port> to listen on for {protocol} clients"
+    )
+
+
+def http_client_connect_timeout() -> Any:
+    """nsqd's and nsqadmin's --http-client-connect-timeout, 2s in both."""
+    return duration("http-client-connect-timeout", 2_000, "timeout for HTTP connect")
+
+
+def http_client_request_timeout() -> Any:
+    """nsqd's and nsqadmin's --http-client-request-timeout, 5s in both."""
+    return duration("http-client-request-timeout", 5_000, "timeout for HTTP request")
+
+
+def statsd_prefix(help: str) -> Any:
+    """nsqd's and nsqadmin's --statsd-prefix: one default, since nsqadmin's must match
+    nsqd's; each daemon words its help."""
+    return option("statsd-prefix", "nsq.%s", help)
+
+
+def statsd_interval(help: str) -> Any:
+    """nsqd's and nsqadmin's --statsd-interval (60s): one default, since nsqadmin's must match
+    nsqd's; each daemon words its help."""
+    return duration("statsd-interval", 60_000, help)
+
+
 def flag(name: str, kind: Kind, help: str, *, default: Any = None, hidden: bool = False) -> Row:
     """A flag with no field of its own (read from the parsed flags by the daemon's cli; no
     cfg name): for Table's ``flags_after``."""
@@ -421,7 +454,7 @@ class Table:
             argv, self.bool_flags, self.unimplemented, self.bare_true, program=self.program
         )
 
-    def main(self, command: Any, argv: list[str] | None) -> None:
+    def main(self, command: Any, argv: list[str] | None = None) -> None:
         """Run the click ``command`` on ``argv`` (sys.argv[1:] when None) after the Go
         rewrite; a refused flag prints "<program>: <reason>" and exits 2."""
         import click

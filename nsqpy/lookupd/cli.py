@@ -4,50 +4,37 @@ Strategy: apps/nsqlookupd's flags with their names, defaults and Go flag syntax,
 from nsqpy-lookupd's option table (options.py, through internal/optiontable.py, as nsqpy-d),
 a TOML --config file (command line, then file, then default), nsqlookupd's log lines on
 stderr ("[nsqlookupd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on 127.0.0.1:4160"),
-uvloop, and exit 0 on SIGTERM/SIGINT. Imports stay light: the daemon's modules load only
+uvloop, and exit 0 on SIGTERM/SIGINT (the command and lifecycle nsqpy-admin shares:
+internal/daemon_cli.py). Imports stay light: the daemon's modules load only
 when it runs."""
 
 from __future__ import annotations
 
-import logging
-from typing import Any
+import functools
+from typing import TYPE_CHECKING
 
-import click
-
+from ..internal.daemon_cli import daemon_command
 from ..options import version_string as nsq_version_string
 from .options import TABLE, LookupdOptions
 
-
-def version_string() -> str:
-    """nsqlookupd's version line, "built w/" naming nsqpy and Python instead of Go."""
-    return nsq_version_string("nsqlookupd")
+if TYPE_CHECKING:
+    from ..internal.daemon import Startable
 
 
-@click.command(cls=TABLE.command_class)
-@TABLE.click_options
-def nsqpy_lookupd(**kw: Any) -> None:
-    """nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python."""
-    if not TABLE.start(kw, version_string):
-        return
-    opts: LookupdOptions = TABLE.from_flags(kw)
-    TABLE.setup_logging(opts)
-    run(opts)
-
-
-def run(opts: Any) -> None:
-    """Start nsqlookupd on uvloop and serve until SIGTERM or SIGINT; exit 0 on a clean stop,
-    1 when a listener cannot be bound."""
-    from ..internal.daemon import serve
+def _daemon(opts: LookupdOptions) -> Startable:
     from .nsqlookupd import NSQLookupd
     from .server import Server
 
-    logging.getLogger("nsqpy").info(version_string())
-    serve("nsqlookupd", lambda: Server(NSQLookupd(opts)))
+    return Server(NSQLookupd(opts))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """nsqpy-lookupd's entry point: ``argv`` (sys.argv[1:] when None) in Go or click syntax."""
-    TABLE.main(nsqpy_lookupd, argv)
+nsqpy_lookupd = daemon_command(
+    TABLE, "nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python.", nsq_version_string, _daemon
+)
+
+
+#: the console script: argv (sys.argv[1:] when None) in Go or click syntax
+main = functools.partial(TABLE.main, nsqpy_lookupd)
 
 
 if __name__ == "__main__":

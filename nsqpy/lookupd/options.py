@@ -14,10 +14,10 @@ from ..internal.optiontable import (
     Table,
     computed,
     duration,
+    listen_address,
     log_format,
     log_level,
     log_prefix,
-    option,
 )
 
 
@@ -28,12 +28,8 @@ class LookupdOptions:
     log_level: str = log_level()
     log_prefix: str = log_prefix("[nsqlookupd] ")
     log_format: str = log_format()
-    tcp_address: str = option(
-        "tcp-address", "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"
-    )
-    http_address: str = option(
-        "http-address", "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients"
-    )
+    tcp_address: str = listen_address("TCP", "0.0.0.0:4160")
+    http_address: str = listen_address("HTTP", "0.0.0.0:4161")
     broadcast_address: str = computed(
         "broadcast-address",
         str,

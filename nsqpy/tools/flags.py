@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from ..internal.godur import format_go_duration_ns, parse_go_duration_ns
-from ..internal.goflag import normalize_go_flags
+from ..internal.goflag import GoValue, normalize_go_flags
 from ..internal.gostrconv import parse_int
 from ..internal.gousage import UsageFlag, go_float, usage_command
 
@@ -75,35 +75,16 @@ _GO_TYPE_NAMES = {
 }
 
 
-class _GoDurationSeconds(click.ParamType):
-    name = "duration"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, float | int):
-            return float(value)
-        try:
-            return parse_go_duration_ns(str(value)) / 1e9
-        except ValueError:
-            self.fail(f'invalid value "{value}" for flag -{param.name}: parse error', param, ctx)
-
-
-class _GoInt(click.ParamType):
-    name = "int"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_int(str(value))
-        except ValueError:
-            self.fail(f'invalid value "{value}" for flag -{param.name}: parse error', param, ctx)
-
-
 _TYPES: dict[str, Any] = {
     STR: click.STRING,
-    INT: _GoInt(),
+    INT: GoValue("int", parse_int),
     FLOAT: click.FLOAT,
-    DURATION: _GoDurationSeconds(),
+    DURATION: GoValue(
+        "duration",
+        lambda text: parse_go_duration_ns(text) / 1e9,
+        given=(float, int),
+        given_as=float,
+    ),
 }
 
 #: Flags every tool has.
@@ -239,6 +220,22 @@ def split_opt(opt: str) -> tuple[str, Any]:
     -> (name, value); a bare ``name`` means boolean true."""
     name, comma, value = opt.partition(",")
     return (name, value) if comma else (name, True)
+
+
+def require_topic_and_channel(opts: dict[str, Any]) -> None:
+    """The consuming tools' first check: both --topic and --channel given, else exit 1."""
+    if not opts["topic"] or not opts["channel"]:
+        fail("--topic and --channel are required")
+
+
+def require_positive(opts: dict[str, Any], *keys: str) -> None:
+    """The Go tools' "--<flag> should be positive" (exit 1) for the first of ``keys`` (flag
+    keys, ``http_client_connect_timeout``) whose value is 0 or less; an unset one (None)
+    passes."""
+    for key in keys:
+        value = opts[key]
+        if value is not None and value <= 0:
+            fail(f"--{key.replace('_', '-')} should be positive")
 
 
 def check_one_source(nsqd: Sequence[str], lookupd: Sequence[str], flag: str) -> None:

@@ -76,8 +76,8 @@ async def stat_loop(opts: dict) -> None:
             except (UpstreamError, FetchError, OSError) as e:
                 fail(f"ERROR: failed to get topic producers - {e}")
             try:
-                _, stats, node_errs = await ci.nsqd_stats(
-                    producers, topic, channel, include_clients=False
+                _, stats, node_errs = await ci.stats(
+                    producers, topic, channel, include_clients=False, require_one=True
                 )
                 if node_errs:
                     raise UpstreamError(err_list(node_errs.values()))
@@ -104,21 +104,12 @@ def run(argv: Sequence[str]) -> None:
     opts = parse_tool_flags("nsq_stat", FLAGS, argv)
     if opts is None:
         return
-    if not opts["topic"] or not opts["channel"]:
-        fail("--topic and --channel are required")
-    if opts["interval"] <= 0:
-        fail("--interval should be positive")
-    if opts["http_client_connect_timeout"] <= 0:
-        fail("--http-client-connect-timeout should be positive")
-    if opts["http_client_request_timeout"] <= 0:
-        fail("--http-client-request-timeout should be positive")
-    if opts["count"] is not None and opts["count"] <= 0:
-        fail("--count should be positive")
+    flags.require_topic_and_channel(opts)
+    flags.require_positive(
+        opts, "interval", "http_client_connect_timeout", "http_client_request_timeout", "count"
+    )
     nsqds, lookupds = opts["nsqd_http_address"], opts["lookupd_http_address"]
-    if not nsqds and not lookupds:
-        fail("--nsqd-http-address or --lookupd-http-address required")
-    if nsqds and lookupds:
-        fail("use --nsqd-http-address or --lookupd-http-address not both")
+    flags.check_one_source(nsqds, lookupds, "nsqd-http-address")
     for flag, addrs in (("nsqd-http-address", nsqds), ("lookupd-http-address", lookupds)):
         if any(a.startswith("http") for a in addrs):
             fail(f"--{flag} error - address should not contain scheme")

@@ -247,10 +247,7 @@ def run(argv: Sequence[str]) -> None:
         return
     if not opts["channel"]:
         fail("--channel is required")
-    if opts["http_client_connect_timeout"] <= 0:
-        fail("--http-client-connect-timeout should be positive")
-    if opts["http_client_request_timeout"] <= 0:
-        fail("--http-client-request-timeout should be positive")
+    flags.require_positive(opts, "http_client_connect_timeout", "http_client_request_timeout")
     check_one_source(opts["nsqd_tcp_address"], opts["lookupd_http_address"], "nsqd-tcp-address")
     if not 1 <= opts["gzip_level"] <= 9:
         fail(f"invalid --gzip-level value ({opts['gzip_level']}), should be 1-9")

@@ -176,8 +176,7 @@ def run(argv: Sequence[str]) -> None:
             opts["headers_parsed"] = parse_headers(opts["header"])
         except ValueError:
             fail("--header value format should be 'key=value'")
-    if not opts["topic"] or not opts["channel"]:
-        fail("--topic and --channel are required")
+    flags.require_topic_and_channel(opts)
     if opts["content_type"] != DEFAULT_CONTENT_TYPE:
         if not opts["post"]:
             fail("--content-type only used with --post")

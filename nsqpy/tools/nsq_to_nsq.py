@@ -215,8 +215,7 @@ def run(argv: Sequence[str]) -> None:
     opts = parse_tool_flags("nsq_to_nsq", FLAGS, argv)
     if opts is None:
         return
-    if not opts["topic"] or not opts["channel"]:
-        fail("--topic and --channel are required")
+    flags.require_topic_and_channel(opts)
     if not all(is_valid_name(t) for t in opts["topic"]):
         fail("--topic is invalid")
     if opts["destination_topic"] and not is_valid_name(opts["destination_topic"]):

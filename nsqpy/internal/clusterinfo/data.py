@@ -148,32 +148,20 @@ class ClusterInfo:
             return await self.lookupd_topic_producers(topic)
         return await self.nsqd_producers(topic)
 
-    # The parameters of stats() below, repeated so that this wrapper keeps their names/types.
-    async def nsqd_stats(
-        self,
-        producers: list[ProducerInfo],
-        topic: str = "",
-        channel: str = "",
-        include_clients: bool = True,
-    ) -> tuple[list[Stats], dict[str, Stats], dict[str, str]]:
-        """GetNSQDStats: as stats(), but raises UpstreamError when every producer failed (and
-        when there is none, as nsqadmin does)."""
-        rows, channels, node_errors = await self.stats(producers, topic, channel, include_clients)
-        if len(node_errors) == len(producers):
-            raise ci.all_failed("nsqd", list(node_errors.values()))
-        return rows, channels, node_errors
-
-    # nsqd_stats() above repeats these parameters: it is this call plus the all-failed check.
     async def stats(
         self,
         producers: list[ProducerInfo],
         topic: str = "",
         channel: str = "",
         include_clients: bool = True,
+        *,
+        require_one: bool = False,
     ) -> tuple[list[Stats], dict[str, Stats], dict[str, str]]:
         """Each producer's /stats (filtered by topic and channel) as per-node TopicStats sorted
         by host, the cluster-wide channel map (clusterinfo.aggregate_channels) and the errors by
-        node HTTP address (never raises: a node that failed is only in the errors)."""
+        node HTTP address. A node that failed is only in the errors; with ``require_one``
+        (GetNSQDStats) UpstreamError is raised when every producer failed, and when there is
+        none, as nsqadmin does."""
         urls = []
         for p in producers:
             url = f"http://{ci.http_address(p)}/stats?format=json"
@@ -192,6 +180,8 @@ class ClusterInfo:
         for p, (body, err) in zip(producers, answers):
             if err is None:
                 rows += ci.node_topic_stats(body, ci.http_address(p), p["hostname"], topic)
+        if require_one and len(node_errors) == len(producers):
+            raise ci.all_failed("nsqd", list(node_errors.values()))
         rows.sort(key=lambda t: (t["hostname"], t["node"]))
         return rows, ci.aggregate_channels(rows, topic), node_errors
 
