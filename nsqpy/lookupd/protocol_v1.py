@@ -314,7 +314,8 @@ class LookupProtocolV1(asyncio.Protocol):
         assert peer is not None
         db = self.lookupd.db
         logged = info_line.enabled()
-        addr = self.addr
+        head = f"DB: client({self.addr}) REGISTER category:"
+        lines: list[str] = []  # INFO lines of the run, logged together
         find = buf.find
         done = unregistered = 0
         while done < budget:
@@ -330,14 +331,15 @@ class LookupProtocolV1(asyncio.Protocol):
             if register:
                 added = db.register(peer, topic, channel)
                 if added and logged:
-                    for r in added:
-                        info_line(
-                            f"DB: client({addr}) REGISTER category:{r.category} key:{r.key} "
-                            f"subkey:{r.subkey}"
-                        )
+                    lines += [f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in added]
             else:
+                if lines:  # UNREGISTER logs too: keep the lines in order
+                    info_line.many(lines)
+                    lines = []
                 self._do_unregister(topic, channel)
                 unregistered += 1
+        if lines:
+            info_line.many(lines)
         if done:
             self.out += _OK_FRAME * done
             count = self.lookupd.metrics.commands.inc
@@ -433,11 +435,8 @@ class LookupProtocolV1(asyncio.Protocol):
         assert self.peer is not None
         added = self.lookupd.db.register(self.peer, topic, channel)
         if added and info_line.enabled():
-            for r in added:
-                info_line(
-                    f"DB: client({self.addr}) REGISTER category:{r.category} key:{r.key} "
-                    f"subkey:{r.subkey}"
-                )
+            head = f"DB: client({self.addr}) REGISTER category:"
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in added])
 
     def _do_unregister(self, topic: str, channel: str) -> None:
         assert self.peer is not None
@@ -449,11 +448,9 @@ class LookupProtocolV1(asyncio.Protocol):
                 topic,
                 r.subkey,
             )
-        for r in removed:
-            info_line(
-                f"DB: client({self.addr}) UNREGISTER category:{r.category} key:{r.key} "
-                f"subkey:{r.subkey}"
-            )
+        if removed and info_line.enabled():
+            head = f"DB: client({self.addr}) UNREGISTER category:"
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in removed])
 
     # ------------------------------------------------------------ output and teardown
 
@@ -497,8 +494,7 @@ class LookupProtocolV1(asyncio.Protocol):
         regs = self.lookupd.db.remove_peer(peer.id)
         if regs and info_line.enabled():
             head = f"DB: client({self.addr}) UNREGISTER category:"
-            for r in regs:
-                info_line(f"{head}{r.category} key:{r.key} subkey:{r.subkey}")
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in regs])
 
 
 def _remember(line: bytes, register: bool, topic: str, channel: str) -> None:
