@@ -33,7 +33,7 @@ from ..internal.netaddr import dial_address, join_host_port
 from ..internal.readgate import BACKPRESSURE, BUDGET, ReadGate
 from ..wire import MAX_LINE_LENGTH, is_valid_name
 from .loglines import InfoLines
-from .registration_db import PeerInfo
+from .registration_db import PeerInfo, Registration, RegistrationDB
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
@@ -57,8 +57,9 @@ _OK_FRAME = _SIZE.pack(len(OK)) + OK
 
 #: Most raw command lines remembered as parsed (see the module docstring).
 MAX_PARSED_LINES = 1 << 16
-#: raw line -> (is REGISTER, topic, channel) of lines that parsed cleanly
-_PARSED: dict[bytes, tuple[bool, str, str]] = {}
+#: raw line -> (is REGISTER, topic, channel, the registrations a REGISTER adds its peer to) of
+#: lines that parsed cleanly
+_PARSED: dict[bytes, tuple[bool, str, str, tuple[Registration, ...]]] = {}
 
 # Go's unicode.IsSpace, which strings.TrimSpace strips.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
@@ -312,34 +313,29 @@ class LookupProtocolV1(asyncio.Protocol):
         them). Stops at the first other line, which the generic path takes."""
         peer = self.peer
         assert peer is not None
-        db = self.lookupd.db
-        logged = info_line.enabled()
-        head = f"DB: client({self.addr}) REGISTER category:"
-        lines: list[str] = []  # INFO lines of the run, logged together
         find = buf.find
+        parsed_lines = _PARSED
+        keys: list[Registration] = []  # what the run's REGISTERs add, made together
         done = unregistered = 0
         while done < budget:
             nl = find(b"\n", pos)
             if nl < 0 or nl - pos > MAX_LINE_LENGTH:
                 break
-            parsed = _PARSED.get(bytes(buf[pos:nl]))
+            parsed = parsed_lines.get(bytes(buf[pos:nl]))
             if parsed is None:
                 break
             pos = nl + 1
             done += 1
-            register, topic, channel = parsed
-            if register:
-                added = db.register(peer, topic, channel)
-                if added and logged:
-                    lines += [f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in added]
-            else:
-                if lines:  # UNREGISTER logs too: keep the lines in order
-                    info_line.many(lines)
-                    lines = []
-                self._do_unregister(topic, channel)
-                unregistered += 1
-        if lines:
-            info_line.many(lines)
+            if parsed[0]:
+                keys += parsed[3]
+                continue
+            if keys:  # the REGISTERs before it come first
+                self._register_all(peer, keys)
+                keys = []
+            self._do_unregister(parsed[1], parsed[2])
+            unregistered += 1
+        if keys:
+            self._register_all(peer, keys)
         if done:
             self.out += _OK_FRAME * done
             count = self.lookupd.metrics.commands.inc
@@ -348,6 +344,14 @@ class LookupProtocolV1(asyncio.Protocol):
             if unregistered:
                 count(("UNREGISTER",), unregistered)
         return done, pos
+
+    def _register_all(self, peer: PeerInfo, keys: list[Registration]) -> None:
+        """Add ``peer`` to each of ``keys`` (REGISTERs' registrations, in order), logging one
+        line per registration it was newly added to."""
+        added = self.lookupd.db.add_producer_all(peer, keys)
+        if added and info_line.enabled():
+            head = f"DB: client({self.addr}) REGISTER category:"
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in added])
 
     def _exec(self, params: list[bytes], line: bytes = b"") -> None:
         """Run one command; ``line`` is its raw line (remembered once it parsed)."""
@@ -433,10 +437,7 @@ class LookupProtocolV1(asyncio.Protocol):
 
     def _do_register(self, topic: str, channel: str) -> None:
         assert self.peer is not None
-        added = self.lookupd.db.register(self.peer, topic, channel)
-        if added and info_line.enabled():
-            head = f"DB: client({self.addr}) REGISTER category:"
-            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in added])
+        self._register_all(self.peer, list(RegistrationDB.register_keys(topic, channel)))
 
     def _do_unregister(self, topic: str, channel: str) -> None:
         assert self.peer is not None
@@ -502,7 +503,8 @@ def _remember(line: bytes, register: bool, topic: str, channel: str) -> None:
     if line:
         if len(_PARSED) >= MAX_PARSED_LINES:
             _PARSED.clear()
-        _PARSED[line] = (register, topic, channel)
+        keys = RegistrationDB.register_keys(topic, channel) if register else ()
+        _PARSED[line] = (register, topic, channel, keys)
 
 
 def _text(b: bytes) -> str:
