@@ -57,6 +57,8 @@ _OK_FRAME = _SIZE.pack(len(OK)) + OK
 
 #: Most raw command lines remembered as parsed (see the module docstring).
 MAX_PARSED_LINES = 1 << 16
+#: Bytes a run of remembered lines looks at in one go (a whole line of MAX_LINE_LENGTH fits).
+_RUN_WINDOW = 64 * 1024
 #: raw line -> (is REGISTER, topic, channel, the registrations a REGISTER adds its peer to) of
 #: lines that parsed cleanly
 _PARSED: dict[bytes, tuple[bool, str, str, tuple[Registration, ...]]] = {}
@@ -313,18 +315,21 @@ class LookupProtocolV1(asyncio.Protocol):
         them). Stops at the first other line, which the generic path takes."""
         peer = self.peer
         assert peer is not None
-        find = buf.find
+        # one copy of the bytes ahead (the table's keys are bytes), not one per line
+        data = bytes(buf[pos : pos + _RUN_WINDOW])
+        find = data.find
+        at = 0
         parsed_lines = _PARSED
         keys: list[Registration] = []  # what the run's REGISTERs add, made together
         done = unregistered = 0
         while done < budget:
-            nl = find(b"\n", pos)
-            if nl < 0 or nl - pos > MAX_LINE_LENGTH:
+            nl = find(b"\n", at)
+            if nl < 0 or nl - at > MAX_LINE_LENGTH:
                 break
-            parsed = parsed_lines.get(bytes(buf[pos:nl]))
+            parsed = parsed_lines.get(data[at:nl])
             if parsed is None:
                 break
-            pos = nl + 1
+            at = nl + 1
             done += 1
             if parsed[0]:
                 keys += parsed[3]
@@ -343,7 +348,7 @@ class LookupProtocolV1(asyncio.Protocol):
                 count(("REGISTER",), done - unregistered)
             if unregistered:
                 count(("UNREGISTER",), unregistered)
-        return done, pos
+        return done, pos + at
 
     def _register_all(self, peer: PeerInfo, keys: list[Registration]) -> None:
         """Add ``peer`` to each of ``keys`` (REGISTERs' registrations, in order), logging one

@@ -5,6 +5,7 @@ ioloop", then one "DB: client(..) UNREGISTER" line per registration the peer lea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import struct
@@ -149,7 +150,6 @@ def test_lookupd_remembered_run_keeps_reply_order(lk: NSQLookupd) -> None:
 def test_lookupd_lines_through_the_daemons_handler(lk: NSQLookupd, monkeypatch) -> None:
     """With the daemons' own handler (lg's text line), a burst of registration lines is
     written straight into its pass buffer: the same lines, in order with the other records."""
-    import asyncio
     import io
     import re
 
@@ -210,3 +210,33 @@ def test_lookupd_lines_through_the_daemons_handler(lk: NSQLookupd, monkeypatch) 
     ]
     assert sum(emitted) >= 10  # the registration lines took the buffer's direct way
     assert 0 not in emitted
+
+
+def test_lookupd_remembered_run_longer_than_its_window(lk: NSQLookupd) -> None:
+    """A run of remembered lines longer than one look-ahead window, and lines split between
+    reads: every line answered once, in order, every registration made."""
+    lines = [b"REGISTER topic%05d c%d\n" % (i // 2, i % 2) for i in range(6000)]
+    block = b"".join(lines)
+    assert len(block) > 2 * protocol_v1._RUN_WINDOW
+
+    async def run() -> tuple[LookupProtocolV1, FakeTransport, FakeTransport]:
+        # (a connection spends COMMANDS_PER_TURN a turn, then goes on in the loop's next one)
+        a, ta = connect(lk, 1000)
+        a.data_received(block)  # parsed one by one, then remembered
+        b, tb = connect(lk, 2000)
+        b.data_received(block[:1001])
+        b.data_received(block[1001:])
+        for _ in range(1000):
+            if not (a.gate.bits or b.gate.bits):
+                break
+            await asyncio.sleep(0)
+        return b, ta, tb
+
+    b, ta, tb = asyncio.run(run())
+    assert ta.data == tb.data == OK * 6000
+    assert not tb.closed
+    assert lk.db.find_registrations("channel", "topic02999", "*") == [
+        ("channel", "topic02999", "c0"),
+        ("channel", "topic02999", "c1"),
+    ]
+    assert len(lk.db.lookup_registrations(b.peer.id if b.peer else "")) == 6000 + 3000 + 1
