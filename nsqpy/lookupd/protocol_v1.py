@@ -15,8 +15,10 @@ Cost: a cluster registering sends the same REGISTER lines from every nsqd (200 n
 lines each), so a line that parsed as a valid REGISTER or UNREGISTER is remembered, raw bytes
 -> (verb, topic, channel) in a bounded table (_PARSED, up to MAX_PARSED_LINES, cleared when
 full): an identified peer's run of such lines is answered back to back (_remembered), without
-the split and the name checks. Their INFO lines (one per registration made or left, as Go logs
-them) go through loglines.InfoLines.
+the split and the name checks, read from one copy of the bytes ahead; each remembered line
+carries the registrations it adds, and a run's REGISTERs are made in one registration-DB call
+(add_producer_all). Their INFO lines (one per registration made or left, as Go logs them) go
+out together through loglines.InfoLines.many.
 
 Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3)."""
 
