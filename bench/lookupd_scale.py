@@ -28,10 +28,13 @@ then:
 Runs alternate nsqpy-lookupd and Go (``--runs`` of each, in one series, so machine load falls
 on both alike); the table gives medians. Every wait and loop is bounded in time. The bench
 raises its open-files limit to the hard limit. Both daemons run with their default flags (log
-level info: each first registration is logged, as in production).
+level info: each first registration is logged, as in production). ``--checkout DIR`` (any number
+of times) adds to the series an nsqpy-lookupd started from another checkout of nsqpy (run in
+DIR, so DIR's nsqpy is the one imported), e.g. a build before a change beside the one after.
 
     .venv/bin/python -m bench.lookupd_scale                       # 200 x 500 x 2, 3 runs each
     .venv/bin/python -m bench.lookupd_scale --producers 20 --topics 50 --duration 5 --runs 1
+    .venv/bin/python -m bench.lookupd_scale --checkout /path/to/main    # that one too, in turn
 """
 
 from __future__ import annotations
@@ -316,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=150, help="bound of one run, s")
     ap.add_argument("--go-bin", default=GO_LOOKUPD, help="Go nsqlookupd binary")
     ap.add_argument("--only", choices=("nsqpy", "go"), help="run one daemon only")
+    ap.add_argument(
+        "--checkout",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run nsqpy-lookupd from this checkout of nsqpy (repeatable)",
+    )
     args = ap.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -328,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     daemons: list[tuple[str, list[str] | None]] = []
     if args.only != "go":
         daemons.append(("nsqpy-lookupd", None))
+    for checkout in args.checkout:
+        # started in the checkout (``python -m`` imports from the working directory first)
+        script = 'cd "$1" && shift && exec "$0" -m nsqpy.lookupd "$@"'
+        cmd = ["sh", "-c", script, sys.executable, os.path.abspath(checkout)]
+        daemons.append((f"nsqpy-lookupd ({checkout})", cmd))
     if args.only != "nsqpy":
         daemons.append(("Go nsqlookupd", [args.go_bin]))
     print(

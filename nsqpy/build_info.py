@@ -41,11 +41,25 @@ def module_path(name: str) -> str:
     return "nsqpy/" + name.replace(".", "/") + ".py"
 
 
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """importlib.util.find_spec of ``nsqpy.<name>`` without importing its parent package
+    (find_spec would: ``client.frames`` would load the whole client at a daemon's start)."""
+    head, _, _ = name.rpartition(".")
+    if not head:
+        return importlib.util.find_spec(f"nsqpy.{name}")
+    parent = _find_spec(head)
+    if parent is None or not parent.submodule_search_locations:
+        return None
+    return importlib.machinery.PathFinder.find_spec(
+        f"nsqpy.{name}", list(parent.submodule_search_locations)
+    )
+
+
 def compiled_modules() -> list[str]:
     """The names (of COMPILED_MODULES) that import from a compiled extension here."""
     out = []
     for name in COMPILED_MODULES:
-        spec = importlib.util.find_spec(f"nsqpy.{name}")
+        spec = _find_spec(name)
         origin = spec.origin if spec is not None else None
         if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
             out.append(name)

@@ -22,7 +22,9 @@ loop. So lines logged on the event loop are buffered and written with one write 
 the loop's pass (call_soon), in order; a line logged anywhere else (start-up, another thread)
 first writes what is buffered, then itself. A crash loses at most the current pass's lines; a
 normal exit flushes them (logging's shutdown). The time stamp's seconds part is formatted once
-per second, and logging's caller, thread and process lookups are off (no format uses them)."""
+per second, and logging's caller, thread and process lookups are off (no format uses them). A
+burst of preformatted lines (nsqlookupd's line per registration) can skip the records:
+``PassBufferedHandler.emit_messages`` puts them in the buffer under one time stamp."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TextIO
 
 #: The --log-level names (any case on the command line) and their logging levels; "warning"
@@ -90,10 +92,14 @@ class NsqLogFormatter(logging.Formatter):
         self._stamp = _SecondStamp("%Y/%m/%d %H:%M:%S", time.localtime)
 
     def format(self, record: logging.LogRecord) -> str:
-        created = record.created
-        stamp = f"{self._stamp(int(created))}.{int(created % 1 * 1e6):06d}"
         level = _LEVEL_NAMES.get(record.levelno, record.levelname)
-        return f"{self.prefix}{stamp} {level}: {record.getMessage()}"
+        return self.head(level, record.created) + record.getMessage()
+
+    def head(self, level: str, created: float) -> str:
+        """What comes before the message in a line of ``level`` (its name as lg writes it)
+        logged at ``created`` (Unix seconds): ``<prefix>2006/01/02 15:04:05.000000 LEVEL: ``."""
+        stamp = f"{self._stamp(int(created))}.{int(created % 1 * 1e6):06d}"
+        return f"{self.prefix}{stamp} {level}: "
 
 
 def fields(**values: Any) -> dict[str, Any]:
@@ -168,6 +174,30 @@ class PassBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._end_of_pass)
+
+    def emit_messages(self, levelno: int, messages: Sequence[str]) -> bool:
+        """Buffer one line per message of ``messages`` (preformatted, logged now at
+        ``levelno``) as ``emit`` would for their records, sharing one time stamp: False,
+        nothing done, unless this handler would take every such record unchanged (the
+        level passes, no filter, the text formatter, a running event loop)."""
+        formatter = self.formatter
+        if type(formatter) is not NsqLogFormatter or self.filters or levelno < self.level:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        level = _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno)
+        head = formatter.head(level, time.time())
+        self.acquire()
+        try:
+            self._lines.extend([head + m for m in messages])
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._end_of_pass)
+        finally:
+            self.release()
+        return True
 
     def _end_of_pass(self) -> None:
         self.acquire()

@@ -8,13 +8,22 @@ attributes with its own message and time, handed to Logger.handle. Filters, hand
 formatters see an ordinary LogRecord (no args: the caller formats the message, so it is never
 %-formatted again). The thread and process fields are the template's: call it from one thread
 (the event loop's). About half the cost of logger.info(fmt, *args) per line; the rest is the
-handler's (nsqpy.internal.lg)."""
+handler's (nsqpy.internal.lg).
+
+A burst goes through ``many(messages)``: when the logger's one handler is the daemons' own
+(lg.PassBufferedHandler with lg's text line, no filter anywhere, nothing propagated), the
+lines are formatted straight into that handler's buffer with one time stamp for the burst, no
+record at all (about a tenth of the cost); any other set-up (a test's capture, JSON lines, an
+extra handler) gets one record per message, as above."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
+
+from ..internal.lg import PassBufferedHandler
 
 _new_record = logging.LogRecord.__new__
 _LogRecord = logging.LogRecord
@@ -60,3 +69,21 @@ class InfoLines:
         record = _new_record(_LogRecord)
         record.__dict__ = attrs
         logger.handle(record)
+
+    def many(self, messages: Sequence[str]) -> None:
+        """Log each of ``messages`` at INFO, in order (see the module docstring)."""
+        logger = self.logger
+        if not messages or not logger.isEnabledFor(logging.INFO):
+            return
+        handlers = logger.handlers
+        if (
+            len(handlers) == 1
+            and not logger.propagate
+            and not logger.filters
+            and not logger.disabled
+            and type(handlers[0]) is PassBufferedHandler
+            and handlers[0].emit_messages(logging.INFO, messages)
+        ):
+            return
+        for message in messages:
+            self(message)

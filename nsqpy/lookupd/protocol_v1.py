@@ -15,8 +15,10 @@ Cost: a cluster registering sends the same REGISTER lines from every nsqd (200 n
 lines each), so a line that parsed as a valid REGISTER or UNREGISTER is remembered, raw bytes
 -> (verb, topic, channel) in a bounded table (_PARSED, up to MAX_PARSED_LINES, cleared when
 full): an identified peer's run of such lines is answered back to back (_remembered), without
-the split and the name checks. Their INFO lines (one per registration made or left, as Go logs
-them) go through loglines.InfoLines.
+the split and the name checks, read from one copy of the bytes ahead; each remembered line
+carries the registrations it adds, and a run's REGISTERs are made in one registration-DB call
+(add_producer_all). Their INFO lines (one per registration made or left, as Go logs them) go
+out together through loglines.InfoLines.many.
 
 Source of truth: nsqlookupd/tcp.go, lookup_protocol_v1.go, internal/protocol (NSQ 1.3)."""
 
@@ -33,7 +35,7 @@ from ..internal.netaddr import dial_address, join_host_port
 from ..internal.readgate import BACKPRESSURE, BUDGET, ReadGate
 from ..wire import MAX_LINE_LENGTH, is_valid_name
 from .loglines import InfoLines
-from .registration_db import PeerInfo
+from .registration_db import PeerInfo, Registration, RegistrationDB
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
@@ -57,8 +59,11 @@ _OK_FRAME = _SIZE.pack(len(OK)) + OK
 
 #: Most raw command lines remembered as parsed (see the module docstring).
 MAX_PARSED_LINES = 1 << 16
-#: raw line -> (is REGISTER, topic, channel) of lines that parsed cleanly
-_PARSED: dict[bytes, tuple[bool, str, str]] = {}
+#: Bytes a run of remembered lines looks at in one go (a whole line of MAX_LINE_LENGTH fits).
+_RUN_WINDOW = 64 * 1024
+#: raw line -> (is REGISTER, topic, channel, the registrations a REGISTER adds its peer to) of
+#: lines that parsed cleanly
+_PARSED: dict[bytes, tuple[bool, str, str, tuple[Registration, ...]]] = {}
 
 # Go's unicode.IsSpace, which strings.TrimSpace strips.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
@@ -312,32 +317,32 @@ class LookupProtocolV1(asyncio.Protocol):
         them). Stops at the first other line, which the generic path takes."""
         peer = self.peer
         assert peer is not None
-        db = self.lookupd.db
-        logged = info_line.enabled()
-        addr = self.addr
-        find = buf.find
+        # one copy of the bytes ahead (the table's keys are bytes), not one per line
+        data = bytes(buf[pos : pos + _RUN_WINDOW])
+        find = data.find
+        at = 0
+        parsed_lines = _PARSED
+        keys: list[Registration] = []  # what the run's REGISTERs add, made together
         done = unregistered = 0
         while done < budget:
-            nl = find(b"\n", pos)
-            if nl < 0 or nl - pos > MAX_LINE_LENGTH:
+            nl = find(b"\n", at)
+            if nl < 0 or nl - at > MAX_LINE_LENGTH:
                 break
-            parsed = _PARSED.get(bytes(buf[pos:nl]))
+            parsed = parsed_lines.get(data[at:nl])
             if parsed is None:
                 break
-            pos = nl + 1
+            at = nl + 1
             done += 1
-            register, topic, channel = parsed
-            if register:
-                added = db.register(peer, topic, channel)
-                if added and logged:
-                    for r in added:
-                        info_line(
-                            f"DB: client({addr}) REGISTER category:{r.category} key:{r.key} "
-                            f"subkey:{r.subkey}"
-                        )
-            else:
-                self._do_unregister(topic, channel)
-                unregistered += 1
+            if parsed[0]:
+                keys += parsed[3]
+                continue
+            if keys:  # the REGISTERs before it come first
+                self._register_all(peer, keys)
+                keys = []
+            self._do_unregister(parsed[1], parsed[2])
+            unregistered += 1
+        if keys:
+            self._register_all(peer, keys)
         if done:
             self.out += _OK_FRAME * done
             count = self.lookupd.metrics.commands.inc
@@ -345,7 +350,15 @@ class LookupProtocolV1(asyncio.Protocol):
                 count(("REGISTER",), done - unregistered)
             if unregistered:
                 count(("UNREGISTER",), unregistered)
-        return done, pos
+        return done, pos + at
+
+    def _register_all(self, peer: PeerInfo, keys: list[Registration]) -> None:
+        """Add ``peer`` to each of ``keys`` (REGISTERs' registrations, in order), logging one
+        line per registration it was newly added to."""
+        added = self.lookupd.db.add_producer_all(peer, keys)
+        if added and info_line.enabled():
+            head = f"DB: client({self.addr}) REGISTER category:"
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in added])
 
     def _exec(self, params: list[bytes], line: bytes = b"") -> None:
         """Run one command; ``line`` is its raw line (remembered once it parsed)."""
@@ -431,13 +444,7 @@ class LookupProtocolV1(asyncio.Protocol):
 
     def _do_register(self, topic: str, channel: str) -> None:
         assert self.peer is not None
-        added = self.lookupd.db.register(self.peer, topic, channel)
-        if added and info_line.enabled():
-            for r in added:
-                info_line(
-                    f"DB: client({self.addr}) REGISTER category:{r.category} key:{r.key} "
-                    f"subkey:{r.subkey}"
-                )
+        self._register_all(self.peer, list(RegistrationDB.register_keys(topic, channel)))
 
     def _do_unregister(self, topic: str, channel: str) -> None:
         assert self.peer is not None
@@ -449,11 +456,9 @@ class LookupProtocolV1(asyncio.Protocol):
                 topic,
                 r.subkey,
             )
-        for r in removed:
-            info_line(
-                f"DB: client({self.addr}) UNREGISTER category:{r.category} key:{r.key} "
-                f"subkey:{r.subkey}"
-            )
+        if removed and info_line.enabled():
+            head = f"DB: client({self.addr}) UNREGISTER category:"
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in removed])
 
     # ------------------------------------------------------------ output and teardown
 
@@ -497,8 +502,7 @@ class LookupProtocolV1(asyncio.Protocol):
         regs = self.lookupd.db.remove_peer(peer.id)
         if regs and info_line.enabled():
             head = f"DB: client({self.addr}) UNREGISTER category:"
-            for r in regs:
-                info_line(f"{head}{r.category} key:{r.key} subkey:{r.subkey}")
+            info_line.many([f"{head}{r.category} key:{r.key} subkey:{r.subkey}" for r in regs])
 
 
 def _remember(line: bytes, register: bool, topic: str, channel: str) -> None:
@@ -506,7 +510,8 @@ def _remember(line: bytes, register: bool, topic: str, channel: str) -> None:
     if line:
         if len(_PARSED) >= MAX_PARSED_LINES:
             _PARSED.clear()
-        _PARSED[line] = (register, topic, channel)
+        keys = RegistrationDB.register_keys(topic, channel) if register else ()
+        _PARSED[line] = (register, topic, channel, keys)
 
 
 def _text(b: bytes) -> str:

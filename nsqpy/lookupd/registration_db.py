@@ -374,6 +374,13 @@ class RegistrationDB:
                 if reg.category == "topic":
                     lookups.pop(reg.key, None)
 
+    @staticmethod
+    def register_keys(topic: str, channel: str = "") -> tuple[Registration, ...]:
+        """The registrations REGISTER topic [channel] adds its peer to, in order (see
+        ``register``)."""
+        t = Registration("topic", topic, "")
+        return (Registration("channel", topic, channel), t) if channel else (t,)
+
     def register(self, peer: PeerInfo, topic: str, channel: str = "") -> list[Registration]:
         """REGISTER topic [channel] (lookup_protocol_v1.go): the channel registration first, then
         the topic's. Returns the registrations the peer was newly added to."""
@@ -384,6 +391,37 @@ class RegistrationDB:
                 added.append(reg)
         reg = self._add(("topic", topic, ""), peer)
         if reg is not None:
+            added.append(reg)
+        return added
+
+    def add_producer_all(
+        self, peer: PeerInfo, keys: Iterable[tuple[str, str, str]]
+    ) -> list[Registration]:
+        """``add_producer(k, peer)`` for each of ``keys`` in turn (a run of REGISTERs: each
+        one's ``register_keys``), in one call: the registrations the peer was newly added to,
+        in that order."""
+        flat = self._flat
+        lookups = self._lookups
+        pid = peer.id
+        side = self._by_peer.get(pid)
+        if side is None or side.producer.peer_info is not peer:
+            # not identified here, or another PeerInfo under the same id: add_producer's way
+            return [reg for k in keys if (reg := self._add(k, peer)) is not None]
+        regs = side.regs
+        shared = side.producer
+        added = []
+        for k in keys:
+            e = flat.get(k)
+            if e is None:
+                e = self._entry(k)
+            producers = e.producers
+            if pid in producers:
+                continue
+            producers[pid] = shared
+            reg = e.reg
+            regs[reg] = None
+            if lookups and reg.category != "client":
+                lookups.pop(reg.key, None)
             added.append(reg)
         return added
 

@@ -5,6 +5,7 @@ ioloop", then one "DB: client(..) UNREGISTER" line per registration the peer lea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import struct
@@ -144,3 +145,98 @@ def test_lookupd_remembered_run_keeps_reply_order(lk: NSQLookupd) -> None:
     assert tb.closed
     # b's registrations were made, then left at its close
     assert [p.peer_info.tcp_port for p in lk.db.find_producers("topic", "u", "")] == [1000]
+
+
+def test_lookupd_lines_through_the_daemons_handler(lk: NSQLookupd, monkeypatch) -> None:
+    """With the daemons' own handler (lg's text line), a burst of registration lines is
+    written straight into its pass buffer: the same lines, in order with the other records."""
+    import io
+    import re
+
+    from nsqpy.internal import lg
+
+    stream = io.StringIO()
+    handler = lg.PassBufferedHandler(stream)
+    handler.setFormatter(lg.NsqLogFormatter("[nsqlookupd] "))
+    logger = logging.getLogger("nsqpy")
+    emitted: list[int] = []
+    real = handler.emit_messages
+
+    def counting(levelno: int, messages: list[str]) -> bool:
+        done = real(levelno, messages)
+        emitted.append(len(messages) if done else 0)
+        return done
+
+    monkeypatch.setattr(handler, "emit_messages", counting)
+
+    async def run() -> None:
+        a, ta = connect(lk, 1000)
+        a.data_received(b"REGISTER t c\nREGISTER t\nREGISTER u\n")
+        b, tb = connect(lk, 2000)
+        # remembered lines, with an UNREGISTER between them (its line keeps its place)
+        b.data_received(b"REGISTER t c\nUNREGISTER t c\nREGISTER u\n")
+        assert tb.data == OK * 3
+        a.close()
+        await asyncio.sleep(0)  # the end of the pass writes the buffered lines
+
+    saved = logger.handlers, logger.propagate, logger.level
+    logger.handlers, logger.propagate = [handler], False
+    logger.setLevel(logging.INFO)
+    try:
+        asyncio.run(run())
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
+    stamp = r"\[nsqlookupd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} "
+    lines = stream.getvalue().splitlines()
+    assert lines
+    assert all(re.match(stamp, line) for line in lines), lines
+    a, b = "127.0.0.1:1000", "127.0.0.1:2000"
+    assert [re.sub(stamp, "", line) for line in lines if "DB: " in line or "PROTOCOL" in line] == [
+        f"INFO: DB: client({a}) REGISTER category:client key: subkey:",
+        f"INFO: DB: client({a}) REGISTER category:channel key:t subkey:c",
+        f"INFO: DB: client({a}) REGISTER category:topic key:t subkey:",
+        f"INFO: DB: client({a}) REGISTER category:topic key:u subkey:",
+        f"INFO: DB: client({b}) REGISTER category:client key: subkey:",
+        f"INFO: DB: client({b}) REGISTER category:channel key:t subkey:c",
+        f"INFO: DB: client({b}) REGISTER category:topic key:t subkey:",
+        f"INFO: DB: client({b}) UNREGISTER category:channel key:t subkey:c",
+        f"INFO: DB: client({b}) REGISTER category:topic key:u subkey:",
+        f"INFO: PROTOCOL(V1): [{a}] exiting ioloop",
+        f"INFO: DB: client({a}) UNREGISTER category:client key: subkey:",
+        f"INFO: DB: client({a}) UNREGISTER category:channel key:t subkey:c",
+        f"INFO: DB: client({a}) UNREGISTER category:topic key:t subkey:",
+        f"INFO: DB: client({a}) UNREGISTER category:topic key:u subkey:",
+    ]
+    assert sum(emitted) >= 10  # the registration lines took the buffer's direct way
+    assert 0 not in emitted
+
+
+def test_lookupd_remembered_run_longer_than_its_window(lk: NSQLookupd) -> None:
+    """A run of remembered lines longer than one look-ahead window, and lines split between
+    reads: every line answered once, in order, every registration made."""
+    lines = [b"REGISTER topic%05d c%d\n" % (i // 2, i % 2) for i in range(6000)]
+    block = b"".join(lines)
+    assert len(block) > 2 * protocol_v1._RUN_WINDOW
+
+    async def run() -> tuple[LookupProtocolV1, FakeTransport, FakeTransport]:
+        # (a connection spends COMMANDS_PER_TURN a turn, then goes on in the loop's next one)
+        a, ta = connect(lk, 1000)
+        a.data_received(block)  # parsed one by one, then remembered
+        b, tb = connect(lk, 2000)
+        b.data_received(block[:1001])
+        b.data_received(block[1001:])
+        for _ in range(1000):
+            if not (a.gate.bits or b.gate.bits):
+                break
+            await asyncio.sleep(0)
+        return b, ta, tb
+
+    b, ta, tb = asyncio.run(run())
+    assert ta.data == tb.data == OK * 6000
+    assert not tb.closed
+    assert lk.db.find_registrations("channel", "topic02999", "*") == [
+        ("channel", "topic02999", "c0"),
+        ("channel", "topic02999", "c1"),
+    ]
+    assert len(lk.db.lookup_registrations(b.peer.id if b.peer else "")) == 6000 + 3000 + 1

@@ -263,3 +263,55 @@ def test_many_peers_lookup_is_indexed() -> None:
     for p in peers[:1000]:
         db.remove_peer(p.id)
     assert len(db.active_producers("t3", 300 * S, 45 * S)) == 20
+
+
+def _state(db: RegistrationDB) -> list[tuple[Registration, list[tuple[str, bool, int]]]]:
+    return [
+        (reg, [(p.peer_info.id, p.tombstoned, p.tombstoned_at) for p in ps])
+        for reg, ps in db.registrations()
+    ]
+
+
+def test_add_producer_all_is_add_producer_in_turn() -> None:
+    """A run of REGISTERs in one call: the same registrations, memberships (a tombstoned one
+    kept), /lookup cache drops and answer as one add_producer per key."""
+    keys = [
+        *RegistrationDB.register_keys("t", "c"),
+        *RegistrationDB.register_keys("t"),
+        *RegistrationDB.register_keys("u", "d"),
+        *RegistrationDB.register_keys("t", "c"),
+    ]
+    assert keys[:2] == [Registration("channel", "t", "c"), Registration("topic", "t", "")]
+    dbs = []
+    for bulk in (False, True):
+        db, clock = make()
+        p, q = peer(1, db), peer(2, db)
+        db.add_producer(Registration("topic", "u", ""), p)
+        assert db.tombstone("u", "b1:4161") == 1
+        db.lookup("t", 300 * S, 45 * S, lambda ch, ps: (ch, [x.id for x in ps]))
+        if bulk:
+            added = db.add_producer_all(p, keys)
+            added += db.add_producer_all(q, keys[:2])
+        else:
+            added = [k for k in keys if db.add_producer(k, p)]
+            added += [k for k in keys[:2] if db.add_producer(k, q)]
+        assert added == [*keys[:2], Registration("channel", "u", "d"), *keys[:2]]
+        assert db.lookup("t", 300 * S, 45 * S, lambda ch, ps: (ch, [x.id for x in ps])) == (
+            ["c"],
+            [p.id, q.id],
+        )
+        assert db.lookup_registrations(p.id) == sorted({CLIENT, *keys})
+        dbs.append(_state(db))
+    assert dbs[0] == dbs[1]
+    assert (Registration("topic", "u", ""), [("127.0.0.1:50001", True, 1_700_000_000 * S)]) in (
+        dbs[1]
+    )
+
+
+def test_add_producer_all_before_identify() -> None:
+    db, _ = make()
+    p = peer(1)  # not identified: add_producer's way, which indexes the peer too
+    assert db.add_producer_all(p, RegistrationDB.register_keys("t")) == [
+        Registration("topic", "t", "")
+    ]
+    assert db.remove_peer(p.id) == [Registration("topic", "t", "")]
