@@ -48,7 +48,9 @@ def test_lookupd_metrics(lookupd_factory, daemon_factory) -> None:
     assert m["nsqlookupd_topics"][()] == 1
     assert m["nsqlookupd_tombstones"][()] == 0
     assert m["nsqlookupd_clients"][()] == 1
-    assert m["nsqlookupd_commands_total"][(("command", "IDENTIFY"),)] == 1
+    # one IDENTIFY per connection nsqd made: more than one where a slow PING answer on a loaded
+    # machine made nsqd reconnect (as Go's lookupPeer does)
+    assert m["nsqlookupd_commands_total"][(("command", "IDENTIFY"),)] >= 1
     assert m["nsqlookupd_commands_total"][(("command", "REGISTER"),)] >= 1
 
     assert lk.http("GET", "/lookup?topic=lt")[0] == 200
