@@ -541,7 +541,7 @@ def test_dedup_job_writes_every_message_once(spark, nsqd: Daemon, tmp_path: Path
         ["--nsqd-tcp-address", nsqd.tcp_address, "--topic", "once", "--output", str(out),
          "--checkpoint", str(ckpt), "--trigger", "200 milliseconds", "--watermark", "1 hour"]
     )  # fmt: skip
-    q = nsq_dedup.build_query(spark, args)
+    q = start_query(lambda: nsq_dedup.build_query(spark, args))
     try:
         wait_for(
             lambda: q.exception() is not None or len(set(_committed_bodies(out))) >= 5000,
@@ -574,7 +574,7 @@ def test_event_counts_pipeline_to_parquet(spark, nsqd: Daemon, tmp_path: Path) -
         ["--nsqd-tcp-address", nsqd.tcp_address, "--topic", "events", "--output", out,
          "--checkpoint", ckpt, "--trigger", "500 milliseconds"]
     )  # fmt: skip
-    q = event_counts.build_query(spark, args)
+    q = start_query(lambda: event_counts.build_query(spark, args))
 
     expected: Counter = Counter()
     for e in events:
