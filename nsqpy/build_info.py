@@ -2,17 +2,14 @@
 
 Strategy: setup.py compiles the modules in COMPILED_MODULES where it can (see its docstring);
 a compiled module is imported from an extension file (``.so``) instead of its ``.py``. This
-module only looks where each would be imported from (importlib's find_spec, no import), so it is
-cheap and safe to call from anywhere, at start-up or for ``--version``."""
+module only looks where each would be imported from (importlib's path finder in nsqpy's own
+directories: no import, not even of the subpackage holding a module), so it is cheap and safe
+to call from anywhere, at start-up or for ``--version``."""
 
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import os
-import shutil
-import sysconfig
-from pathlib import Path
 
 #: The modules setup.py compiles, dotted names under nsqpy (it reads this list by path, so it is
 #: the only one; module_path gives each one's file).
@@ -43,9 +40,13 @@ def module_path(name: str) -> str:
 
 def compiled_modules() -> list[str]:
     """The names (of COMPILED_MODULES) that import from a compiled extension here."""
+    import nsqpy
+
     out = []
     for name in COMPILED_MODULES:
-        spec = importlib.util.find_spec(f"nsqpy.{name}")
+        package, _, _ = name.rpartition(".")
+        where = [os.path.join(d, *package.split(".")) for d in nsqpy.__path__]
+        spec = importlib.machinery.PathFinder.find_spec(f"nsqpy.{name}", where)
         origin = spec.origin if spec is not None else None
         if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
             out.append(name)
@@ -64,6 +65,10 @@ def build_name() -> str:
 def toolchain_missing() -> str | None:
     """Why this machine cannot compile the extensions (None when it can): no C compiler (``CC``
     or Python's own), or no Python headers. setup.py and the build test both ask here."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc})"
