@@ -74,14 +74,14 @@ def default_node_id(hostname: str | None = None) -> int:
 def parse_percentiles(values: Any) -> list[float]:
     """--e2e-processing-latency-percentile values (each may be comma separated), highest first
     as nsqd's FloatArray keeps them. Raises click.UsageError on a value that is not a float."""
-    import click
-
     out: list[float] = []
     for v in values or ():
         for part in str(v).split(","):
             try:
                 out.append(float(part))
             except ValueError:
+                import click
+
                 raise click.UsageError(f"Could not parse: {part}") from None
     return sorted(out, reverse=True)
 

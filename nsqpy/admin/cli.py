@@ -49,7 +49,7 @@ def run(opts: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """nsqpy-admin's entry point: ``argv`` (sys.argv[1:] when None) in Go or click syntax."""
-    TABLE.main(nsqpy_admin, argv)
+    TABLE.main(lambda: nsqpy_admin, argv)
 
 
 if __name__ == "__main__":

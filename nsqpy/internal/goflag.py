@@ -2,16 +2,16 @@
 
 Strategy: click parses; this module rewrites Go-only spellings first (``-flag value``,
 ``-flag=value``, ``--bool=false``, bare booleans) and supplies the click type of a Go
-duration flag. What a daemon's flags are (which are booleans, which are refused as not yet
+duration flag (go_duration_type; click is imported only when a command line needs it). What a
+daemon's flags are (which are booleans, which are refused as not yet
 built) comes from its option table (internal/optiontable.py); the log format lives in
 internal/lg.py. Source: Go's src/flag/flag.go (parseOne, boolFlag)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from typing import Any
-
-import click
 
 from .godur import parse_go_duration_ms
 from .gostrconv import parse_bool
@@ -44,6 +44,8 @@ def normalize_go_flags(
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
             if name in unimplemented:
+                import click
+
                 raise click.UsageError(
                     f"flag --{name} is an NSQ flag that {program} does not implement yet"
                 )
@@ -53,6 +55,8 @@ def normalize_go_flags(
                 try:
                     arg = f"--{name}" if parse_bool(value) else f"--no-{name}"
                 except ValueError:
+                    import click
+
                     raise click.UsageError(
                         f'invalid boolean value "{value}" for -{name}: parse error'
                     ) from None
@@ -60,25 +64,30 @@ def normalize_go_flags(
     return out
 
 
-class GoDuration(click.ParamType):  # type: ignore[type-arg]
-    """A Go duration flag ("60s", "1m30s", "250ms") as whole milliseconds; an int (from a
-    config file: go-options reads an integer duration as milliseconds) passes as it is."""
+@functools.cache
+def go_duration_type() -> Any:
+    """The click type of a Go duration flag (a GoDuration, below), made once; imports click."""
+    import click
 
-    name = "duration"
+    class GoDuration(click.ParamType):  # type: ignore[type-arg]
+        """A Go duration flag ("60s", "1m30s", "250ms") as whole milliseconds; an int (from a
+        config file: go-options reads an integer duration as milliseconds) passes as it is."""
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_go_duration_ms(str(value))
-        except ValueError:
-            # what ParamType.fail does, spelled out so the type holds where click is untyped
-            # (the isolated build environment of the compiled install has no click)
-            raise click.BadParameter(
-                f'invalid value "{value}" for flag -{param.name.replace("_", "-")}: parse error',
-                ctx=ctx,
-                param=param,
-            ) from None
+        name = "duration"
 
+        def convert(self, value: Any, param: Any, ctx: Any) -> int:
+            if isinstance(value, int):
+                return value
+            try:
+                return parse_go_duration_ms(str(value))
+            except ValueError:
+                # what ParamType.fail does, spelled out so the type holds where click is untyped
+                # (the isolated build environment of the compiled install has no click)
+                flag = param.name.replace("_", "-")
+                raise click.BadParameter(
+                    f'invalid value "{value}" for flag -{flag}: parse error',
+                    ctx=ctx,
+                    param=param,
+                ) from None
 
-DURATION = GoDuration()
+    return GoDuration()

@@ -9,10 +9,9 @@ when it runs."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
-
-import click
 
 from ..options import version_string as nsq_version_string
 from .options import TABLE, LookupdOptions
@@ -23,15 +22,41 @@ def version_string() -> str:
     return nsq_version_string("nsqlookupd")
 
 
-@click.command(cls=TABLE.command_class)
-@TABLE.click_options
-def nsqpy_lookupd(**kw: Any) -> None:
-    """nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python."""
-    if not TABLE.start(kw, version_string):
-        return
-    opts: LookupdOptions = TABLE.from_flags(kw)
+@functools.cache
+def command() -> Any:
+    """The click command of nsqpy-lookupd (also ``cli.nsqpy_lookupd``), made at first use: a
+    plain start does not import click (optiontable.Table.fast_flags)."""
+    import click
+
+    @click.command(cls=TABLE.command_class)
+    @TABLE.click_options
+    def nsqpy_lookupd(**kw: Any) -> None:
+        """nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python."""
+        if not TABLE.start(kw, version_string):
+            return
+        opts: LookupdOptions = TABLE.from_flags(kw)
+        TABLE.setup_logging(opts)
+        run(opts)
+
+    return nsqpy_lookupd
+
+
+def __getattr__(name: str) -> Any:
+    if name == "nsqpy_lookupd":
+        return command()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def start_fast(kw: dict[str, Any]) -> bool:
+    """Table.main's fast path: start with ``kw`` (the flags click would have parsed); False,
+    having done nothing, when they do not make options (click then parses, and says why)."""
+    try:
+        opts: LookupdOptions = TABLE.from_flags(kw)
+    except Exception:  # click.UsageError, reported by click's own parse
+        return False
     TABLE.setup_logging(opts)
     run(opts)
+    return True
 
 
 def run(opts: Any) -> None:
@@ -47,7 +72,7 @@ def run(opts: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """nsqpy-lookupd's entry point: ``argv`` (sys.argv[1:] when None) in Go or click syntax."""
-    TABLE.main(nsqpy_lookupd, argv)
+    TABLE.main(command, argv, fast=start_fast)
 
 
 if __name__ == "__main__":
