@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import gc
 import logging
 import os
 import sys
@@ -476,7 +477,21 @@ class Table:
 
         With ``fast``, a plain command line (fast_flags) skips click: ``fast(flags)`` runs
         the command's work with the flags click would have parsed, and returns False, having
-        done nothing, when click must parse after all (a value it refuses: click says why)."""
+        done nothing, when click must parse after all (a value it refuses: click says why).
+        The cyclic collector is off meanwhile: the daemon's start creates nothing it could
+        free (internal/daemon.py turns it on once the daemon serves)."""
+        gc.disable()
+        try:
+            self._main(command, argv, fast)
+        finally:
+            gc.enable()
+
+    def _main(
+        self,
+        command: Callable[[], Any],
+        argv: list[str] | None,
+        fast: Callable[[dict[str, Any]], bool] | None,
+    ) -> None:
         args = sys.argv[1:] if argv is None else argv
         if fast is not None:
             kw = self.fast_flags(args)
