@@ -4,12 +4,15 @@ Strategy: setup.py compiles the modules in COMPILED_MODULES where it can (see it
 a compiled module is imported from an extension file (``.so``) instead of its ``.py``. This
 module only looks where each would be imported from (importlib's path finder in nsqpy's own
 directories: no import, not even of the subpackage holding a module), so it is cheap and safe
-to call from anywhere, at start-up or for ``--version``."""
+to call from anywhere, at start-up or for ``--version``. It also holds the versions and the
+daemons' version line, so that a daemon other than nsqd (nsqpy-lookupd) names them without
+loading nsqd's option table."""
 
 from __future__ import annotations
 
 import importlib.machinery
 import os
+import sys
 
 #: The modules setup.py compiles, dotted names under nsqpy (it reads this list by path, so it is
 #: the only one; module_path gives each one's file).
@@ -30,6 +33,23 @@ COMPILED_MODULES: tuple[str, ...] = (
     "diskqueue_codec",
     "client.frames",
 )
+
+
+#: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
+NSQ_VERSION = "1.3.0"
+#: nsqpy's own version.
+NSQPY_VERSION = "0.2.0"
+
+
+def version_string(app: str = "nsqd") -> str:
+    """The daemon's version line in nsqd's shape (``--version``, the first log line and the first
+    line of text /stats): "built w/" names nsqpy and Python where nsqd names its Go release,
+    and ends in ``-mypyc`` when the per-message modules are compiled (build_name), e.g.
+    ``nsqd v1.3.0 (built w/nsqpy-0.2.0-python3.11.7-mypyc)``."""
+    py = ".".join(str(x) for x in sys.version_info[:3])
+    build = build_name()
+    tag = "" if build == "pure" else f"-{build}"
+    return f"{app} v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py}{tag})"
 
 
 def module_path(name: str) -> str:

@@ -13,7 +13,7 @@ import functools
 import logging
 from typing import Any
 
-from ..options import version_string as nsq_version_string
+from ..build_info import version_string as nsq_version_string
 from .options import TABLE, LookupdOptions
 
 

@@ -96,6 +96,6 @@ def test_lookupd_imports_no_aiohttp_before_it_answers() -> None:
     )
     assert "nsqpy.lookupd.http_api" in mods
     assert _heavy(mods) == []
-    nsqd_only = ("nsqpy.cli", "nsqpy.nsqd", "nsqpy.server", "nsqpy.topic", "nsqpy.channel")
-    nsqd_only += ("nsqpy.protocol_v2", "nsqpy.client_v2", "nsqpy.http_api", "nsqpy.diskqueue")
+    nsqd_only = ("nsqpy.cli", "nsqpy.options", "nsqpy.nsqd", "nsqpy.server", "nsqpy.topic")
+    nsqd_only += ("nsqpy.channel", "nsqpy.protocol_v2", "nsqpy.client_v2", "nsqpy.http_api")
     assert [m for m in mods if m in nsqd_only] == []
