@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 from .internal import gojson
 
@@ -131,6 +130,8 @@ async def query_authd(
         headers["Content-Type"] = "application/json"
         req = session.post(endpoint, data=body, headers=headers)
     else:
+        from urllib.parse import urlencode  # with an auth server only, not at start-up
+
         req = session.get(f"{endpoint}?{urlencode(sorted(params.items()))}", headers=headers)
     async with req as resp:
         raw = await resp.read()

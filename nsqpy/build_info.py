@@ -2,17 +2,17 @@
 
 Strategy: setup.py compiles the modules in COMPILED_MODULES where it can (see its docstring);
 a compiled module is imported from an extension file (``.so``) instead of its ``.py``. This
-module only looks where each would be imported from (importlib's find_spec, no import), so it is
-cheap and safe to call from anywhere, at start-up or for ``--version``."""
+module only looks where each would be imported from (importlib's path finder in nsqpy's own
+directories: no import, not even of the subpackage holding a module), so it is cheap and safe
+to call from anywhere, at start-up or for ``--version``. It also holds the versions and the
+daemons' version line, so that a daemon other than nsqd (nsqpy-lookupd) names them without
+loading nsqd's option table."""
 
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import os
-import shutil
-import sysconfig
-from pathlib import Path
+import sys
 
 #: The modules setup.py compiles, dotted names under nsqpy (it reads this list by path, so it is
 #: the only one; module_path gives each one's file).
@@ -35,31 +35,38 @@ COMPILED_MODULES: tuple[str, ...] = (
 )
 
 
+#: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
+NSQ_VERSION = "1.3.0"
+#: nsqpy's own version.
+NSQPY_VERSION = "0.2.0"
+
+
+def version_string(app: str = "nsqd") -> str:
+    """The daemon's version line in nsqd's shape (``--version``, the first log line and the first
+    line of text /stats): "built w/" names nsqpy and Python where nsqd names its Go release,
+    and ends in ``-mypyc`` when the per-message modules are compiled (build_name), e.g.
+    ``nsqd v1.3.0 (built w/nsqpy-0.2.0-python3.11.7-mypyc)``."""
+    py = ".".join(str(x) for x in sys.version_info[:3])
+    build = build_name()
+    tag = "" if build == "pure" else f"-{build}"
+    return f"{app} v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py}{tag})"
+
+
 def module_path(name: str) -> str:
     """The source file of COMPILED_MODULES' ``name``, relative to the checkout
     (``"client.frames"`` -> ``"nsqpy/client/frames.py"``)."""
     return "nsqpy/" + name.replace(".", "/") + ".py"
 
 
-def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
-    """importlib.util.find_spec of ``nsqpy.<name>`` without importing its parent package
-    (find_spec would: ``client.frames`` would load the whole client at a daemon's start)."""
-    head, _, _ = name.rpartition(".")
-    if not head:
-        return importlib.util.find_spec(f"nsqpy.{name}")
-    parent = _find_spec(head)
-    if parent is None or not parent.submodule_search_locations:
-        return None
-    return importlib.machinery.PathFinder.find_spec(
-        f"nsqpy.{name}", list(parent.submodule_search_locations)
-    )
-
-
 def compiled_modules() -> list[str]:
     """The names (of COMPILED_MODULES) that import from a compiled extension here."""
+    import nsqpy
+
     out = []
     for name in COMPILED_MODULES:
-        spec = _find_spec(name)
+        package, _, _ = name.rpartition(".")
+        where = [os.path.join(d, *package.split(".")) for d in nsqpy.__path__]
+        spec = importlib.machinery.PathFinder.find_spec(f"nsqpy.{name}", where)
         origin = spec.origin if spec is not None else None
         if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
             out.append(name)
@@ -78,6 +85,10 @@ def build_name() -> str:
 def toolchain_missing() -> str | None:
     """Why this machine cannot compile the extensions (None when it can): no C compiler (``CC``
     or Python's own), or no Python headers. setup.py and the build test both ask here."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc})"

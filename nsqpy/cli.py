@@ -11,11 +11,10 @@ never silently ignored. Log lines keep nsqd's shape on stderr (internal/lg.py):
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from typing import Any
-
-import click
 
 from .internal.netaddr import join_host_port, split_host_port
 from .options import TABLE, Options, version_string
@@ -27,13 +26,32 @@ def normalize_go_flags(argv: list[str]) -> list[str]:
     return TABLE.normalize(argv)
 
 
-@click.command(cls=TABLE.command_class)
-@TABLE.click_options
-def nsqpy_d(**kw: Any) -> None:
-    """nsqpy-d: a drop-in nsqd (NSQ 1.3) in Python."""
-    if not TABLE.start(kw, version_string):
-        return
-    opts = options_from_flags(kw)
+@functools.cache
+def command() -> Any:
+    """The click command of nsqpy-d (also ``cli.nsqpy_d``), made at first use: a plain start
+    does not import click (optiontable.Table.fast_flags)."""
+    import click
+
+    @click.command(cls=TABLE.command_class)
+    @TABLE.click_options
+    def nsqpy_d(**kw: Any) -> None:
+        """nsqpy-d: a drop-in nsqd (NSQ 1.3) in Python."""
+        if not TABLE.start(kw, version_string):
+            return
+        start(options_from_flags(kw))
+
+    return nsqpy_d
+
+
+def __getattr__(name: str) -> Any:
+    if name == "nsqpy_d":
+        return command()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def start(opts: Options) -> None:
+    """What nsqpy-d does with its parsed options: log as they say, refuse invalid ones (FATAL,
+    exit 1, as nsqd.New), then run."""
     TABLE.setup_logging(opts)
     try:
         opts.validate()
@@ -41,6 +59,17 @@ def nsqpy_d(**kw: Any) -> None:
         logging.getLogger("nsqpy").critical("failed to instantiate nsqd - %s", e)
         sys.exit(1)
     run(opts)
+
+
+def start_fast(kw: dict[str, Any]) -> bool:
+    """Table.main's fast path: start with ``kw`` (the flags click would have parsed); False,
+    having done nothing, when they do not make Options (click then parses, and says why)."""
+    try:
+        opts = options_from_flags(kw)
+    except Exception:  # click.UsageError, reported by click's own parse
+        return False
+    start(opts)
+    return True
 
 
 def with_port(addr: str, port: int, flag: str = "tcp-port") -> str:
@@ -53,6 +82,8 @@ def with_port(addr: str, port: int, flag: str = "tcp-port") -> str:
         except ValueError:
             continue
         return join_host_port(host, port)
+    import click
+
     raise click.UsageError(f"--{flag}: cannot set the port of address {addr!r}")
 
 
@@ -87,7 +118,7 @@ def run(opts: Options) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """nsqpy-d's entry point: ``argv`` (sys.argv[1:] when None) in Go or click syntax."""
-    TABLE.main(nsqpy_d, argv)
+    TABLE.main(command, argv, fast=start_fast)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ import asyncio
 import concurrent.futures
 import fcntl
 import logging
-import multiprocessing
 import struct
 import termios
 from collections.abc import Callable
@@ -92,6 +91,8 @@ def identify_pool() -> concurrent.futures.ProcessPoolExecutor:
     legitimate IDENTIFY is a few hundred bytes and never starts it); it exits with the daemon."""
     global _identify_pool
     if _identify_pool is None:
+        import multiprocessing  # here: the daemon's start does not load it
+
         _identify_pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=1, mp_context=multiprocessing.get_context("spawn")
         )

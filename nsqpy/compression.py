@@ -11,16 +11,15 @@ one step of memory, and the parser refuses an oversized frame before the rest of
 as nsqd's reader (a bufio.Reader over a flate/snappy reader) never holds more than its buffer.
 ``compress(data)`` runs once per output flush and ends on a boundary the client can decode at
 once: a whole snappy chunk, or a deflate Z_SYNC_FLUSH. The codecs run in C/Rust (zlib,
-cramjam); Python only slices frames.
+cramjam); Python only slices frames. cramjam is imported by the first snappy codec, not when the
+daemon starts.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from typing import Protocol
-
-import cramjam
+from typing import Any, Protocol
 
 # Snappy framing format (https://github.com/google/snappy/blob/main/framing_format.txt).
 SNAPPY_STREAM_HEADER = b"\xff\x06\x00\x00sNaPpY"
@@ -76,18 +75,21 @@ class SnappyCodec:
     without inflating and then inflated in one call. A chunk over 64 KiB uncompressed is
     refused, as golang/snappy's Reader does."""
 
-    __slots__ = ("_in", "_wrote_header")
+    __slots__ = ("_in", "_snappy", "_wrote_header")
 
     name = "snappy"
 
     def __init__(self) -> None:
+        import cramjam
+
+        self._snappy: Any = cramjam.snappy
         self._in = bytearray()
         self._wrote_header = False
 
     def compress(self, data: bytes | bytearray) -> bytes:
         # cramjam writes a whole framed stream (header + chunks of at most 64 KiB with their
         # masked CRC-32C); the stream header goes out once, as golang/snappy's Writer does.
-        framed = bytes(cramjam.snappy.compress(bytes(data)))
+        framed = bytes(self._snappy.compress(bytes(data)))
         if self._wrote_header:
             return framed[len(SNAPPY_STREAM_HEADER) :]
         self._wrote_header = True
@@ -145,7 +147,7 @@ class SnappyCodec:
         if not whole.startswith(SNAPPY_STREAM_HEADER):
             whole = SNAPPY_STREAM_HEADER + whole
         try:
-            return bytes(cramjam.snappy.decompress(whole))
+            return bytes(self._snappy.decompress(whole))
         except Exception as e:  # cramjam raises its own DecompressionError
             raise CompressionError(f"snappy: {e}") from None
 

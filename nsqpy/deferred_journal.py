@@ -15,15 +15,13 @@ channel nil means the topic itself holds the message (it had no channel yet). A 
 short by a crash ends the replay (later bytes cannot be trusted); everything before it counts.
 Writes are buffered and handed to the OS by flush() (before the DPUB's OK, after the backends'
 flush); fsync runs with the backends' sync. The journal is compacted when done marks outnumber
-live entries."""
+live entries. msgpack is imported by the first record read or written, not at start-up."""
 
 from __future__ import annotations
 
 import logging
 import os
 from typing import Any
-
-import msgpack
 
 from .internal.fileutil import write_all, write_sync_file
 
@@ -51,6 +49,12 @@ class DeferredJournal:
                 raw = f.read()
         except FileNotFoundError:
             raw = b""
+        if not raw:  # nothing deferred: msgpack is imported by the first DPUB, not at start-up
+            self.live = {}
+            self._rewrite()
+            return []
+        import msgpack
+
         unpacker = msgpack.Unpacker(raw=False)
         unpacker.feed(raw)
         live: dict[Key, list[Any]] = {}
@@ -81,6 +85,8 @@ class DeferredJournal:
         attempts: int,
         due_ms: int,
     ) -> None:
+        import msgpack
+
         rec = ["A", topic, channel, msg_id, body, ts, attempts, due_ms]
         self.live[(topic, channel, msg_id)] = rec
         self._buf += msgpack.packb(rec)
@@ -89,6 +95,8 @@ class DeferredJournal:
     def done(self, topic: str, channel: str | None, msg_id: bytes) -> None:
         if self.live.pop((topic, channel, msg_id), None) is None:
             return
+        import msgpack
+
         self._buf += msgpack.packb(["D", topic, channel, msg_id])
         self._dead += 1
         self._dirty = True
@@ -141,6 +149,8 @@ class DeferredJournal:
                 pass
             self._dead = 0
             return
+        import msgpack
+
         write_sync_file(self.path, b"".join(msgpack.packb(rec) for rec in self.live.values()))
         self._dead = 0
         self._open()

@@ -6,17 +6,18 @@ which nsqpy-d's flags, --help, --config file keys and GET/PUT /config/<opt> name
 generated: each option field is declared once, with its flag, default and help, in --help
 order; a plain field (queue_scan_interval_ms) is an internal setting nsqd has no flag for.
 Durations are integer milliseconds and say so in their name (`*_ms`); sizes are bytes. Go's
-duration syntax itself lives in internal/godur.py (re-exported here)."""
+duration syntax itself lives in internal/godur.py, the version constants and line in
+build_info.py (both re-exported here)."""
 
 from __future__ import annotations
 
 import hashlib
 import socket
-import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from .build_info import NSQ_VERSION, NSQPY_VERSION, version_string
 from .internal.godur import format_go_duration_ms, parse_go_duration_ms, parse_go_duration_ns
 from .internal.optiontable import (
     Kind,
@@ -50,24 +51,6 @@ __all__ = [
     "version_string",
 ]
 
-#: Version of NSQ that nsqpy speaks (reported in IDENTIFY, /info and /stats, as nsqd does).
-NSQ_VERSION = "1.3.0"
-#: nsqpy's own version.
-NSQPY_VERSION = "0.2.0"
-
-
-def version_string(app: str = "nsqd") -> str:
-    """The daemon's version line in nsqd's shape (``--version``, the first log line and the first
-    line of text /stats): "built w/" names nsqpy and Python where nsqd names its Go release,
-    and ends in ``-mypyc`` when the per-message modules are compiled (nsqpy.build_info), e.g.
-    ``nsqd v1.3.0 (built w/nsqpy-0.2.0-python3.11.7-mypyc)``."""
-    from .build_info import build_name
-
-    py = ".".join(str(x) for x in sys.version_info[:3])
-    build = build_name()
-    tag = "" if build == "pure" else f"-{build}"
-    return f"{app} v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py}{tag})"
-
 
 def default_node_id(hostname: str | None = None) -> int:
     """nsqd's default --node-id: crc32(md5(hostname)) % 1024 (nsqd/options.go NewOptions)."""
@@ -78,14 +61,14 @@ def default_node_id(hostname: str | None = None) -> int:
 def parse_percentiles(values: Any) -> list[float]:
     """--e2e-processing-latency-percentile values (each may be comma separated), highest first
     as nsqd's FloatArray keeps them. Raises click.UsageError on a value that is not a float."""
-    import click
-
     out: list[float] = []
     for v in values or ():
         for part in str(v).split(","):
             try:
                 out.append(float(part))
             except ValueError:
+                import click
+
                 raise click.UsageError(f"Could not parse: {part}") from None
     return sorted(out, reverse=True)
 

@@ -6,18 +6,16 @@ nsqpy-lookupd), a TOML --config file (command line, then file, then default; nsq
 names nsqlookupd_http_addresses, nsqd_http_addresses and admin_users), nsqadmin's log lines
 on stderr ("[nsqadmin] ... INFO: HTTP: listening on 127.0.0.1:4171"), and the command and
 lifecycle every table-only daemon shares (internal/daemon_cli.py: uvloop, exit 0 on
-SIGTERM/SIGINT, 1 when it cannot start). The Graphite flags are
-refused by name: the admin keeps its own history instead (--sample-interval,
---history-window are nsqpy's). Imports stay light: the server's modules load only when it
-runs."""
+SIGTERM/SIGINT, 1 when it cannot start). The Graphite flags are refused by name: the admin
+keeps its own history instead (--sample-interval, --history-window are nsqpy's). Imports stay
+light: the server's modules load only when it runs."""
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..internal.daemon_cli import daemon_command
-from ..options import version_string as nsq_version_string
+from ..build_info import version_string as nsq_version_string
+from ..internal.daemon_cli import DaemonCommand
 from .options import TABLE, AdminOptions
 
 if TYPE_CHECKING:
@@ -30,13 +28,19 @@ def _daemon(opts: AdminOptions) -> Startable:
     return AdminServer(opts)
 
 
-nsqpy_admin = daemon_command(
+DAEMON = DaemonCommand(
     TABLE, "nsqpy-admin: a drop-in nsqadmin (NSQ 1.3) in Python.", nsq_version_string, _daemon
 )
 
-
 #: the console script: argv (sys.argv[1:] when None) in Go or click syntax
-main = functools.partial(TABLE.main, nsqpy_admin)
+main = DAEMON.main
+
+
+def __getattr__(name: str) -> Any:
+    """``nsqpy_admin``, the click command, is built when first asked for (it imports click)."""
+    if name == "nsqpy_admin":
+        return DAEMON.command
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

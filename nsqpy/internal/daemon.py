@@ -101,8 +101,8 @@ def serve(
     """Build the daemon with ``make()`` on a uvloop event loop (asyncio's own loop where
     uvloop is not installed: Windows, PyPy; logged), start it, serve until SIGTERM or SIGINT
     (logging ``on_signal`` if given), stop it, and exit the process: 0 after a clean stop, 1
-    when start() raised OSError or ValueError (logged as FATAL). ``after_start`` runs SETTLE_S
-    seconds after start; the collector is on from then (at once without one)."""
+    when start() raised OSError or ValueError (logged as FATAL). ``after_start`` (if given) and
+    bound_malloc_retention run SETTLE_S seconds after start; the collector is on from then."""
     from .sdnotify import Notifier
 
     log = logging.getLogger("nsqpy")
@@ -138,11 +138,7 @@ def serve(
             finally:
                 gc.enable()
 
-        if after_start is None:
-            bound_malloc_retention()
-            gc.enable()
-        else:
-            loop.call_later(SETTLE_S, settle)
+        loop.call_later(SETTLE_S, settle)  # not between the listeners and a first answer
         await stop.wait()
         notifier.stopping()
         if on_signal:

@@ -12,7 +12,8 @@ flag.PrintDefaults does::
         \tmax number of messages to allow in flight (default 200)
       -n\tone-letter flag without a type: on the same line
 
-``GoUsageCommand`` is the click command class that answers ``-h``, ``--h``, ``-help`` and
+``go_usage_command()`` is the click command class (built at first use: click is imported only
+by a command line that needs it) that answers ``-h``, ``--h``, ``-help`` and
 ``--help`` (Go's flag package takes one or two dashes) with that text on stdout, exit 0 (Go
 writes it to stderr; stdout serves ``| less`` and ``| grep`` as Python tools do, and
 ``2>&1`` reads both). Source: Go's src/flag/flag.go (PrintDefaults,
@@ -20,11 +21,13 @@ UnquoteUsage, isZeroValue, defaultUsage)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
+if TYPE_CHECKING:
+    import click
 
 
 @dataclass(frozen=True)
@@ -100,38 +103,46 @@ def format_usage(program: str, flags: Sequence[UsageFlag]) -> str:
     return "".join(lines)
 
 
-class GoUsageCommand(click.Command):
-    """A click command whose help is Go's usage text: ``-h``, ``--h`` and ``--help``
-    (``-help`` is ``--help`` once goflag has rewritten Go's single dash) print it on stdout
-    and exit 0.
+@functools.cache
+def go_usage_command() -> type[click.Command]:
+    """The GoUsageCommand class (see below), made once; imports click."""
+    import click
 
-    ``go_flags`` gives the flags when help is asked for (so the rows are read only then);
-    ``go_program`` names the program in the first line.
-    """
+    class GoUsageCommand(click.Command):
+        """A click command whose help is Go's usage text: ``-h``, ``--h`` and ``--help``
+        (``-help`` is ``--help`` once goflag has rewritten Go's single dash) print it on stdout
+        and exit 0.
 
-    go_flags: Callable[[], Sequence[UsageFlag]] = staticmethod(lambda: ())
-    go_program: str = ""
+        ``go_flags`` gives the flags when help is asked for (so the rows are read only then);
+        ``go_program`` names the program in the first line.
+        """
 
-    def __init__(
-        self, name: str | None, context_settings: dict[str, Any] | None = None, **kw: Any
-    ) -> None:
-        settings = dict(context_settings or {})
-        settings["help_option_names"] = ["-h", "--h", "--help"]
-        super().__init__(name, context_settings=settings, **kw)
+        go_flags: Callable[[], Sequence[UsageFlag]] = staticmethod(lambda: ())
+        go_program: str = ""
 
-    def get_help(self, ctx: click.Context) -> str:
-        program = self.go_program or ctx.info_name or self.name or ""
-        return format_usage(program, self.go_flags()).rstrip("\n")  # click's echo ends the line
+        def __init__(
+            self, name: str | None, context_settings: dict[str, Any] | None = None, **kw: Any
+        ) -> None:
+            settings = dict(context_settings or {})
+            settings["help_option_names"] = ["-h", "--h", "--help"]
+            super().__init__(name, context_settings=settings, **kw)
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write(self.get_help(ctx))
+        def get_help(self, ctx: click.Context) -> str:
+            program = self.go_program or ctx.info_name or self.name or ""
+            # click's echo ends the line
+            return format_usage(program, self.go_flags()).rstrip("\n")
+
+        def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+            formatter.write(self.get_help(ctx))
+
+    return GoUsageCommand
 
 
 def usage_command(program: str, flags: Callable[[], Sequence[UsageFlag]]) -> type[click.Command]:
-    """A ``GoUsageCommand`` class bound to ``program`` and its ``flags``, for
-    ``click.command(cls=...)``."""
+    """A ``GoUsageCommand`` class (go_usage_command) bound to ``program`` and its ``flags``,
+    for ``click.command(cls=...)``."""
     return type(
         "GoUsage",
-        (GoUsageCommand,),
+        (go_usage_command(),),
         {"go_flags": staticmethod(flags), "go_program": program},
     )

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import gc
 import logging
+import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from .godur import format_go_duration_ms
+from .godur import format_go_duration_ms, parse_go_duration_ms
 from .gousage import UsageFlag, usage_command
 from .lg import LOG_FORMATS, LOG_LEVEL_NUMBERS, LOG_LEVELS, fields, setup_logging
 
@@ -137,7 +139,7 @@ class Row:
         """The click.option decorator of this row."""
         import click
 
-        from .goflag import DURATION
+        from .goflag import go_duration_type
 
         name = f"--{self.flag}"
         if self.kind is Kind.BOOL:
@@ -152,7 +154,7 @@ class Row:
             Kind.STR: str,
             Kind.INT: int,
             Kind.SIZE: int,
-            Kind.DURATION: DURATION,
+            Kind.DURATION: go_duration_type(),
             Kind.LOG_LEVEL: click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
             Kind.LOG_FORMAT: click.Choice(LOG_FORMATS, case_sensitive=False),
         }[self.kind]
@@ -352,6 +354,49 @@ VERSION = flag("version", Kind.SWITCH, "print version string", default=False)
 VERBOSE = flag("verbose", Kind.BOOL, "[deprecated] has no effect, use --log-level", default=False)
 
 
+_REFUSED: Any = object()  # what _fast_convert gives for a value click's type refuses
+
+
+def _fast_convert(row: Row, value: Any) -> Any:
+    """``value`` as the click type of ``row`` (Row.click_option) converts it: str as it is,
+    int(), a Go duration in ms, a choice case-insensitively (as the choice is spelled in the
+    list); _REFUSED where click would report an error."""
+    kind = row.kind
+    if value is None:
+        return value
+    if kind in (Kind.STR, Kind.LIST):
+        return str(value)
+    if kind in (Kind.INT, Kind.SIZE):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return _REFUSED
+    if kind is Kind.DURATION:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_go_duration_ms(str(value))
+        except ValueError:
+            return _REFUSED
+    if kind in (Kind.LOG_LEVEL, Kind.LOG_FORMAT):
+        choices = sorted(LOG_LEVELS) if kind is Kind.LOG_LEVEL else LOG_FORMATS
+        folded = str(value).casefold()
+        found = [c for c in choices if c.casefold() == folded]
+        return found[0] if len(found) == 1 else _REFUSED
+    return _REFUSED
+
+
+def _fast_default(row: Row) -> Any:
+    """What click's option of ``row`` holds when its flag is not given (its default, through
+    its type); _REFUSED when that is not known here."""
+    if row.kind is Kind.LIST:
+        return ()
+    default = row.click_default()
+    if row.kind in (Kind.BOOL, Kind.SWITCH):
+        return bool(default) if isinstance(default, bool) or default is None else _REFUSED
+    return _fast_convert(row, default)
+
+
 class ConfigError(ValueError):
     """A config file that cannot be used (unreadable, bad TOML, bad value)."""
 
@@ -454,24 +499,114 @@ class Table:
             argv, self.bool_flags, self.unimplemented, self.bare_true, program=self.program
         )
 
-    def main(self, command: Any, argv: list[str] | None = None) -> None:
-        """Run the click ``command`` on ``argv`` (sys.argv[1:] when None) after the Go
-        rewrite; a refused flag prints "<program>: <reason>" and exits 2."""
+    def main(
+        self,
+        command: Callable[[], Any],
+        argv: list[str] | None = None,
+        fast: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """Run the click command ``command()`` on ``argv`` (sys.argv[1:] when None) after the
+        Go rewrite; a refused flag prints "<program>: <reason>" and exits 2.
+
+        With ``fast``, a plain command line (fast_flags) skips click: ``fast(flags)`` runs
+        the command's work with the flags click would have parsed, and returns False, having
+        done nothing, when click must parse after all (a value it refuses: click says why).
+        The cyclic collector is off meanwhile: the daemon's start creates nothing it could
+        free (internal/daemon.py turns it on once the daemon serves)."""
+        gc.disable()
+        try:
+            self._main(command, argv, fast)
+        finally:
+            gc.enable()
+
+    def _main(
+        self,
+        command: Callable[[], Any],
+        argv: list[str] | None,
+        fast: Callable[[dict[str, Any]], bool] | None,
+    ) -> None:
+        args = sys.argv[1:] if argv is None else argv
+        if fast is not None:
+            kw = self.fast_flags(args)
+            if kw is not None:
+                try:
+                    if fast(kw):
+                        return
+                except (KeyboardInterrupt, EOFError):
+                    sys.stderr.write("\nAborted!\n")  # as click's main
+                    sys.exit(1)
         import click
 
-        args = sys.argv[1:] if argv is None else argv
         try:
             args = self.normalize(args)
         except click.UsageError as e:
             click.echo(f"{self.program}: {e.format_message()}", err=True)
             sys.exit(2)
-        command.main(args=args, prog_name=self.program)
+        command().main(args=args, prog_name=self.program)
+
+    def fast_flags(self, argv: list[str]) -> dict[str, Any] | None:
+        """click's parsed flags for a plain command line, found without importing click (it
+        costs a daemon's start-up more than any other module): after the Go rewrite, every
+        argument is ``--flag=value`` or ``--flag value`` of a row (a boolean: bare, or
+        ``--no-flag``), each value converted as the row's click type converts it, and every
+        flag not given has its click default. None for anything else (-h, --version,
+        --config, a refused flag, a value the type refuses, an argument that is no flag, a
+        shell completion request): click then parses the command line, and reports it."""
+        env = "_" + self.program.replace("-", "_").upper() + "_COMPLETE"
+        if env in os.environ:
+            return None
+        try:
+            args = self.normalize(argv)
+        except Exception:  # click.UsageError: click's path prints it
+            return None
+        rows = {r.flag: r for r in self.rows}
+        kw: dict[str, Any] = {}
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            i += 1
+            if not arg.startswith("--"):
+                return None
+            name, eq, text = arg[2:].partition("=")
+            row = rows.get(name)
+            if row is None and not eq and name.startswith("no-"):
+                row = rows.get(name[3:])
+                if row is None or row.kind is not Kind.BOOL:
+                    return None
+                kw[row.param] = False
+                continue
+            if row is None or row.kind is Kind.SWITCH:
+                return None
+            if row.kind is Kind.BOOL:
+                if eq:
+                    return None
+                kw[row.param] = True
+                continue
+            if not eq:
+                if i >= len(args) or args[i].startswith("-"):
+                    return None
+                text = args[i]
+                i += 1
+            value = _fast_convert(row, text)
+            if value is _REFUSED:
+                return None
+            if row.kind is Kind.LIST:
+                kw[row.param] = (*kw.get(row.param, ()), value)
+            else:
+                kw[row.param] = value
+        if kw.get("config"):
+            return None
+        for row in self.rows:
+            if row.param not in kw:
+                value = _fast_default(row)
+                if value is _REFUSED:
+                    return None
+                kw[row.param] = value
+        return kw
 
     def from_flags(self, kw: Mapping[str, Any]) -> Any:
         """The dataclass from click's parsed flags: each row's value ``parse``d (ValueError ->
         click.UsageError); a computed row given empty or not at all keeps its factory's."""
-        import click
-
         values: dict[str, Any] = {}
         for row in self.fields:
             value = kw[row.param]
@@ -481,6 +616,8 @@ class Table:
                 try:
                     value = row.parse(value)
                 except ValueError as e:
+                    import click
+
                     raise click.UsageError(str(e)) from None
             values[str(row.field)] = value
         return self.cls(**values)

@@ -5,16 +5,15 @@ from nsqpy-lookupd's option table (options.py, through internal/optiontable.py, 
 a TOML --config file (command line, then file, then default), nsqlookupd's log lines on
 stderr ("[nsqlookupd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on 127.0.0.1:4160"),
 uvloop, and exit 0 on SIGTERM/SIGINT (the command and lifecycle nsqpy-admin shares:
-internal/daemon_cli.py). Imports stay light: the daemon's modules load only
-when it runs."""
+internal/daemon_cli.py). Imports stay light: a plain start imports neither click nor nsqd's
+modules, and the daemon's own modules load only when it runs."""
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..internal.daemon_cli import daemon_command
-from ..options import version_string as nsq_version_string
+from ..build_info import version_string as nsq_version_string
+from ..internal.daemon_cli import DaemonCommand
 from .options import TABLE, LookupdOptions
 
 if TYPE_CHECKING:
@@ -28,13 +27,19 @@ def _daemon(opts: LookupdOptions) -> Startable:
     return Server(NSQLookupd(opts))
 
 
-nsqpy_lookupd = daemon_command(
+DAEMON = DaemonCommand(
     TABLE, "nsqpy-lookupd: a drop-in nsqlookupd (NSQ 1.3) in Python.", nsq_version_string, _daemon
 )
 
-
 #: the console script: argv (sys.argv[1:] when None) in Go or click syntax
-main = functools.partial(TABLE.main, nsqpy_lookupd)
+main = DAEMON.main
+
+
+def __getattr__(name: str) -> Any:
+    """``nsqpy_lookupd``, the click command, is built when first asked for (it imports click)."""
+    if name == "nsqpy_lookupd":
+        return DAEMON.command
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..build_info import NSQ_VERSION
 from ..internal.gojson import encode as go_json
 from ..internal.http.request import JSON_TYPE, Request, Response, parse_go_query
 from ..internal.http.router import Router
 from ..internal.http.v1 import NSQ_HEADER, NsqHTTPError, api, json_answer, plain_text
 from ..internal.reqmetrics import CONTENT_TYPE
-from ..options import NSQ_VERSION
 from ..wire import is_valid_name
 from .registration_db import PeerInfo, Registration
 

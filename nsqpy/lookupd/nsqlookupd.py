@@ -10,8 +10,8 @@ import logging
 import socket
 from typing import Protocol
 
+from ..build_info import NSQ_VERSION
 from ..internal.gojson import encode as go_json
-from ..options import NSQ_VERSION
 from .metrics import LookupdMetrics
 from .options import LookupdOptions
 from .registration_db import RegistrationDB

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from ..internal.godur import format_go_duration_ns, parse_go_duration_ns
-from ..internal.goflag import GoValue, normalize_go_flags
+from ..internal.goflag import go_value_type, normalize_go_flags
 from ..internal.gostrconv import parse_int
 from ..internal.gousage import UsageFlag, go_float, usage_command
 
@@ -77,9 +77,9 @@ _GO_TYPE_NAMES = {
 
 _TYPES: dict[str, Any] = {
     STR: click.STRING,
-    INT: GoValue("int", parse_int),
+    INT: go_value_type("int", parse_int),
     FLOAT: click.FLOAT,
-    DURATION: GoValue(
+    DURATION: go_value_type(
         "duration",
         lambda text: parse_go_duration_ns(text) / 1e9,
         given=(float, int),

@@ -3,7 +3,8 @@
 Start-up time itself is measured by ``python -m bench startup``, never here; these tests keep
 the heavy imports out of the path from exec to the first answer: the daemons run with
 ``-X importtime``, and every module imported by the time the "listening on" lines are logged
-(start-up is over then) is checked against what only some flags, or nsqpy-admin, need.
+(start-up is over then) is checked against what only some flags, a first request of some kind,
+or another daemon need.
 """
 
 from __future__ import annotations
@@ -19,8 +20,39 @@ from nsqpy.testing import DaemonProcess
 
 pytestmark = pytest.mark.timeout(60)
 
-# aiohttp is nsqpy-admin's, the auth client's and lookupd queries'; prometheus_client /metrics'
-NOT_AT_START = ("aiohttp", "yarl", "multidict", "prometheus_client", "click_default_group")
+# aiohttp is nsqpy-admin's, the auth client's and lookupd queries'; prometheus_client /metrics';
+# click parses only help, --version, --config and errors; msgpack is the deferred journal's
+# (first DPUB), cramjam snappy's (first IDENTIFY asking for it), multiprocessing the IDENTIFY
+# helper's, ctypes the malloc tuning's (after start), shutil/lzma/bz2 the build checks'.
+NOT_AT_START = (
+    "aiohttp",
+    "yarl",
+    "multidict",
+    "prometheus_client",
+    "click_default_group",
+    "click",
+    "msgpack",
+    "cramjam",
+    "multiprocessing",
+    "pickle",
+    "ctypes",
+    "shutil",
+    "lzma",
+    "bz2",
+    "sysconfig",
+)
+#: nsqpy's own modules that only some flags, another daemon or another use need.
+NSQPY_NOT_AT_START = (
+    "nsqpy.client",
+    "nsqpy.replication",
+    "nsqpy.metrics",
+    "nsqpy.metrics_compat",
+    "nsqpy.admin",
+    "nsqpy.tools",
+    "nsqpy.spark",
+    "nsqpy.internal.clusterinfo",
+    "nsqpy.internal.http.aio",
+)
 _IMPORT_RE = re.compile(r"import time:.*\| +(\S+)$")
 
 
@@ -37,7 +69,12 @@ def _start_imports(module: str, args: list[str]) -> list[str]:
 
 
 def _heavy(modules: list[str]) -> list[str]:
-    return [m for m in modules if m.split(".")[0] in NOT_AT_START]
+    return [
+        m
+        for m in modules
+        if m.split(".")[0] in NOT_AT_START
+        or any(m == n or m.startswith(n + ".") for n in NSQPY_NOT_AT_START)
+    ]
 
 
 def test_nsqd_imports_no_aiohttp_before_it_answers(tmp_path: Path) -> None:
@@ -59,3 +96,6 @@ def test_lookupd_imports_no_aiohttp_before_it_answers() -> None:
     )
     assert "nsqpy.lookupd.http_api" in mods
     assert _heavy(mods) == []
+    nsqd_only = ("nsqpy.cli", "nsqpy.options", "nsqpy.nsqd", "nsqpy.server", "nsqpy.topic")
+    nsqd_only += ("nsqpy.channel", "nsqpy.protocol_v2", "nsqpy.client_v2", "nsqpy.http_api")
+    assert [m for m in mods if m in nsqd_only] == []
