@@ -432,6 +432,7 @@ class Replication:
                 os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"),
                 lambda: local.dirty(self.nsqd.topics.get(topic), self.topics.get(topic)),
                 lambda epoch: self._reset_topic(topic, epoch),
+                self.opts.replica_sync == "fsync",
             )
             tr = self.topics.get(topic)
             if tr is not None:

@@ -1,15 +1,20 @@
 """A follower's copy of one topic's stream: the replica log (entries.py's entries, appended as
-a leader sends them over ``/replica/append``, fsynced before the answer).
+a leader sends them over ``/replica/append``: written before the answer, fsynced right after it
+or, with --replica-sync=fsync, before it).
 
 Strategy: a DiskQueue ``<topic>#replica`` in the data path (the library as it is,
 go-diskqueue's format). Its *read* position is what this node has put into its own topic: a
-follower only appends (and fsyncs before it answers: the data file alone, the meta file too on
---sync-every/--sync-timeout and on a new file); a follower promoted to leader reads everything
+follower only appends. It answers once the entries are written to the OS (``pwrite``: they
+survive this process being killed, and are readable at once), and fsyncs in the background
+(:meth:`ReplicaLog._sync_loop`: one fsync covers every append made while the previous one ran,
+so the fsync rate follows the disk, not the request rate); with --replica-sync=fsync it
+answers only after that fsync. An fsync is of the data file alone, the meta file too on
+--sync-every/--sync-timeout and on a new file. A follower promoted to leader reads everything
 past the read position into its topic (:meth:`ReplicaLog.drain`), so what it delivers next is
 everything it holds that its channels never had. Names only grow along the log: an entry whose
 name is not after the log's last one is skipped (it has it). The name of the last entry
 survives a restart in ``<topic>#replica.last`` (written after the fsync of what it names, so it
-never names an entry that is not durable; a stale one only costs entries sent twice, which
+never names an entry that is not durable; :attr:`ReplicaLog.synced`; a stale one only costs entries sent twice, which
 drain() skips). The newest epoch seen lives in memory: a restarted follower accepts the next
 batch of any epoch not older than its record's. A leader finding this node's topic *dirty*
 (holding messages of an earlier leadership of its own) resets it: the topic and the log are
@@ -40,6 +45,15 @@ from .entries import (
 
 log = logging.getLogger("nsqpy.replication")
 
+
+def _fsync_close(fd: int) -> None:
+    """fsync and close ``fd`` (a dup made for this job: in a worker thread, while the loop
+    may close the fd it was made from, at a reset or a new file)."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 _LAST_SIZE = 32  # the ``.last`` file: "E:S" padded with spaces, rewritten in place
 
 
@@ -56,7 +70,11 @@ class ReplicaLog:
     before the new leader sent anything). ``dirty()`` says whether this node's own topic
     still holds messages (from an earlier leadership of its own); ``on_reset()`` empties that
     topic for a leader of the given epoch and returns False when it cannot (this node does not
-    know that epoch's record yet, or still leads in its own view)."""
+    know that epoch's record yet, or still leads in its own view).
+
+    ``fsync_first``: answer an append only after its fsync (--replica-sync=fsync); otherwise
+    (--replica-sync=write) once written, the fsync following in the background.
+    :attr:`synced` is the name of the last entry known durable (what ``.last`` says)."""
 
     def __init__(
         self,
@@ -65,6 +83,7 @@ class ReplicaLog:
         last_path: str | None = None,
         dirty: Callable[[], bool] | None = None,
         on_reset: Callable[[int], bool] | None = None,
+        fsync_first: bool = True,
     ) -> None:
         self.topic = topic
         self.dq = dq
@@ -80,6 +99,11 @@ class ReplicaLog:
         self._data_fd = -1  # read-only fd of the write file, for the data-only fsync
         self._data_num = -1  # its file number (-1: none yet: the next sync is a full one)
         self.last: Name | None = None
+        self.fsync_first = fsync_first
+        self._unsynced = False  # written, not yet covered by an fsync started since
+        self._sync_task: asyncio.Task[None] | None = None
+        self._resets = 0  # a sync that started before a reset names nothing of the new log
+        self._closed = False
         self._last_fd = -1
         if last_path is not None:
             self._last_fd = os.open(last_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -87,6 +111,7 @@ class ReplicaLog:
                 self.last = parse_name(os.pread(self._last_fd, _LAST_SIZE, 0).decode().strip())
             except (ValueError, UnicodeDecodeError):
                 self.last = None  # absent or torn: unknown, the leader sends everything
+        self.synced: Name | None = self.last
 
     @property
     def next_seq(self) -> int:
@@ -151,18 +176,56 @@ class ReplicaLog:
             if fresh:
                 dq = self.dq
                 dq.put_many(fresh)
-                loop = asyncio.get_running_loop()
-                if dq.needs_sync() or dq.write_file_num != self._data_num:
-                    # the meta file too: due by --sync-every/--sync-timeout, or a new file
-                    await loop.run_in_executor(None, dq.prepare_sync())
-                    self._reopen_data()
+                if self.fsync_first:
+                    await self._sync()
+                    self.last = self.synced = entry_name(fresh[-1])
+                    self._write_last(self.last)
                 else:
-                    dq.flush()
-                    await loop.run_in_executor(None, os.fsync, self._data_fd)
-                self.last = entry_name(fresh[-1])
-                self._write_last()
+                    dq.flush()  # in the OS: survives this process, readable at a promotion
+                    self.last = entry_name(fresh[-1])
+                    self._sync_soon()
                 self.appended += len(fresh)
             return self.next_seq
+
+    async def _sync(self) -> None:
+        """fsync what is written: the data file alone through a dup of its fd, or the meta
+        file too when due by --sync-every/--sync-timeout or on a new file. OSError."""
+        dq = self.dq
+        loop = asyncio.get_running_loop()
+        if dq.needs_sync() or dq.write_file_num != self._data_num:
+            await loop.run_in_executor(None, dq.prepare_sync())
+            self._reopen_data()
+        else:
+            dq.flush()
+            await loop.run_in_executor(None, _fsync_close, os.dup(self._data_fd))
+
+    def _sync_soon(self) -> None:
+        """An append was written: make sure an fsync starts after it (the running one may
+        have started before)."""
+        self._unsynced = True
+        task = self._sync_task
+        if task is None or task.done():
+            self._sync_task = asyncio.get_running_loop().create_task(
+                self._sync_loop(), name=f"replica-sync-{self.topic}"
+            )
+
+    async def _sync_loop(self) -> None:
+        """fsync back to back while appends keep coming; after each, :attr:`synced` and
+        ``.last`` name the last entry written before it started (unless the log was reset
+        meanwhile). A failed fsync is logged and tried again."""
+        while self._unsynced and not self._closed:
+            self._unsynced = False
+            name, resets = self.last, self._resets
+            try:
+                await self._sync()
+            except OSError as e:
+                log.error("replica log %s: fsync failed: %s", self.topic, e)
+                self._unsynced = True
+                await asyncio.sleep(0.1)
+                continue
+            if resets == self._resets and not self._closed:
+                self.synced = name
+                self._write_last(name)
 
     def _reset(self, epoch: int) -> None:
         if self.on_reset is not None and not self.on_reset(epoch):
@@ -170,13 +233,14 @@ class ReplicaLog:
         log.warning("topic %s: replica log reset to the leader's history", self.topic)
         self.dq.empty()
         self._close_data()
-        self.last = None
-        self._write_last()
+        self.last = self.synced = None
+        self._resets += 1
+        self._write_last(None)
         self.resets += 1
 
-    def _write_last(self) -> None:
+    def _write_last(self, name: Name | None) -> None:
         if self._last_fd >= 0:
-            os.pwrite(self._last_fd, name_text(self.last).encode().ljust(_LAST_SIZE), 0)
+            os.pwrite(self._last_fd, name_text(name).encode().ljust(_LAST_SIZE), 0)
 
     def _reopen_data(self) -> None:
         """Keep a read-only fd on the write file: fsync through any fd of a file makes its
@@ -247,6 +311,11 @@ class ReplicaLog:
         return self.dq.prepare_sync()
 
     def close(self) -> None:
+        """Stop the background fsync and close the files (the DiskQueue's close syncs)."""
+        self._closed = True
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            self._sync_task = None
         self._close_data()
         if self._last_fd >= 0:
             os.close(self._last_fd)
