@@ -54,6 +54,7 @@ def _fsync_close(fd: int) -> None:
     finally:
         os.close(fd)
 
+
 _LAST_SIZE = 32  # the ``.last`` file: "E:S" padded with spaces, rewritten in place
 
 
