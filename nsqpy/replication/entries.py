@@ -15,17 +15,17 @@ history). ``prev`` is the name the follower's log must end with (``E:S``, :func:
 ``-`` (the batch starts the leader's history: it goes after whatever the log has) or ``?`` (a
 probe: nothing appended). The follower answers 200 ``{"next":N,"last":"E:S"}`` (the seq of
 epoch E it expects next, and the name of its last entry; ``"dirty":true|false`` too for a
-probe) once the entries are in its replica log *and fsynced*, or 409
+probe) once the entries are written to its replica log (fsynced first with
+--replica-sync=fsync; replica_log.py), or 409
 ``{"message":"E_STALE_EPOCH"}`` (:class:`StaleEpoch`: it has seen a newer epoch, the sender was
 deposed) or 409 ``{"message":"E_GAP E:S"}`` (:class:`Gap`: its log ends elsewhere: at E:S, ``-``
 when empty).
 
 Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
 acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
-handler's awaitable later without blocking anything else; a follower's answer comes after an
-fsync (hundreds of microseconds at least), which dwarfs the per-request cost, and the sender
-batches everything pending into one request (group commit), so the request rate is bounded by
-the fsync rate, not by the publish rate. Design notes: docs/architecture-replication.md."""
+handler's awaitable later without blocking anything else; the sender batches everything
+pending into one request (group commit), so the request rate is bounded by the round trip,
+not by the publish rate. Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
 

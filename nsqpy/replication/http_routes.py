@@ -9,7 +9,7 @@ is 503 ``PUB_FAILED <why>``, the reason as local.refusal words it); and adds nsq
 two replica routes:
 
 - ``POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1]``: a leader's entries
-  (entries.py), answered ``{"next": N, "last": "E:S"}`` once fsynced (replica_log.py); 400
+  (entries.py), answered ``{"next": N, "last": "E:S"}`` once written (replica_log.py); 400
   INVALID_TOPIC / BAD_BODY, 409 E_STALE_EPOCH / E_GAP <last>, 500 E_APPEND_FAILED;
 - ``POST /replica/progress?topic=&epoch=``: a leader's channel progress (progress.py),
   answered ``{"rounds": N}`` once in the side file; 400 BAD_BODY, 409 E_STALE_EPOCH, 500
