@@ -228,6 +228,13 @@ class ReplicaLog:
                 self.synced = name
                 self._write_last(name)
 
+    async def wait_synced(self) -> None:
+        """Return once the background fsync has nothing left to do (every append so far is
+        fsynced and named by :attr:`synced`, unless a reset came between). OSError is not
+        raised here: a failing fsync is retried by the background task."""
+        while self._sync_task is not None and not self._sync_task.done():
+            await asyncio.shield(self._sync_task)
+
     def _reset(self, epoch: int) -> None:
         if self.on_reset is not None and not self.on_reset(epoch):
             raise NotFollowing(f"topic {self.topic}: still leading here, not reset")
