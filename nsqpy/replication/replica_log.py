@@ -13,12 +13,13 @@ answers only after that fsync. An fsync is of the data file alone, the meta file
 past the read position into its topic (:meth:`ReplicaLog.drain`), so what it delivers next is
 everything it holds that its channels never had. Names only grow along the log: an entry whose
 name is not after the log's last one is skipped (it has it). The name of the last entry
-survives a restart in ``<topic>#replica.last`` (written after the fsync of what it names, so it
-never names an entry that is not durable; :attr:`ReplicaLog.synced`; a stale one only costs entries sent twice, which
-drain() skips). The newest epoch seen lives in memory: a restarted follower accepts the next
-batch of any epoch not older than its record's. A leader finding this node's topic *dirty*
-(holding messages of an earlier leadership of its own) resets it: the topic and the log are
-emptied, then rebuilt from the leader's history (leader_stream.py, "Rejoining").
+survives a restart in ``<topic>#replica.last`` (written after the fsync of what it names, so
+it never names an entry that is not durable: :attr:`ReplicaLog.synced`; a stale one only
+costs entries sent twice, which drain() skips). The newest epoch seen lives in memory: a
+restarted follower accepts the next batch of any epoch not older than its record's. A
+leader finding this node's topic *dirty* (holding messages of an earlier leadership of its
+own) resets it: the topic and the log are emptied, then rebuilt from the leader's history
+(leader_stream.py, "Rejoining").
 Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
