@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +57,12 @@ def _fsync_close(fd: int) -> None:
         os.close(fd)
 
 
-_LAST_SIZE = 32  # the ``.last`` file: "E:S" padded with spaces, rewritten in place
+#: The ``.last`` file: "E:S N:P" (the last fsynced entry's name, and the data file number and
+#: byte position its record ends at) padded with spaces, rewritten in place; an older file
+#: holds "E:S" alone.
+_LAST_SIZE = 64
+_SIZE = struct.Struct(">I")
+_SCAN_CHUNK = 1 << 20
 
 
 class ReplicaLog:
@@ -107,12 +113,18 @@ class ReplicaLog:
         self._resets = 0  # a sync that started before a reset names nothing of the new log
         self._closed = False
         self._last_fd = -1
+        where: tuple[int, int] | None = None
         if last_path is not None:
             self._last_fd = os.open(last_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                self.last = parse_name(os.pread(self._last_fd, _LAST_SIZE, 0).decode().strip())
+                self.last, where = _parse_last(os.pread(self._last_fd, _LAST_SIZE, 0))
             except (ValueError, UnicodeDecodeError):
                 self.last = None  # absent or torn: unknown, the leader sends everything
+        # entries written after the last fsync that named one (then kept by the DiskQueue's
+        # reopen, which fsyncs what it salvages): the log really ends with the newest of them
+        tail = _last_in_files(dq, where)
+        if tail is not None and (self.last is None or tail > self.last):
+            self.last = tail
         self.synced: Name | None = self.last
 
     @property
@@ -179,9 +191,10 @@ class ReplicaLog:
                 dq = self.dq
                 dq.put_many(fresh)
                 if self.fsync_first:
+                    where = self._where()
                     await self._sync()
                     self.last = self.synced = entry_name(fresh[-1])
-                    self._write_last(self.last)
+                    self._write_last(self.last, where)
                 else:
                     dq.flush()  # in the OS: survives this process, readable at a promotion
                     self.last = entry_name(fresh[-1])
@@ -217,7 +230,7 @@ class ReplicaLog:
         meanwhile). A failed fsync is logged and tried again."""
         while self._unsynced and not self._closed:
             self._unsynced = False
-            name, resets = self.last, self._resets
+            name, resets, where = self.last, self._resets, self._where()
             try:
                 await self._sync()
             except OSError as e:
@@ -227,7 +240,7 @@ class ReplicaLog:
                 continue
             if resets == self._resets and not self._closed:
                 self.synced = name
-                self._write_last(name)
+                self._write_last(name, where)
 
     async def wait_synced(self) -> None:
         """Return once the background fsync has nothing left to do (every append so far is
@@ -247,9 +260,18 @@ class ReplicaLog:
         self._write_last(None)
         self.resets += 1
 
-    def _write_last(self, name: Name | None) -> None:
+    def _where(self) -> tuple[int, int]:
+        """(data file number, byte position) where the log ends now (what is written)."""
+        dq = self.dq
+        dq.flush()
+        return dq.write_file_num, dq.write_pos
+
+    def _write_last(self, name: Name | None, where: tuple[int, int] | None = None) -> None:
         if self._last_fd >= 0:
-            os.pwrite(self._last_fd, name_text(name).encode().ljust(_LAST_SIZE), 0)
+            text = name_text(name)
+            if name is not None and where is not None:
+                text += f" {where[0]}:{where[1]}"
+            os.pwrite(self._last_fd, text.encode().ljust(_LAST_SIZE), 0)
 
     def _reopen_data(self) -> None:
         """Keep a read-only fd on the write file: fsync through any fd of a file makes its
@@ -330,3 +352,57 @@ class ReplicaLog:
             os.close(self._last_fd)
             self._last_fd = -1
         self.dq.close()
+
+
+def _parse_last(raw: bytes) -> tuple[Name | None, tuple[int, int] | None]:
+    """The ``.last`` file's name and position ("E:S N:P", or "E:S" alone, or "-").
+    ValueError, UnicodeDecodeError when it does not parse."""
+    fields = raw.decode().split()
+    if not fields:
+        raise ValueError("empty")
+    name = parse_name(fields[0])
+    if len(fields) < 2 or name is None:
+        return name, None
+    num, sep, pos = fields[1].partition(":")
+    if not sep:
+        raise ValueError(f"bad position {fields[1]!r}")
+    return name, (int(num), int(pos))
+
+
+def _last_in_files(dq: DiskQueue, where: tuple[int, int] | None) -> Name | None:
+    """The name of the last whole entry in ``dq``'s data files from ``where`` (a file number
+    and byte position; None: the read position) to the write position, None when there is
+    none. Only reads: what follows the last fsync that ``.last`` recorded is at most one fsync's
+    worth (or the whole log when there is no position)."""
+    read_at = (dq.read_file_num, dq.read_pos)
+    num, pos = where if where is not None and where >= read_at else read_at
+    end_num, end_pos = dq.write_file_num, dq.write_pos
+    hs = ENTRY.size
+    last: Name | None = None
+    while num <= end_num:
+        try:
+            fd = os.open(dq.file_name(num), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            num, pos = num + 1, 0
+            continue
+        try:
+            end = end_pos if num == end_num else os.fstat(fd).st_size
+            buf = b""
+            off = pos
+            while pos + 4 <= end:
+                i = pos - off
+                if i + 4 + hs > len(buf):
+                    buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                    off, i = pos, 0
+                    if len(buf) < 4:
+                        break
+                (size,) = _SIZE.unpack_from(buf, i)
+                if size < hs or pos + 4 + size > end or i + 4 + hs > len(buf):
+                    break
+                epoch, seq, _ = ENTRY.unpack_from(buf, i + 4)
+                last = (epoch, seq)
+                pos += 4 + size
+        finally:
+            os.close(fd)
+        num, pos = num + 1, 0
+    return last

@@ -2,7 +2,9 @@
 file says: with --replica-sync=write an append is answered once written, the fsync follows in
 the background (one fsync covering every append made while the one before ran) and only then
 does ``.last`` name the entries; with --replica-sync=fsync the append is answered after it.
-The fsync is held on a gate (a threading.Event) so that every step is observed in order."""
+A log reopened after appends whose fsync never named them (the process killed) ends with
+the newest entry its files hold, not with the older name of ``.last``. The fsync is held on a
+gate (a threading.Event) so that every step is observed in order."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def _log(path: Path, fsync_first: bool) -> ReplicaLog:
 
 
 def _last_file(path: Path) -> str:
-    return (path / "t#replica.last").read_text().strip()
+    """The name ``.last`` holds (its first field; the second is where that entry ends)."""
+    return (path / "t#replica.last").read_text().split()[0]
 
 
 class Gate:
@@ -125,6 +128,32 @@ async def test_fsync_mode_answers_after_the_fsync(tmp_path: Path, gate: Gate) ->
     assert rlog.synced == rlog.last == (1, 1) and _last_file(tmp_path) == "1:1"
     await rlog.wait_synced()  # nothing in the background
     rlog.close()
+
+
+@pytest.mark.asyncio
+async def test_reopened_log_ends_with_what_its_files_hold(tmp_path: Path, gate: Gate) -> None:
+    rlog = _log(tmp_path, fsync_first=False)
+    gate.open.set()
+    await rlog.append(1, 0, [_entry(1, 0)])
+    await rlog.wait_synced()
+    gate.open.clear()
+    await rlog.append(1, 1, [_entry(1, 1), _entry(1, 2)])
+    await rlog.append(1, 3, [_entry(1, 3)])
+    assert await _entered(gate)
+    rlog.close()  # the held fsync never names them
+    gate.open.set()
+    assert _last_file(tmp_path) == "1:0"
+    again = _log(tmp_path, fsync_first=False)
+    assert again.last == again.synced == (1, 3)
+    assert await again.append(1, 4, [_entry(1, 3), _entry(1, 4)], "1:3") == 5  # (1, 3) skipped
+    again.close()
+    # an older ``.last`` (a name alone, as before positions were kept): the files say where
+    # the log ends
+    (tmp_path / "t#replica.last").write_text("1:2")
+    third = _log(tmp_path, fsync_first=False)
+    assert third.last == (1, 4)
+    assert [r[RECORD_HEADER:] for _, r in third.drain()] == [b"e1-%d" % i for i in range(5)]
+    third.close()
 
 
 async def _entered(gate: Gate) -> bool:
