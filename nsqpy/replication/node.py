@@ -149,10 +149,7 @@ class Replication:
         ``node`` through it (courier.py)."""
         c = self.couriers.get(node)
         if c is None:
-            c = self.couriers[node] = Courier(
-                node, self.http, lambda n: self.members.get(n, ""), self.timeout
-            )
-        c.http = self.http
+            c = self.couriers[node] = Courier(node, lambda n: self.members.get(n, ""), self.timeout)
         return c
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
