@@ -14,6 +14,22 @@ gives medians in msgs/s and the load average (the machine is shared: figures are
     python -m bench.replication --batch 1 --count 5000 # PUB-sized commits
     python -m bench.replication --replica-ack leader   # OK once the leader has it
     python -m bench.replication --inflight 8           # 8 publishes pipelined per connection
+
+Two more modes:
+
+``--rate N`` (paced): single PUBs at a fixed N msgs/s in total over ``--producers``
+connections for ``--seconds``, each publish sent at its due time whatever the previous ones
+did; the time from each publish's send to its OK is recorded, and p50, p99 and the largest are
+printed for R=1 and R=3 (runs alternate as above; medians of the runs' percentiles).
+
+``--table``: the whole comparison in one run: two clusters of three nodes on one etcd, one
+with ``--replica-ack=all-isr`` and one with ``--replica-ack=leader``; R=1 (on the first),
+R=3 all-isr and R=3 leader, each for MPUB (``--batch`` 20 messages, 8 in flight per
+connection, 4 connections) and PUB (16 connections, one PUB each in flight); the runs of one
+workload alternate between the three; medians of ``--runs`` and each R=3's ratio to R=1.
+
+    python -m bench.replication --rate 5000 --seconds 5 --runs 5
+    python -m bench.replication --table --runs 5
 """
 
 from __future__ import annotations
@@ -66,12 +82,127 @@ async def _publish(
     return per * producers / secs
 
 
+async def _paced(
+    addr: str, topic: str, rate: int, seconds: float, producers: int, size: int
+) -> tuple[float, float, float, float]:
+    """PUBs at ``rate`` msgs/s for ``seconds`` over ``producers`` connections, each sent at
+    its due time: (p50, p99, max) of send-to-OK in ms, and the rate achieved."""
+    body = b"p" * size
+    ps = [Producer(addr) for _ in range(producers)]
+    for p in ps:
+        await p.connect()
+    lat: list[float] = []
+
+    async def one(p: Producer) -> None:
+        t = time.perf_counter()
+        await p.publish(topic, body)
+        lat.append(time.perf_counter() - t)
+
+    total = int(rate * seconds)
+    tasks: list[asyncio.Task[None]] = []
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.perf_counter() - t0) * rate) + 1)
+        while sent < due:
+            tasks.append(asyncio.ensure_future(one(ps[sent % producers])))
+            sent += 1
+        await asyncio.sleep(0.0005)
+    await asyncio.gather(*tasks)
+    secs = time.perf_counter() - t0
+    for p in ps:
+        await p.stop()
+    lat.sort()
+    n = len(lat)
+    return lat[n // 2] * 1e3, lat[min(n - 1, n * 99 // 100)] * 1e3, lat[-1] * 1e3, n / secs
+
+
 def _role(n: Nsqd, topic: str) -> str:
     for t in n.stats(topic=topic).get("topics") or []:
         r = t.get("replication")
         if r:
             return str(r["role"])
     return ""
+
+
+def _cluster(etcd: EtcdServer, ack: str, first_id: int, cluster: str) -> list[Nsqd]:
+    """Three nodes with ``--replica-ack=ack`` under the etcd cluster name ``cluster``, with
+    topics r1 (R=1) and r3 (R=3)."""
+    nodes = [
+        Nsqd(
+            [
+                f"--etcd-endpoints={etcd.endpoint}",
+                f"--etcd-cluster={cluster}",
+                f"--node-id={i}",
+                "--broadcast-address=127.0.0.1",
+                f"--replica-ack={ack}",
+            ],
+            https=False,
+        )
+        for i in range(first_id, first_id + 3)
+    ]
+    for n in nodes:
+        n.post("/topic/create", topic="r1", replicas="1")
+    for _ in range(50):
+        try:
+            nodes[0].post("/topic/create", topic="r3", replicas="3")
+            break
+        except Exception:  # noqa: BLE001 - nodes still joining: NOT_ENOUGH_NODES
+            time.sleep(0.2)
+    return nodes
+
+
+def _leader(nodes: list[Nsqd]) -> Nsqd:
+    found: Nsqd = wait_for(lambda: next((n for n in nodes if _role(n, "r3") == "leader"), None), 15)
+    return found
+
+
+def _load() -> str:
+    load = os.getloadavg()
+    return f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+
+
+def _table(etcd: EtcdServer, runs: int, count: int, size: int) -> None:
+    """The --table mode (module docstring)."""
+    all_isr = _cluster(etcd, "all-isr", 1, "bench-all-isr")
+    leader_ack = _cluster(etcd, "leader", 4, "bench-leader")
+    clusters = [all_isr, leader_ack]
+    try:
+        a, b = _leader(all_isr), _leader(leader_ack)
+        targets = (("R=1", a, "r1"), ("R=3 all-isr", a, "r3"), ("R=3 leader", b, "r3"))
+        workloads = (
+            ("MPUB 20 x 8 in flight x 4 conns", 4, 20, 8, count),
+            ("PUB 16 producers", 16, 1, 1, max(16, count // 4)),
+        )
+        load_before = _load()
+        rows: list[tuple[str, str, list[float]]] = []
+        for wl, producers, batch, inflight, n in workloads:
+            rates: dict[str, list[float]] = {label: [] for label, _, _ in targets}
+            for _ in range(runs):
+                for label, node, topic in targets:
+                    rates[label].append(
+                        asyncio.run(
+                            _publish(node.tcp_address, topic, n, producers, size, batch, inflight)
+                        )
+                    )
+            rows.extend((wl, label, rates[label]) for label, _, _ in targets)
+        print(
+            f"replication bench --table: {runs} runs each, {size} B messages; {load_before} "
+            f"before, {_load()} after"
+        )
+        print(f"  {'workload':<32} {'topic':<12} {'median':>9}  {'x R=1':>6}   runs (msgs/s)")
+        base = 0.0
+        for wl, label, rs in rows:
+            med = statistics.median(rs)
+            if label == "R=1":
+                base = med
+            ratio = med / base if base else 0.0
+            runs_text = " ".join(f"{r:.0f}" for r in rs)
+            print(f"  {wl:<32} {label:<12} {med:>9.0f}  {ratio:>6.2f}   {runs_text}")
+    finally:
+        for c in clusters:
+            for node in c:
+                node.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,33 +216,22 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument(
         "--inflight", type=int, default=1, help="publishes in flight per connection (pipelined)"
     )
+    a.add_argument("--rate", type=int, default=0, help="paced mode: PUBs per second in total")
+    a.add_argument("--seconds", type=float, default=5.0, help="paced mode: seconds per run")
+    a.add_argument("--table", action="store_true", help="R=1, R=3 all-isr, R=3 leader table")
     args = a.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nsqpy-bench-etcd-") as tmp:
         etcd = EtcdServer(Path(tmp))
         nodes: list[Nsqd] = []
         try:
-            for i in (1, 2, 3):
-                n = Nsqd(
-                    [
-                        f"--etcd-endpoints={etcd.endpoint}",
-                        f"--node-id={i}",
-                        "--broadcast-address=127.0.0.1",
-                        f"--replica-ack={args.replica_ack}",
-                    ],
-                    https=False,
-                )
-                nodes.append(n)
-            for n in nodes:
-                n.post("/topic/create", topic="r1", replicas="1")
-            for _ in range(50):
-                try:
-                    nodes[0].post("/topic/create", topic="r3", replicas="3")
-                    break
-                except Exception:  # noqa: BLE001 - nodes still joining: NOT_ENOUGH_NODES
-                    time.sleep(0.2)
-            leader = wait_for(
-                lambda: next((n for n in nodes if _role(n, "r3") == "leader"), None), 15
-            )
+            if args.table:
+                _table(etcd, args.runs, args.count, args.size)
+                return 0
+            nodes = _cluster(etcd, args.replica_ack, 1, "default")
+            leader = _leader(nodes)
+            if args.rate:
+                _paced_runs(leader, args)
+                return 0
             rates: dict[str, list[float]] = {"r1": [], "r3": []}
             for _ in range(args.runs):
                 for topic in ("r1", "r3"):
@@ -127,12 +247,10 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     )
                     rates[topic].append(rate)
-            load = os.getloadavg()
             print(
                 f"replication bench: {args.count} msgs x {args.runs} runs, {args.producers} "
                 f"producers, {args.size} B, batch {args.batch}, {args.inflight} in flight per "
-                f"connection; load {load[0]:.2f} "
-                f"{load[1]:.2f} {load[2]:.2f}"
+                f"connection; {_load()}"
             )
             for topic, label in (("r1", "R=1"), ("r3", f"R=3 {args.replica_ack}")):
                 runs = " ".join(f"{r:.0f}" for r in rates[topic])
@@ -143,6 +261,40 @@ def main(argv: list[str] | None = None) -> int:
                 n.stop()
             etcd.stop()
     return 0
+
+
+def _paced_runs(leader: Nsqd, args: argparse.Namespace) -> None:
+    """The --rate mode (module docstring)."""
+    got: dict[str, list[tuple[float, float, float, float]]] = {"r1": [], "r3": []}
+    for _ in range(args.runs):
+        for topic in ("r1", "r3"):
+            got[topic].append(
+                asyncio.run(
+                    _paced(
+                        leader.tcp_address,
+                        topic,
+                        args.rate,
+                        args.seconds,
+                        args.producers,
+                        args.size,
+                    )
+                )
+            )
+    print(
+        f"replication bench --rate {args.rate}: PUBs of {args.size} B over {args.producers} "
+        f"connections, {args.seconds:g} s x {args.runs} runs; {_load()}"
+    )
+    for topic, label in (("r1", "R=1"), ("r3", f"R=3 {args.replica_ack}")):
+        rs = got[topic]
+        p50 = statistics.median(r[0] for r in rs)
+        p99 = statistics.median(r[1] for r in rs)
+        top = max(r[2] for r in rs)
+        achieved = statistics.median(r[3] for r in rs)
+        p99s = " ".join(f"{r[1]:.2f}" for r in rs)
+        print(
+            f"  {label:<12} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  max {top:7.2f} ms  "
+            f"({achieved:.0f} msgs/s; p99 per run: {p99s})"
+        )
 
 
 if __name__ == "__main__":

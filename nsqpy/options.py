@@ -354,7 +354,14 @@ class Options:
         "replica-ack",
         "all-isr",
         "[nsqpy] when a replicated publish is answered OK: 'all-isr' (every in-sync replica has it "
-        "on disk) or 'leader' (the leader has it)",
+        "in its replica log, see --replica-sync) or 'leader' (the leader has it)",
+        config_api=False,
+    )
+    replica_sync: str = option(
+        "replica-sync",
+        "write",
+        "[nsqpy] when a follower acknowledges replicated entries: 'write' (written to its "
+        "replica log, fsynced right after) or 'fsync' (after that fsync)",
         config_api=False,
     )
     min_isr: int = option(
@@ -400,6 +407,8 @@ class Options:
                 raise ValueError("--min-isr must be >= 1")
             if self.replica_ack not in ("all-isr", "leader"):
                 raise ValueError("--replica-ack must be all-isr or leader")
+            if self.replica_sync not in ("write", "fsync"):
+                raise ValueError("--replica-sync must be write or fsync")
             if self.etcd_lease_ttl < 1:
                 raise ValueError("--etcd-lease-ttl must be >= 1")
         if self.metrics_compat not in ("", "nsq_exporter", "nsq_exporter_v1"):

@@ -15,21 +15,31 @@ history). ``prev`` is the name the follower's log must end with (``E:S``, :func:
 ``-`` (the batch starts the leader's history: it goes after whatever the log has) or ``?`` (a
 probe: nothing appended). The follower answers 200 ``{"next":N,"last":"E:S"}`` (the seq of
 epoch E it expects next, and the name of its last entry; ``"dirty":true|false`` too for a
-probe) once the entries are in its replica log *and fsynced*, or 409
+probe) once the entries are written to its replica log (fsynced first with
+--replica-sync=fsync; replica_log.py), or 409
 ``{"message":"E_STALE_EPOCH"}`` (:class:`StaleEpoch`: it has seen a newer epoch, the sender was
 deposed) or 409 ``{"message":"E_GAP E:S"}`` (:class:`Gap`: its log ends elsewhere: at E:S, ``-``
 when empty).
 
+Several topics in one request: ``POST /replica/append-many`` carries one *part* per topic
+(:func:`encode_parts`: ``[u32 n][query: n bytes][u32 m][entries: m bytes]`` per part, the query
+``/replica/append`` would have had, urlencoded, and its body), so that one round to a follower
+carries every entry pending for it, whatever the topic; it is answered 200 with one
+``[status, answer]`` per part, in order, each what ``/replica/append`` would have answered for
+it. :func:`take_parts` picks what one request carries.
+
 Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
 acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
-handler's awaitable later without blocking anything else; a follower's answer comes after an
-fsync (hundreds of microseconds at least), which dwarfs the per-request cost, and the sender
-batches everything pending into one request (group commit), so the request rate is bounded by
-the fsync rate, not by the publish rate. Design notes: docs/architecture-replication.md."""
+handler's awaitable later without blocking anything else; the sender batches everything
+pending into one request (group commit), so the request rate is bounded by the round trip,
+not by the publish rate. Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
 
 import struct
+from collections import deque
+from typing import TypeVar
+from urllib.parse import parse_qsl, urlencode
 
 #: An entry's header: epoch (u32), seq (u64), DPUB's delay in ms (u32), big-endian.
 ENTRY = struct.Struct(">IQI")
@@ -109,3 +119,65 @@ def decode_entries(body: bytes) -> list[bytes]:
         out.append(body[i + 4 : j])
         i = j
     return out
+
+
+#: One part of a multi-topic append request: the query of /replica/append and its body.
+Part = tuple[dict[str, str], bytes]
+#: What take_parts counts for a part besides its body: its two sizes and its query (a topic
+#: name is at most 64 characters; the numbers are at most 20 digits each).
+PART_OVERHEAD = 256
+T = TypeVar("T")
+
+
+def encode_parts(parts: list[Part]) -> bytes:
+    """``[u32 n][query][u32 m][body]`` per part, for one ``/replica/append-many`` request."""
+    pack = _SIZE.pack
+    out: list[bytes] = []
+    for params, body in parts:
+        query = urlencode(params).encode()
+        out += (pack(len(query)), query, pack(len(body)), body)
+    return b"".join(out)
+
+
+def decode_parts(body: bytes) -> list[Part]:
+    """The inverse of :func:`encode_parts`. ValueError when it does not parse."""
+    out: list[Part] = []
+    i, n = 0, len(body)
+    unpack = _SIZE.unpack_from
+    while i < n:
+        fields: list[bytes] = []
+        for _ in range(2):
+            if i + 4 > n:
+                raise ValueError("truncated part size")
+            (size,) = unpack(body, i)
+            j = i + 4 + size
+            if j > n:
+                raise ValueError(f"bad part size {size}")
+            fields.append(body[i + 4 : j])
+            i = j
+        query = fields[0].decode("ascii")
+        out.append((dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True)), fields[1]))
+    return out
+
+
+def take_parts(
+    queue: deque[tuple[Part, T]], limit: int = MAX_REQUEST_BYTES
+) -> list[tuple[Part, T]]:
+    """Pop from ``queue`` (each item a part and what its sender waits on) what one request
+    carries: the oldest first, while their bodies (plus PART_OVERHEAD each, for the query and
+    the sizes) add up to at most ``limit`` bytes, and one at least; a topic whose part waits
+    in the queue twice (not expected: one request per link at a time) goes in the next
+    request, so a request never holds two parts of one topic."""
+    taken: list[tuple[Part, T]] = []
+    topics: set[str] = set()
+    size = 0
+    while queue:
+        (params, body), _ = queue[0]
+        topic = params.get("topic", "")
+        cost = len(body) + PART_OVERHEAD
+        if taken and (size + cost > limit or topic in topics):
+            break
+        taken.append(queue.popleft())
+        topics.add(topic)
+        size += cost
+    return taken

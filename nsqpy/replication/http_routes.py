@@ -6,11 +6,15 @@ and /topic/delete with handlers that take a replicated topic (one with a record,
 publish makes: Replication.wants_record) through node.Replication and hand every other request
 to nsqd's own handler (http_api.HTTPAPI) unchanged (a replicated publish not acknowledged
 is 503 ``PUB_FAILED <why>``, the reason as local.refusal words it); and adds nsqpy's
-two replica routes:
+replica routes:
 
 - ``POST /replica/append?topic=&epoch=&first=[&prev=E:S|-|?][&reset=1]``: a leader's entries
-  (entries.py), answered ``{"next": N, "last": "E:S"}`` once fsynced (replica_log.py); 400
+  (entries.py), answered ``{"next": N, "last": "E:S"}`` once written (replica_log.py); 400
   INVALID_TOPIC / BAD_BODY, 409 E_STALE_EPOCH / E_GAP <last>, 500 E_APPEND_FAILED;
+- ``POST /replica/append-many``: several topics' appends in one request (entries.py's
+  parts, courier.py), each taken as ``/replica/append`` takes it, all at once; answered 200
+  ``{"answers": [[status, answer], ...]}`` (one per part, in order, each what
+  ``/replica/append`` would have answered), 400 BAD_BODY when the parts do not parse;
 - ``POST /replica/progress?topic=&epoch=``: a leader's channel progress (progress.py),
   answered ``{"rounds": N}`` once in the side file; 400 BAD_BODY, 409 E_STALE_EPOCH, 500
   E_PROGRESS_FAILED;
@@ -53,7 +57,15 @@ from ..internal.http.v1 import NsqHTTPError, api
 from ..topic import TopicError
 from . import local
 from .coordinator import Contended, TopicMissing, TopicState
-from .entries import MAX_REQUEST_BYTES, Gap, StaleEpoch, decode_entries, name_text, parse_name
+from .entries import (
+    MAX_REQUEST_BYTES,
+    Gap,
+    StaleEpoch,
+    decode_entries,
+    decode_parts,
+    name_text,
+    parse_name,
+)
 from .node import Replication
 from .placement import NotInSync, PlacementChanges, PlacementError, parse_nodes
 from .records import NotEnoughNodes, ReplicationError, TopicRecord
@@ -89,6 +101,7 @@ def install_routes(router: Router, h: HTTPAPI, repl: Replication) -> None:
         ("/topic/create", routes.topic_create, None),
         ("/topic/delete", routes.topic_delete, None),
         ("/replica/append", routes.replica_append, append_size),
+        ("/replica/append-many", routes.replica_append_many, append_size),
         ("/replica/progress", routes.replica_progress, append_size),
         ("/replica/round", routes.replica_round, None),
         ("/topic/replicas", routes.topic_replicas, None),
@@ -164,28 +177,64 @@ class ReplicaRoutes:
     def replica_append(self, request: Request) -> Any:
         """POST /replica/append (module docstring)."""
         q, name, epoch = self._replica_query(request)
+
+        async def append() -> Any:
+            status, answer = await self._append_part(q, name, epoch, request.body)
+            if status != 200:
+                raise NsqHTTPError(status, str(answer["message"]))
+            return answer
+
+        return append()
+
+    def replica_append_many(self, request: Request) -> Any:
+        """POST /replica/append-many (module docstring): each part as /replica/append would
+        take it, the topics' appends at once; ``{"answers": [[status, answer], ...]}``."""
+        try:
+            parts = decode_parts(request.body)
+        except (ValueError, UnicodeDecodeError):
+            raise NsqHTTPError(400, "BAD_BODY") from None
+        jobs: list[Awaitable[tuple[int, dict[str, Any]]]] = []
+        for q, body in parts:
+            name = q.get("topic", "")
+            try:
+                epoch = int(q.get("epoch", ""))
+            except ValueError:
+                epoch = -1
+            if not wire.is_valid_name(name):
+                jobs.append(_done((400, {"message": "INVALID_TOPIC"})))
+            elif epoch < 0:
+                jobs.append(_done((400, {"message": "BAD_BODY"})))
+            else:
+                jobs.append(self._append_part(q, name, epoch, body))
+
+        async def append_all() -> Any:
+            answers = await asyncio.gather(*jobs)
+            return {"answers": [[status, answer] for status, answer in answers]}
+
+        return append_all()
+
+    async def _append_part(
+        self, q: dict[str, str], name: str, epoch: int, body: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        """One topic's append: (200, {"next", "last"[, "dirty"]}) or (status, {"message"})."""
         try:
             int(q.get("first", ""))
-            entries = decode_entries(request.body)
+            entries = decode_entries(body)
             prev, reset = q.get("prev"), q.get("reset") == "1"
             if prev is not None and prev not in ("?", "-"):
                 parse_name(prev)
         except ValueError:
-            raise NsqHTTPError(400, "BAD_BODY") from None
+            return 400, {"message": "BAD_BODY"}
         rlog = self.repl.replica_log(name)
-
-        async def append() -> Any:
-            try:
-                return await rlog.request(epoch, entries, prev, reset)
-            except StaleEpoch:
-                raise NsqHTTPError(409, "E_STALE_EPOCH") from None
-            except Gap as g:
-                raise NsqHTTPError(409, f"E_GAP {name_text(g.last)}") from None
-            except OSError as e:
-                log.error("replica log %s: %s", name, e)
-                raise NsqHTTPError(500, "E_APPEND_FAILED") from None
-
-        return append()
+        try:
+            return 200, await rlog.request(epoch, entries, prev, reset)
+        except StaleEpoch:
+            return 409, {"message": "E_STALE_EPOCH"}
+        except Gap as g:
+            return 409, {"message": f"E_GAP {name_text(g.last)}"}
+        except OSError as e:
+            log.error("replica log %s: %s", name, e)
+            return 500, {"message": "E_APPEND_FAILED"}
 
     def replica_progress(self, request: Request) -> Any:
         """POST /replica/progress (module docstring)."""
@@ -393,3 +442,7 @@ async def _placement_errors(change: Awaitable[T]) -> T:
     except (ReplicationError, TimeoutError, OSError) as e:
         log.error("placement change: %s", e)
         raise NsqHTTPError(503, "REPLICATION_FAILED") from None
+
+
+async def _done(answer: T) -> T:
+    return answer

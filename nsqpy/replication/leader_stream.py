@@ -3,9 +3,10 @@ them to the other placement nodes, the commit point and the high watermark.
 
 The leader (:class:`LeaderStream`) keeps this epoch's entries while a link needs them, one
 link per other placement node (its state and decisions in link.py, sans-IO; its task here does
-the HTTP requests) sending whatever is pending in one request, and the waiters (one future per
-publish command, resolved in seq order when every in-sync follower's acknowledged seq passes
-it).
+the HTTP requests) sending whatever is pending in one request (through the follower's
+courier.Courier, which puts the appends of every topic this node leads into one request),
+and the waiters (one future per publish command, resolved in seq order when every in-sync
+follower's acknowledged seq passes it).
 
 Rejoining. A new leader keeps, as its *history*, every entry it drained from its
 replica log at promotion (under their old names, at most MAX_RETAINED; plus what it led last
@@ -83,6 +84,8 @@ from .link import (
 if TYPE_CHECKING:
     import aiohttp
 
+    from .courier import Courier
+
 log = logging.getLogger("nsqpy.replication")
 
 #: What a committed advance hands over: the plain records (seq order) and the DPUB ones with
@@ -113,7 +116,10 @@ class LeaderStream:
 
     ``on_commit``: the high watermark (module docstring); None when the caller delivers at the
     local append. ``dropped`` counts the records it never handed over (refused, or uncommitted
-    when the stream closed). ``clock``: monotonic seconds (how long a link has been behind)."""
+    when the stream closed). ``clock``: monotonic seconds (how long a link has been behind).
+    ``courier_of(node_id)``: the follower's courier.Courier, shared by every topic this node
+    leads, so that one request carries every topic's pending entries (None, or no
+    ``courier_of``: this stream sends its own requests through ``http``)."""
 
     topic: str
     epoch: int
@@ -125,6 +131,7 @@ class LeaderStream:
     on_caught_up: Callable[[str], None] | None = None
     on_commit: OnCommit | None = None
     clock: Callable[[], float] = time.monotonic
+    courier_of: Callable[[str], Courier | None] | None = None
     base: int = field(default=0, init=False)  # seq of entries[0]
     entries: list[bytes] = field(default_factory=list, init=False)
     next_seq: int = field(default=0, init=False)
@@ -344,8 +351,12 @@ class LeaderStream:
                 self._advance()
 
     async def _post(self, node: str, step: Step) -> tuple[int, dict[str, Any]]:
-        """POST /replica/append to ``node``: (HTTP status, JSON answer), or (-1, {"message":
-        the failure}) when the request failed (no address, refused, timed out, no JSON)."""
+        """POST /replica/append to ``node`` (through its courier when there is one, with the
+        other topics' appends): (HTTP status, JSON answer), or (-1, {"message": the failure})
+        when the request failed (no address, refused, timed out, no JSON)."""
+        courier = self.courier_of(node) if self.courier_of is not None else None
+        if courier is not None:
+            return await courier.append(step.params, encode_entries(step.batch))
         address = self.address_of(node)
         try:
             if not address or self.http is None:

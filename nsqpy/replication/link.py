@@ -58,7 +58,7 @@ class Backlog(Protocol):
 
 class Link:
     """The leader's sender to one follower: ``node_id``, ``acked`` (the seq of this epoch it
-    expects next: everything below is durable there; 0 while it is still given the history
+    expects next: everything below is in its replica log; 0 while it is still given the history
     before this epoch), ``behind_since`` (monotonic seconds since when it has had entries
     pending without acknowledging, 0 when caught up), ``last`` (the name of the follower's
     last entry, as it last answered), ``probed`` (``last`` is known: a probe or an append

@@ -30,6 +30,7 @@ from ..topic import Topic, TopicError
 from . import local, progress
 from .broker import Broker
 from .coordinator import Coordinator, Fenced, TopicState
+from .courier import Courier
 from .etcd_gateway import EtcdClient, EtcdError
 from .forward import Forwarder
 from .leader_stream import LeaderStream
@@ -62,6 +63,7 @@ class Replication:
         self.timeout = o.replica_timeout_ms / 1000.0
         self.topics: dict[str, TopicRole] = {}
         self.logs: dict[str, ReplicaLog] = {}
+        self.couriers: dict[str, Courier] = {}  # follower node id -> its courier
         self.trimming: set[str] = set()  # topics whose replica log a _trim task works on
         self.members: dict[str, str] = {}  # node id -> HTTP address
         #: Topics that stay R=1 on this node: those it had before joining, and explicit
@@ -130,6 +132,8 @@ class Replication:
                 tr.stream.close(False)
             if tr.forwarder is not None:
                 tr.forwarder.close()
+        for c in self.couriers.values():
+            c.close()
         for rlog in self.logs.values():
             with contextlib.suppress(OSError):
                 rlog.close()
@@ -139,6 +143,14 @@ class Replication:
             await self.client.close()
         if self.http is not None:
             await self.http.close()
+
+    def courier(self, node: str) -> Courier:
+        """The courier of follower ``node``: every topic this node leads sends its appends to
+        ``node`` through it (courier.py)."""
+        c = self.couriers.get(node)
+        if c is None:
+            c = self.couriers[node] = Courier(node, lambda n: self.members.get(n, ""), self.timeout)
+        return c
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task: asyncio.Future[Any] = asyncio.ensure_future(coro)
@@ -295,6 +307,7 @@ class Replication:
             (lambda plain, deferred: local.put_committed(self.nsqd, tr, plain, deferred))
             if self.ack_all
             else None,
+            courier_of=self.courier,
         )
         drained = rlog.take_retained() if rlog is not None else []
         held, tr.held = tr.held, []
@@ -432,6 +445,7 @@ class Replication:
                 os.path.join(self.nsqd.data_path, f"{topic}{LOG_SUFFIX}.last"),
                 lambda: local.dirty(self.nsqd.topics.get(topic), self.topics.get(topic)),
                 lambda epoch: self._reset_topic(topic, epoch),
+                self.opts.replica_sync == "fsync",
             )
             tr = self.topics.get(topic)
             if tr is not None:

@@ -1,19 +1,25 @@
 """A follower's copy of one topic's stream: the replica log (entries.py's entries, appended as
-a leader sends them over ``/replica/append``, fsynced before the answer).
+a leader sends them over ``/replica/append``: written before the answer, fsynced right after it
+or, with --replica-sync=fsync, before it).
 
 Strategy: a DiskQueue ``<topic>#replica`` in the data path (the library as it is,
 go-diskqueue's format). Its *read* position is what this node has put into its own topic: a
-follower only appends (and fsyncs before it answers: the data file alone, the meta file too on
---sync-every/--sync-timeout and on a new file); a follower promoted to leader reads everything
+follower only appends. It answers once the entries are written to the OS (``pwrite``: they
+survive this process being killed, and are readable at once), and fsyncs in the background
+(:meth:`ReplicaLog._sync_loop`: one fsync covers every append made while the previous one ran,
+so the fsync rate follows the disk, not the request rate); with --replica-sync=fsync it
+answers only after that fsync. An fsync is of the data file alone, the meta file too on
+--sync-every/--sync-timeout and on a new file. A follower promoted to leader reads everything
 past the read position into its topic (:meth:`ReplicaLog.drain`), so what it delivers next is
 everything it holds that its channels never had. Names only grow along the log: an entry whose
 name is not after the log's last one is skipped (it has it). The name of the last entry
-survives a restart in ``<topic>#replica.last`` (written after the fsync of what it names, so it
-never names an entry that is not durable; a stale one only costs entries sent twice, which
-drain() skips). The newest epoch seen lives in memory: a restarted follower accepts the next
-batch of any epoch not older than its record's. A leader finding this node's topic *dirty*
-(holding messages of an earlier leadership of its own) resets it: the topic and the log are
-emptied, then rebuilt from the leader's history (leader_stream.py, "Rejoining").
+survives a restart in ``<topic>#replica.last`` (written after the fsync of what it names, so
+it never names an entry that is not durable: :attr:`ReplicaLog.synced`; a stale one only
+costs entries sent twice, which drain() skips). The newest epoch seen lives in memory: a
+restarted follower accepts the next batch of any epoch not older than its record's. A
+leader finding this node's topic *dirty* (holding messages of an earlier leadership of its
+own) resets it: the topic and the log are emptied, then rebuilt from the leader's history
+(leader_stream.py, "Rejoining").
 Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +47,22 @@ from .entries import (
 
 log = logging.getLogger("nsqpy.replication")
 
-_LAST_SIZE = 32  # the ``.last`` file: "E:S" padded with spaces, rewritten in place
+
+def _fsync_close(fd: int) -> None:
+    """fsync and close ``fd`` (a dup made for this job: in a worker thread, while the loop
+    may close the fd it was made from, at a reset or a new file)."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+#: The ``.last`` file: "E:S N:P" (the last fsynced entry's name, and the data file number and
+#: byte position its record ends at) padded with spaces, rewritten in place; an older file
+#: holds "E:S" alone.
+_LAST_SIZE = 64
+_SIZE = struct.Struct(">I")
+_SCAN_CHUNK = 1 << 20
 
 
 class ReplicaLog:
@@ -56,7 +78,11 @@ class ReplicaLog:
     before the new leader sent anything). ``dirty()`` says whether this node's own topic
     still holds messages (from an earlier leadership of its own); ``on_reset()`` empties that
     topic for a leader of the given epoch and returns False when it cannot (this node does not
-    know that epoch's record yet, or still leads in its own view)."""
+    know that epoch's record yet, or still leads in its own view).
+
+    ``fsync_first``: answer an append only after its fsync (--replica-sync=fsync); otherwise
+    (--replica-sync=write) once written, the fsync following in the background.
+    :attr:`synced` is the name of the last entry known durable (what ``.last`` says)."""
 
     def __init__(
         self,
@@ -65,6 +91,7 @@ class ReplicaLog:
         last_path: str | None = None,
         dirty: Callable[[], bool] | None = None,
         on_reset: Callable[[int], bool] | None = None,
+        fsync_first: bool = True,
     ) -> None:
         self.topic = topic
         self.dq = dq
@@ -80,13 +107,25 @@ class ReplicaLog:
         self._data_fd = -1  # read-only fd of the write file, for the data-only fsync
         self._data_num = -1  # its file number (-1: none yet: the next sync is a full one)
         self.last: Name | None = None
+        self.fsync_first = fsync_first
+        self._unsynced = False  # written, not yet covered by an fsync started since
+        self._sync_task: asyncio.Task[None] | None = None
+        self._resets = 0  # a sync that started before a reset names nothing of the new log
+        self._closed = False
         self._last_fd = -1
+        where: tuple[int, int] | None = None
         if last_path is not None:
             self._last_fd = os.open(last_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                self.last = parse_name(os.pread(self._last_fd, _LAST_SIZE, 0).decode().strip())
+                self.last, where = _parse_last(os.pread(self._last_fd, _LAST_SIZE, 0))
             except (ValueError, UnicodeDecodeError):
                 self.last = None  # absent or torn: unknown, the leader sends everything
+        # entries written after the last fsync that named one (then kept by the DiskQueue's
+        # reopen, which fsyncs what it salvages): the log really ends with the newest of them
+        tail = _last_in_files(dq, where)
+        if tail is not None and (self.last is None or tail > self.last):
+            self.last = tail
+        self.synced: Name | None = self.last
 
     @property
     def next_seq(self) -> int:
@@ -151,18 +190,64 @@ class ReplicaLog:
             if fresh:
                 dq = self.dq
                 dq.put_many(fresh)
-                loop = asyncio.get_running_loop()
-                if dq.needs_sync() or dq.write_file_num != self._data_num:
-                    # the meta file too: due by --sync-every/--sync-timeout, or a new file
-                    await loop.run_in_executor(None, dq.prepare_sync())
-                    self._reopen_data()
+                if self.fsync_first:
+                    where = self._where()
+                    await self._sync()
+                    self.last = self.synced = entry_name(fresh[-1])
+                    self._write_last(self.last, where)
                 else:
-                    dq.flush()
-                    await loop.run_in_executor(None, os.fsync, self._data_fd)
-                self.last = entry_name(fresh[-1])
-                self._write_last()
+                    dq.flush()  # in the OS: survives this process, readable at a promotion
+                    self.last = entry_name(fresh[-1])
+                    self._sync_soon()
                 self.appended += len(fresh)
             return self.next_seq
+
+    async def _sync(self) -> None:
+        """fsync what is written: the data file alone through a dup of its fd, or the meta
+        file too when due by --sync-every/--sync-timeout or on a new file. OSError."""
+        dq = self.dq
+        loop = asyncio.get_running_loop()
+        if dq.needs_sync() or dq.write_file_num != self._data_num:
+            await loop.run_in_executor(None, dq.prepare_sync())
+            self._reopen_data()
+        else:
+            dq.flush()
+            await loop.run_in_executor(None, _fsync_close, os.dup(self._data_fd))
+
+    def _sync_soon(self) -> None:
+        """An append was written: make sure an fsync starts after it (the running one may
+        have started before)."""
+        self._unsynced = True
+        task = self._sync_task
+        if task is None or task.done():
+            self._sync_task = asyncio.get_running_loop().create_task(
+                self._sync_loop(), name=f"replica-sync-{self.topic}"
+            )
+
+    async def _sync_loop(self) -> None:
+        """fsync back to back while appends keep coming; after each, :attr:`synced` and
+        ``.last`` name the last entry written before it started (unless the log was reset
+        meanwhile). A failed fsync is logged and tried again."""
+        while self._unsynced and not self._closed:
+            self._unsynced = False
+            name, resets, where = self.last, self._resets, self._where()
+            try:
+                await self._sync()
+            except OSError as e:
+                log.error("replica log %s: fsync failed: %s", self.topic, e)
+                self._unsynced = True
+                await asyncio.sleep(0.1)
+                continue
+            if resets == self._resets and not self._closed:
+                self.synced = name
+                self._write_last(name, where)
+
+    async def wait_synced(self) -> None:
+        """Return once the background fsync has nothing left to do (every append so far is
+        fsynced and named by :attr:`synced`, unless a reset came between). OSError is not
+        raised here: a failing fsync is retried by the background task."""
+        while self._sync_task is not None and not self._sync_task.done():
+            await asyncio.shield(self._sync_task)
 
     def _reset(self, epoch: int) -> None:
         if self.on_reset is not None and not self.on_reset(epoch):
@@ -170,13 +255,23 @@ class ReplicaLog:
         log.warning("topic %s: replica log reset to the leader's history", self.topic)
         self.dq.empty()
         self._close_data()
-        self.last = None
-        self._write_last()
+        self.last = self.synced = None
+        self._resets += 1
+        self._write_last(None)
         self.resets += 1
 
-    def _write_last(self) -> None:
+    def _where(self) -> tuple[int, int]:
+        """(data file number, byte position) where the log ends now (what is written)."""
+        dq = self.dq
+        dq.flush()
+        return dq.write_file_num, dq.write_pos
+
+    def _write_last(self, name: Name | None, where: tuple[int, int] | None = None) -> None:
         if self._last_fd >= 0:
-            os.pwrite(self._last_fd, name_text(self.last).encode().ljust(_LAST_SIZE), 0)
+            text = name_text(name)
+            if name is not None and where is not None:
+                text += f" {where[0]}:{where[1]}"
+            os.pwrite(self._last_fd, text.encode().ljust(_LAST_SIZE), 0)
 
     def _reopen_data(self) -> None:
         """Keep a read-only fd on the write file: fsync through any fd of a file makes its
@@ -247,8 +342,67 @@ class ReplicaLog:
         return self.dq.prepare_sync()
 
     def close(self) -> None:
+        """Stop the background fsync and close the files (the DiskQueue's close syncs)."""
+        self._closed = True
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            self._sync_task = None
         self._close_data()
         if self._last_fd >= 0:
             os.close(self._last_fd)
             self._last_fd = -1
         self.dq.close()
+
+
+def _parse_last(raw: bytes) -> tuple[Name | None, tuple[int, int] | None]:
+    """The ``.last`` file's name and position ("E:S N:P", or "E:S" alone, or "-").
+    ValueError, UnicodeDecodeError when it does not parse."""
+    fields = raw.decode().split()
+    if not fields:
+        raise ValueError("empty")
+    name = parse_name(fields[0])
+    if len(fields) < 2 or name is None:
+        return name, None
+    num, sep, pos = fields[1].partition(":")
+    if not sep:
+        raise ValueError(f"bad position {fields[1]!r}")
+    return name, (int(num), int(pos))
+
+
+def _last_in_files(dq: DiskQueue, where: tuple[int, int] | None) -> Name | None:
+    """The name of the last whole entry in ``dq``'s data files from ``where`` (a file number
+    and byte position; None: the read position) to the write position, None when there is
+    none. Only reads: what follows the last fsync that ``.last`` recorded is at most one fsync's
+    worth (or the whole log when there is no position)."""
+    read_at = (dq.read_file_num, dq.read_pos)
+    num, pos = where if where is not None and where >= read_at else read_at
+    end_num, end_pos = dq.write_file_num, dq.write_pos
+    hs = ENTRY.size
+    last: Name | None = None
+    while num <= end_num:
+        try:
+            fd = os.open(dq.file_name(num), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            num, pos = num + 1, 0
+            continue
+        try:
+            end = end_pos if num == end_num else os.fstat(fd).st_size
+            buf = b""
+            off = pos
+            while pos + 4 <= end:
+                i = pos - off
+                if i + 4 + hs > len(buf):
+                    buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                    off, i = pos, 0
+                    if len(buf) < 4:
+                        break
+                (size,) = _SIZE.unpack_from(buf, i)
+                if size < hs or pos + 4 + size > end or i + 4 + hs > len(buf):
+                    break
+                epoch, seq, _ = ENTRY.unpack_from(buf, i + 4)
+                last = (epoch, seq)
+                pos += 4 + size
+        finally:
+            os.close(fd)
+        num, pos = num + 1, 0
+    return last
