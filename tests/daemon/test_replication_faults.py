@@ -178,7 +178,7 @@ async def test_leader_crash_100k_two_lookupds_two_channels(cluster: Nodes, tmp_p
             f"{elapsed:.1f}s; new leader {r['leader']} epoch {r['epoch']} stats {r}"
         )
         assert v.acknowledged == total
-        assert all_in and v.ok, v.line()
+        assert all_in and v.ok, v.line() + "\n" + history.lost_report()
         assert prod.recovered_after > 0
         # duplicates are bounded and counted: what the new leader redelivered (it may have
         # been delivered before the crash) plus what producers sent again after a failure
@@ -257,7 +257,7 @@ async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
             followers = [n for n in cluster.live() if n is not leader]
             victim = leader if kind.endswith("leader") else followers[0]
             vid = cluster.node_id(victim)
-            history.event(f"{kind} node {vid} for {hold}s")
+            history.event(f"{kind} node {vid} ({victim.tcp_address}) for {hold}s")
             prod.mark()
             if kind.startswith("kill"):
                 victim.kill()
@@ -317,7 +317,7 @@ async def test_random_faults_seeded_history_checks(tmp_path: Path) -> None:
     print(f"publishes acknowledged again after each fault (s): {recoveries}")
     for t, what in history.events:
         print(f"  {t:7.2f}s {what}")
-    assert all_in and v.ok, v.line()
+    assert all_in and v.ok, v.line() + "\n" + history.lost_report()
     assert sum(v.duplicates.values()) <= bound, (v.line(), promotions, resent)
 
 

@@ -216,12 +216,29 @@ class History:
     received: dict[str, dict[bytes, int]] = field(default_factory=dict)
     events: list[tuple[float, str]] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
+    #: body -> (seconds since t0, address of the node that acknowledged it), where recorded
+    acked_by: dict[bytes, tuple[float, str]] = field(default_factory=dict)
 
     def event(self, what: str) -> None:
         self.events.append((time.monotonic() - self.t0, what))
 
     def missing(self, channel: str) -> set[bytes]:
         return self.acked - self.received.get(channel, {}).keys()
+
+    def lost_report(self, limit: int = 10) -> str:
+        """The lost bodies of every channel, grouped by when and by which node they were
+        acknowledged (where the producer recorded it): what to set beside the fault events."""
+        groups: dict[tuple[str, float, str], list[bytes]] = {}
+        for ch, got in sorted(self.received.items()):
+            for body in sorted(self.acked - got.keys()):
+                t, node = self.acked_by.get(body, (-1.0, "?"))
+                groups.setdefault((ch, round(t, 2), node), []).append(body)
+        lines = [
+            f"  lost on {ch}: {len(bodies)} acknowledged at {t:.2f}s by {node} "
+            f"({bodies[0]!r}..{bodies[-1]!r})"
+            for (ch, t, node), bodies in sorted(groups.items(), key=lambda kv: kv[0][1])
+        ]
+        return "\n".join(lines[:limit])
 
     def verdict(self) -> Verdict:
         lost, phantom, dups, delivered = {}, {}, {}, {}
@@ -329,6 +346,8 @@ class Producers:
                 failed_at = 0.0
             h.acked.update(bodies)
             self.acked_at.append(time.monotonic())
+            acked = (self.acked_at[-1] - h.t0, p.addr)
+            h.acked_by.update(dict.fromkeys(bodies, acked))
             seq += len(bodies)
             self.progress.set()
             if self.pause:
