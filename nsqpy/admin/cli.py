@@ -12,7 +12,7 @@ light: the server's modules load only when it runs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..build_info import version_string as nsq_version_string
 from ..internal.daemon_cli import DaemonCommand
@@ -36,12 +36,8 @@ DAEMON = DaemonCommand(
 main = DAEMON.main
 
 
-def __getattr__(name: str) -> Any:
-    """``nsqpy_admin``, the click command, is built when first asked for (it imports click)."""
-    if name == "nsqpy_admin":
-        return DAEMON.command
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+#: ``nsqpy_admin``, the click command, built when first asked for (it imports click)
+__getattr__ = DAEMON.module_getattr(__name__, "nsqpy_admin")
 
 if __name__ == "__main__":
     main()

@@ -79,6 +79,17 @@ class DaemonCommand:
         self.serve(opts)
         return True
 
+    def module_getattr(self, module: str, name: str) -> Callable[[str], Any]:
+        """A ``__getattr__`` for the daemon's cli ``module``: its click command as attribute
+        ``name``, built when first asked for (it imports click)."""
+
+        def getattr_(attr: str) -> Any:
+            if attr == name:
+                return self.command
+            raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+        return getattr_
+
     def main(self, argv: list[str] | None = None) -> None:
         """The entry point: ``argv`` (sys.argv[1:] when None) in Go or click syntax."""
         self.table.main(lambda: self.command, argv, fast=self.start_fast)

@@ -10,7 +10,7 @@ modules, and the daemon's own modules load only when it runs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..build_info import version_string as nsq_version_string
 from ..internal.daemon_cli import DaemonCommand
@@ -35,12 +35,8 @@ DAEMON = DaemonCommand(
 main = DAEMON.main
 
 
-def __getattr__(name: str) -> Any:
-    """``nsqpy_lookupd``, the click command, is built when first asked for (it imports click)."""
-    if name == "nsqpy_lookupd":
-        return DAEMON.command
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+#: ``nsqpy_lookupd``, the click command, built when first asked for (it imports click)
+__getattr__ = DAEMON.module_getattr(__name__, "nsqpy_lookupd")
 
 if __name__ == "__main__":
     main()
