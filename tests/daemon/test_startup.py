@@ -87,7 +87,8 @@ def test_nsqd_imports_no_aiohttp_before_it_answers(tmp_path: Path) -> None:
             f"--data-path={tmp_path}",
         ],
     )
-    assert "nsqpy.internal.http.server" in mods and "h11" in mods
+    # h11 frames request bodies: it loads at the first request with one, not for /ping
+    assert "nsqpy.internal.http.server" in mods and "h11" not in mods
     assert _heavy(mods) == []
 
 
