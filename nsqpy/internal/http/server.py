@@ -2,10 +2,11 @@
 
 Strategy: one asyncio.Protocol per connection (Connection); http.head reads each request head
 in bounded slices (net/http's 1 MiB limit and 431 answer), then h11 (sans-IO HTTP/1.1) takes
-the head's framing and reads the body; the answers are written here, as Go's net/http writes
-them (h11's writer has its own status line and header order): the handler's headers sorted
-by name, then Date, Content-Length and, when the handler set none, a Content-Type sniffed from
-the body (text/plain for text).
+the head's framing and reads the body; a request without a body (a GET, /ping) needs no h11,
+which is imported at the first request that has one (start-up time); the answers are
+written here, as Go's net/http writes them (h11's writer has its own status line and header
+order): the handler's headers sorted by name, then Date, Content-Length and, when the
+handler set none, a Content-Type sniffed from the body (text/plain for text).
 Requests go to a http.router.Router; what its routes do not decide is answered by its rules.
 
 - Keep-alive as net/http and h11 agree (HTTP/1.1 without "Connection: close"); pipelined
