@@ -6,7 +6,9 @@ client) loads nothing more."""
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a --version needs none)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["NSQPY_VERSION", "NSQ_VERSION"]
 

@@ -52,6 +52,17 @@ def version_string(app: str = "nsqd") -> str:
     return f"{app} v{NSQ_VERSION} (built w/nsqpy-{NSQPY_VERSION}-python{py}{tag})"
 
 
+def version_asked(argv: list[str], program: str) -> bool:
+    """True when ``argv`` (a daemon's arguments) is a lone ``--version`` or Go's ``-version``
+    and no shell completion of ``program`` (click's ``_NSQPY_D_COMPLETE`` and the like) is
+    asked for: the daemon then prints version_string's line, as its full command line parse
+    would, without loading its option table (test harnesses run ``nsqd --version`` before each
+    daemon they start). Any other spelling goes through the full parse."""
+    if len(argv) != 1 or argv[0] not in ("--version", "-version"):
+        return False
+    return "_" + program.replace("-", "_").upper() + "_COMPLETE" not in os.environ
+
+
 def module_path(name: str) -> str:
     """The source file of COMPILED_MODULES' ``name``, relative to the checkout
     (``"client.frames"`` -> ``"nsqpy/client/frames.py"``)."""

@@ -7,22 +7,29 @@ by click after a small rewrite of Go-only spellings (internal/goflag.py). The fl
 this module adds only what no single field holds: the --tcp-port/--http-port shorthands. An
 nsqd flag whose feature nsqpy-d does not have yet stops the start with a message naming it,
 never silently ignored. Log lines keep nsqd's shape on stderr (internal/lg.py):
-``[nsqd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on ...``."""
+``[nsqd] 2006/01/02 15:04:05.000000 INFO: TCP: listening on ...``. A lone ``--version`` is
+answered before the option table loads (build_info.version_asked); the table, logging and
+the daemon's modules are imported by the functions that use them."""
 
 from __future__ import annotations
 
 import functools
-import logging
 import sys
-from typing import Any
 
-from .internal.netaddr import join_host_port, split_host_port
-from .options import TABLE, Options, version_string
+from .build_info import version_asked, version_string
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing is not imported for a --version
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .options import Options
 
 
 def normalize_go_flags(argv: list[str]) -> list[str]:
     """nsqd's flags in Go syntax rewritten for click (goflag.normalize_go_flags); raises
     click.UsageError for an nsqd flag that is not implemented or a bad boolean value."""
+    from .options import TABLE
+
     return TABLE.normalize(argv)
 
 
@@ -31,6 +38,8 @@ def command() -> Any:
     """The click command of nsqpy-d (also ``cli.nsqpy_d``), made at first use: a plain start
     does not import click (optiontable.Table.fast_flags)."""
     import click
+
+    from .options import TABLE
 
     @click.command(cls=TABLE.command_class)
     @TABLE.click_options
@@ -52,6 +61,10 @@ def __getattr__(name: str) -> Any:
 def start(opts: Options) -> None:
     """What nsqpy-d does with its parsed options: log as they say, refuse invalid ones (FATAL,
     exit 1, as nsqd.New), then run."""
+    import logging
+
+    from .options import TABLE
+
     TABLE.setup_logging(opts)
     try:
         opts.validate()
@@ -76,6 +89,8 @@ def with_port(addr: str, port: int, flag: str = "tcp-port") -> str:
     """``addr`` (``host:port``, ``[v6]:port``, or a host without a port) with its port
     replaced by ``port``: what --tcp-port/--http-port do. An IPv6 host keeps its brackets
     (Go's net.JoinHostPort). click.UsageError naming ``flag`` when ``addr`` is no host."""
+    from .internal.netaddr import join_host_port, split_host_port
+
     for candidate in (addr, addr + ":0"):  # the second: an address given without a port
         try:
             host, _ = split_host_port(candidate)
@@ -90,6 +105,8 @@ def with_port(addr: str, port: int, flag: str = "tcp-port") -> str:
 def options_from_flags(kw: dict[str, Any]) -> Options:
     """nsqpy-d's Options from click's parsed flags (options.TABLE.from_flags, then the port
     shorthands); click.UsageError for a value the table's parsers refuse."""
+    from .options import TABLE
+
     o: Options = TABLE.from_flags(kw)
     if kw["tcp_port"] is not None:
         o.tcp_address = with_port(o.tcp_address, kw["tcp_port"], "tcp-port")
@@ -100,6 +117,8 @@ def options_from_flags(kw: dict[str, Any]) -> Options:
 
 def run(opts: Options) -> None:
     """Start nsqd on uvloop and serve until SIGTERM or SIGINT; exits 0 on a clean stop."""
+    import logging
+
     from .internal.daemon import freeze_startup_objects, raise_nofile_limit, serve
     from .nsqd import NSQD
     from .server import Server
@@ -118,7 +137,13 @@ def run(opts: Options) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """nsqpy-d's entry point: ``argv`` (sys.argv[1:] when None) in Go or click syntax."""
-    TABLE.main(command, argv, fast=start_fast)
+    args = sys.argv[1:] if argv is None else argv
+    if version_asked(args, "nsqpy-d"):
+        sys.stdout.write(version_string() + "\n")
+        return
+    from .options import TABLE
+
+    TABLE.main(command, args, fast=start_fast)
 
 
 if __name__ == "__main__":

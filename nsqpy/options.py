@@ -11,7 +11,6 @@ build_info.py (both re-exported here)."""
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import zlib
 from dataclasses import dataclass
@@ -54,8 +53,12 @@ __all__ = [
 
 def default_node_id(hostname: str | None = None) -> int:
     """nsqd's default --node-id: crc32(md5(hostname)) % 1024 (nsqd/options.go NewOptions)."""
+    try:  # CPython's own MD5: hashlib would load OpenSSL's digests first (start-up time)
+        from _md5 import md5
+    except ImportError:  # a build without it
+        from hashlib import md5
     host = socket.gethostname() if hostname is None else hostname
-    return zlib.crc32(hashlib.md5(host.encode()).digest()) % 1024
+    return zlib.crc32(md5(host.encode()).digest()) % 1024
 
 
 def parse_percentiles(values: Any) -> list[float]:

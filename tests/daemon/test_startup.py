@@ -10,6 +10,7 @@ or another daemon need.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -86,7 +87,8 @@ def test_nsqd_imports_no_aiohttp_before_it_answers(tmp_path: Path) -> None:
             f"--data-path={tmp_path}",
         ],
     )
-    assert "nsqpy.internal.http.server" in mods and "h11" in mods
+    # h11 frames request bodies: it loads at the first request with one, not for /ping
+    assert "nsqpy.internal.http.server" in mods and "h11" not in mods
     assert _heavy(mods) == []
 
 
@@ -99,3 +101,27 @@ def test_lookupd_imports_no_aiohttp_before_it_answers() -> None:
     nsqd_only = ("nsqpy.cli", "nsqpy.options", "nsqpy.nsqd", "nsqpy.server", "nsqpy.topic")
     nsqd_only += ("nsqpy.channel", "nsqpy.protocol_v2", "nsqpy.client_v2", "nsqpy.http_api")
     assert [m for m in mods if m in nsqd_only] == []
+
+
+@pytest.mark.parametrize(
+    ("module", "go_name"), [("nsqpy", "nsqd"), ("nsqpy.lookupd", "nsqlookupd")]
+)
+def test_a_lone_version_flag_loads_no_option_table(module: str, go_name: str) -> None:
+    """``--version`` and ``-version`` (what test harnesses run before each daemon they start)
+    print the line the full parse prints (``--version=true`` takes that path) without the
+    option table, asyncio or typing."""
+    full = subprocess.run(
+        [sys.executable, "-m", module, "--version=true"], capture_output=True, check=True
+    )
+    assert full.stdout.startswith(f"{go_name} v".encode())
+    for flag in ("--version", "-version"):
+        r = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", module, flag],
+            capture_output=True,
+            check=True,
+        )
+        assert r.stdout == full.stdout
+        mods = [m.group(1) for m in map(_IMPORT_RE.match, r.stderr.decode().splitlines()) if m]
+        assert "nsqpy.build_info" in mods
+        heavy = ("asyncio", "typing", "logging", "nsqpy.internal.optiontable")
+        assert [m for m in mods if m in heavy] == []

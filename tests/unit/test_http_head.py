@@ -2,7 +2,9 @@
 
 Checked against h11 (which read whole heads before): the same heads are accepted and refused,
 with the same method, target, version and headers, however the bytes are split and whatever
-the budget; a head over the limit is refused with 431 before its end arrives; a budget spent
+the budget; a head that bodiless_keep_alive() frames without h11 is one h11 reads as a request
+without a body, keeping the connection as h11 would; a head over the limit is refused with 431
+before its end arrives; a budget spent
 part way says MORE and the next step goes on. Also request.py's one-pass URL unescaping, the
 same as its byte-at-a-time form (which names a bad escape).
 """
@@ -68,6 +70,10 @@ LINES = [
     b"X-E: a\x0bb",
     b"X-F: a\x00b",
     b"X-G: a\rb",
+    b"Connection: keep-alive, Close",
+    b"Connection: keep-alive",
+    b"Expect: 100-continue",
+    b"Transfer-Encoding: chunked",
 ]
 REQUEST_LINES = [
     b"GET /ping HTTP/1.1",
@@ -76,6 +82,8 @@ REQUEST_LINES = [
     b"GET  / HTTP/1.1",
     b"GET / HTTP/11",
     b"GET /\x7f HTTP/1.1",
+    b"GET /ping HTTP/1.0",
+    b"GET /ping HTTP/2.0",
 ]
 
 
@@ -101,6 +109,20 @@ def test_same_heads_as_h11(
     assert (got.method, got.target, got.version) == (want.method, want.target, want.http_version)
     assert got.headers == list(want.headers)  # as h11 lower-cases them
     assert got.rest == b"rest"
+    keep_alive = got.bodiless_keep_alive()
+    if keep_alive is not None:  # h11 would see a request without a body, and nothing more
+        conn = h11.Connection(h11.SERVER)
+        conn.receive_data(got.framing() + got.rest)
+        ev = conn.next_event()
+        assert isinstance(ev, h11.Request)
+        assert type(conn.next_event()) is h11.EndOfMessage
+        assert not conn.they_are_waiting_for_100_continue
+        h11_keep_alive = ev.http_version == b"1.1" and not any(
+            n == b"connection" for n, _ in ev.headers
+        )
+        assert keep_alive == h11_keep_alive
+        assert conn.their_state is (h11.DONE if keep_alive else h11.MUST_CLOSE)
+        assert conn.trailing_data == (b"rest", False)
 
 
 def test_over_the_limit_refused_before_the_end() -> None:

@@ -13,7 +13,8 @@ blank line, without looking at the rest.
 Once the head is whole, ``framing()`` gives a short synthetic head carrying only what frames
 the body and the connection (method, version, Host, Content-Length, Transfer-Encoding,
 Connection: close, Expect: 100-continue) for h11 to read before the body; the full header list
-stays here for the handlers.
+stays here for the handlers. A request without a body needs no h11 at all:
+``bodiless_keep_alive()`` says so, and what h11 would decide for it.
 """
 
 from __future__ import annotations
@@ -174,6 +175,31 @@ class HeadReader:
             out.append(b"expect: 100-continue\r\n")
         out.append(b"\r\n")
         return b"".join(out)
+
+    def bodiless_keep_alive(self) -> bool | None:
+        """For a head that h11, reading framing(), would take as a request without a body:
+        whether the connection stays open after it (h11's rule: HTTP/1.1 without
+        ``Connection: close``). None when h11 must read the framing: a Content-Length or
+        Transfer-Encoding, ``Expect: 100-continue``, a version other than 1.0 and 1.1, or a
+        Host count h11 refuses (none in HTTP/1.1, more than one)."""
+        version = self.version
+        if version != b"1.1" and version != b"1.0":
+            return None
+        hosts = 0
+        keep_alive = version == b"1.1"
+        for name, value in self.headers:
+            if name == b"host":
+                hosts += 1
+            elif name == b"content-length" or name == b"transfer-encoding":
+                return None
+            elif name == b"connection":
+                if b"close" in _tokens(value):
+                    keep_alive = False
+            elif name == b"expect" and b"100-continue" in _tokens(value):
+                return None
+        if hosts > 1 or (hosts == 0 and version == b"1.1"):
+            return None
+        return keep_alive
 
 
 def _tokens(value: bytes) -> list[bytes]:

@@ -2,10 +2,11 @@
 
 Strategy: one asyncio.Protocol per connection (Connection); http.head reads each request head
 in bounded slices (net/http's 1 MiB limit and 431 answer), then h11 (sans-IO HTTP/1.1) takes
-the head's framing and reads the body; the answers are written here, as Go's net/http writes
-them (h11's writer has its own status line and header order): the handler's headers sorted
-by name, then Date, Content-Length and, when the handler set none, a Content-Type sniffed from
-the body (text/plain for text).
+the head's framing and reads the body; a request without a body (a GET, /ping) needs no h11,
+which is imported at the first request that has one (start-up time); the answers are
+written here, as Go's net/http writes them (h11's writer has its own status line and header
+order): the handler's headers sorted by name, then Date, Content-Length and, when the
+handler set none, a Content-Type sniffed from the body (text/plain for text).
 Requests go to a http.router.Router; what its routes do not decide is answered by its rules.
 
 - Keep-alive as net/http and h11 agree (HTTP/1.1 without "Connection: close"); pipelined
@@ -33,9 +34,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
-
-import h11
+from typing import TYPE_CHECKING, Any, cast
 
 from ..gotime import http_date
 from ..readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
@@ -44,7 +43,18 @@ from .request import HTML_TYPE, TEXT_TYPE, HandlerResult, Request, Response
 from .router import Route, Router
 from .v1 import error_answer
 
+if TYPE_CHECKING:
+    import h11
+
 log = logging.getLogger("nsqpy")
+
+
+def _load_h11() -> None:
+    """Import h11, which frames request bodies, at the first request that has one (a request
+    without a body is framed here, and the import costs start-up more than the first /ping)."""
+    global h11
+    import h11
+
 
 # Go's http.StatusText for the codes NSQ answers (Python's phrases differ for a few).
 _REASONS = {
@@ -139,7 +149,10 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, server: HTTPServer) -> None:
         self.server = server
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        # the body's parser; None for a request without a body (or before the first head)
+        self.h11: h11.Connection | None = None
+        self.rest = bytearray()  # without h11: the bytes after the head, as they come
+        self.version = b"1.1"  # the request's HTTP version
         self.transport: asyncio.Transport | None = None
         self.request: Request | None = None
         self.route: Route | None = None
@@ -181,6 +194,8 @@ class Connection(asyncio.Protocol):
             return
         if self.head is not None:
             self.head.feed(data)
+        elif self.h11 is None:
+            self.rest += data
         else:
             self.h11.receive_data(data)
         self._process()
@@ -189,7 +204,7 @@ class Connection(asyncio.Protocol):
         self.eof = True
         if self.lingering:
             return False
-        if self.head is None:
+        if self.head is None and self.h11 is not None:
             self.h11.receive_data(b"")
         self._process()
         # half-closed: the answer still goes out, then we close (TLS has no half-close)
@@ -230,6 +245,12 @@ class Connection(asyncio.Protocol):
                     budget = 0  # the head's share of this pass is spent
                 continue
             conn = self.h11
+            if conn is None:  # a request without a body: dispatched with its head
+                if self.answered:
+                    self._next_request()
+                    continue
+                self.gate.pause(SUSPENDED)
+                return
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as e:
@@ -249,7 +270,13 @@ class Connection(asyncio.Protocol):
             if tp is h11.Data:
                 self._body(event.data)  # type: ignore[union-attr]
             elif tp is h11.Request:
-                self._begin(event)  # type: ignore[arg-type]
+                # h11's keep-alive rule: HTTP/1.1 without "Connection: close"; framing()
+                # passes only "close" on
+                keep_alive = event.http_version == b"1.1" and not any(  # type: ignore[union-attr]
+                    name == b"connection"
+                    for name, _ in event.headers  # type: ignore[union-attr]
+                )
+                self._begin(event.http_version, keep_alive)  # type: ignore[union-attr]
             elif tp is h11.EndOfMessage:
                 if not self.dispatched:
                     self._dispatch()
@@ -277,6 +304,16 @@ class Connection(asyncio.Protocol):
             self.headers = head.headers
             self._target = head.target
             self._method = head.method
+            keep_alive = head.bodiless_keep_alive()
+            if keep_alive is not None:
+                self.h11 = None
+                self.rest = bytearray(head.rest)
+                self._begin(head.version, keep_alive)
+                if not self.dispatched:
+                    self._dispatch()
+                return True
+            if "h11" not in globals():
+                _load_h11()
             self.h11 = conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
             conn.receive_data(head.framing() + head.rest)
             if self.eof:
@@ -294,14 +331,19 @@ class Connection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
-        data, closed = self.h11.trailing_data
+        data: bytes | bytearray
+        if self.h11 is None:
+            data, closed = self.rest, self.eof
+            self.rest = bytearray()
+        else:
+            data, closed = self.h11.trailing_data
         self.head = HeadReader(bytes(data))
         self.eof = self.eof or closed
         self.request = None
         self.answered = False
         self.gate.resume(SUSPENDED)
 
-    def _begin(self, ev: h11.Request) -> None:
+    def _begin(self, version: bytes, keep_alive: bool) -> None:
         target = self._target.decode("utf-8", "surrogateescape")
         headers, self.headers = self.headers, []
         request = Request(self._method.decode("ascii"), target, headers, self.server.secure)
@@ -312,12 +354,8 @@ class Connection(asyncio.Protocol):
         self.dispatched = False
         self.answered = False
         self.route = None
-        # h11's keep-alive rule: HTTP/1.1 without "Connection: close"
-        self.keep_alive = ev.http_version == b"1.1"
-        if self.keep_alive:
-            for name, _ in ev.headers:
-                if name == b"connection":  # framing() passes only "close" on
-                    self.keep_alive = False
+        self.version = version
+        self.keep_alive = keep_alive
         before = self.server.before
         self.preset = before(request) if before is not None else None
         if self.preset is None:
@@ -329,7 +367,11 @@ class Connection(asyncio.Protocol):
         cl = request.content_length
         if self.limit < 0 or (cl is not None and cl > self.limit):
             self._dispatch()  # the handler reads no body, or refuses this one by its length
-        elif self.h11.they_are_waiting_for_100_continue and self.transport is not None:
+        elif (
+            self.h11 is not None
+            and self.h11.they_are_waiting_for_100_continue
+            and self.transport is not None
+        ):
             self.transport.write(_CONTINUE)
 
     def _body(self, data: bytes) -> None:
@@ -390,14 +432,17 @@ class Connection(asyncio.Protocol):
             return
         conn = self.h11
         left = 0 if request.chunked else (request.content_length or 0) - self.buffered
-        if conn.their_state is h11.SEND_BODY and (
-            conn.they_are_waiting_for_100_continue or left > _DISCARD_LIMIT
+        done = conn is None or conn.their_state is h11.DONE  # the request is read to its end
+        if (
+            conn is not None
+            and conn.their_state is h11.SEND_BODY
+            and (conn.they_are_waiting_for_100_continue or left > _DISCARD_LIMIT)
         ):
             # answered before the body ended: net/http reads and drops up to 256 KiB of the rest
             # to keep the connection (a chunked rest too: past that, _body closes); a longer
             # one, or one the client holds back for a 100 Continue, closes it
             self.keep_alive = False
-        http10 = conn.their_http_version == b"1.0"
+        http10 = self.version == b"1.0"
         body = answer.body
         reason = _REASONS.get(answer.status) or f"status code {answer.status}"
         head = [f"HTTP/1.{0 if http10 else 1} {answer.status} {reason}\r\n"]
@@ -418,9 +463,9 @@ class Connection(asyncio.Protocol):
         out = "".join(head).encode("utf-8", "surrogateescape")
         transport.write(out + body if body and not is_head else out)
         self.answered = True
-        if not self.keep_alive and conn.their_state is not h11.DONE:
+        if not self.keep_alive and not done:
             transport.close()  # what is left of the body is not read
-        elif conn.their_state is h11.DONE:
+        elif done:
             self._next_request()
 
     def _bad_request(self, code: int, detail: str) -> None:
