@@ -4,6 +4,8 @@ beside the nsqd's own bench reader figure, in the same run.
   .venv/bin/python bench/spark_bench.py                   # 1,000,000 x 100 B, local[2], x3
   .venv/bin/python bench/spark_bench.py --nsqd-cmd /opt/nsq-go/bin/nsqd   # Go nsqd as broker
   .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop --sink nsq
+  .venv/bin/python bench/spark_bench.py --source nsq --source synthetic --sink noop \
+      --sink parquet --no-reader --warmup 200000   # the source beside Spark alone, one run
 
 Strategy: start the broker (nsqpy-d, or --nsqd-cmd; all messages in memory: the connector is
 measured, not the diskqueue), then for each round, alternating: `python -m bench reader` on
@@ -16,6 +18,8 @@ query's own progress reports, so JVM and query start-up are left out; the wall r
 start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
 --max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
 nsq sink is measured the other way round: --count rows made by Spark written to a topic.
+With `--source nsq --source synthetic` every round runs each sink from both sources, alternating
+with the rest, and the medians' ratio (nsq source / Spark alone) is printed per sink.
 `first batch s` is the start of the first batch with rows less the query's start. `--warmup N`
 runs an untimed N-message query first (the session's first query starts Spark's code paths and
 the executors' Python workers: its figures are printed as "spark noop (cold)"), and with the
@@ -249,10 +253,12 @@ def synthetic_data_source() -> Any:
     return Synthetic
 
 
-def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str) -> dict:
+def run_one(
+    spark, address: str, args: argparse.Namespace, sink: str, topic: str, source: str = "nsq"
+) -> dict:
     import shutil
 
-    synthetic = args.source == "synthetic"
+    synthetic = source == "synthetic"
     pub_rate = 0.0 if synthetic else prefill(address, topic, args.count, args.size)
     work = tempfile.mkdtemp(prefix="spark-bench-")
     opts = {  # the defaults: only what the source requires
@@ -460,10 +466,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--source",
+        action="append",
         choices=("nsq", "synthetic"),
-        default="nsq",
-        help="nsq: the nsq source on pre-published messages; synthetic: a Data Source of the "
-        "same schema yielding in-memory Arrow batches, no broker (Spark's own ceiling)",
+        default=[],
+        help="nsq (default): the nsq source on pre-published messages; synthetic: a Data Source "
+        "of the same schema yielding in-memory Arrow batches, no broker (Spark's own ceiling); "
+        "repeatable: both run in every round, alternating, and the ratios are printed",
     )
     ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
@@ -488,6 +496,7 @@ def main() -> int:
     if args.count <= 0 or args.size <= 0 or args.repeat <= 0:
         ap.error("--count, --size and --repeat must be positive")
     sinks = args.sink or ["noop", "parquet", "nsq"]
+    sources = list(dict.fromkeys(args.source or ["nsq"]))
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if args.trace:
@@ -518,11 +527,11 @@ def main() -> int:
             )
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
-            if args.source == "synthetic":
+            if "synthetic" in sources:
                 spark.dataSource.register(synthetic_data_source())
         if args.warmup and spark is not None:
             wargs = argparse.Namespace(**{**vars(args), "count": args.warmup})
-            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup")
+            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup", sources[0])
             r["mode"] = "spark noop (cold)"
             results.append(r)
             print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr, flush=True)
@@ -533,10 +542,14 @@ def main() -> int:
                 print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr,
                       flush=True)  # fmt: skip
         for rnd in range(args.repeat):
-            runs = [] if args.no_reader else ["reader"]
-            runs += sinks
-            for what in runs if rnd % 2 == 0 else runs[::-1]:  # alternate the order
-                topic = f"spark_bench_{rnd}_{what}"
+            # (source, what): the reader, the sink and fetch only with the nsq source
+            runs = [] if args.no_reader or "nsq" not in sources else [("nsq", "reader")]
+            for what in sinks:
+                for source in sources:
+                    if source == "nsq" or what in ("noop", "parquet"):
+                        runs.append((source, what))
+            for source, what in runs if rnd % 2 == 0 else runs[::-1]:  # alternate the order
+                topic = f"spark_bench_{rnd}_{what}_{source}"
                 if what == "reader":
                     r = run_reader(daemon, args, topic)
                 elif what == "nsq":
@@ -544,7 +557,7 @@ def main() -> int:
                 elif what == "fetch":
                     r = run_fetch(address, args, topic)
                 else:
-                    r = run_one(spark, address, args, what, topic)
+                    r = run_one(spark, address, args, what, topic, source)
                 r["round"] = rnd
                 results.append(r)
                 print(f"spark-bench {broker} round {rnd}: {json.dumps(r)}", file=sys.stderr,
@@ -573,6 +586,16 @@ def main() -> int:
             f"| {mode} | {med:,} | {', '.join(f'{x:,}' for x in rates)} | "
             f"{wall:,} | {first} | {batches or '-'} | {_cpu_cell(rs)} |"
         )
+    medians = {
+        mode: sorted(r["msgs_per_s"] for r in results if r["mode"] == mode)
+        for mode in dict.fromkeys(r["mode"] for r in results)
+    }
+    for sink in ("noop", "parquet"):
+        nsq, alone = medians.get(f"spark {sink}"), medians.get(f"spark {sink} (synthetic)")
+        if nsq and alone:
+            ratio = nsq[len(nsq) // 2] / alone[len(alone) // 2]
+            print(f"\nnsq source / Spark alone into {sink}: {ratio:.2f}x (medians)", end="")
+    print()
     cores = os.cpu_count() or 1
     print(
         f"\nCPU budget: {cores} cores x (1,000,000 / rate) s, i.e. "
