@@ -54,7 +54,8 @@ class MachineCPU:
     seconds in a thread from /proc (Linux): ``machine`` is /proc/stat's busy time (all processes,
     others' included: the machine is shared), ``broker`` the broker's pid, ``jvm`` processes
     named java (Spark's driver JVM: executors run in it with local[N]), ``python`` the other
-    Python processes (Spark's Python workers, the source's driver-side process, the bench).
+    Python processes (Spark's Python workers, the source's driver-side process, the bench);
+    the kinds count only the bench's own process tree and the broker.
     ``between(t0, t1)`` gives each kind's CPU-seconds between two time.time() instants (the
     samples nearest inside them: within ``period_s``)."""
 
@@ -64,6 +65,7 @@ class MachineCPU:
         import threading
 
         self.broker_pid = broker_pid
+        self.root_pid = os.getpid()
         self.period_s = period_s
         self.tick = os.sysconf("SC_CLK_TCK")
         self.samples: list[tuple[float, dict[str, float]]] = []
@@ -85,6 +87,7 @@ class MachineCPU:
         with open("/proc/stat") as fh:
             f = [int(x) for x in fh.readline().split()[1:]]
         busy = f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
+        procs: dict[int, tuple[int, str, int]] = {}  # pid -> (ppid, comm, jiffies)
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -93,11 +96,24 @@ class MachineCPU:
                     head, _, rest = fh.read().rpartition(")")
             except OSError:
                 continue
-            pid = int(entry.name)
-            kind = self._kind(pid, head.partition("(")[2])
+            v = rest.split()
+            procs[int(entry.name)] = (int(v[1]), head.partition("(")[2], int(v[11]) + int(v[12]))
+        # only this process's tree (Spark's JVM, its Python workers, the broker): other people's
+        # processes on a shared machine count in "machine" alone
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [self.root_pid, self.broker_pid]
+        tree: set[int] = set()
+        while todo:
+            pid = todo.pop()
+            if pid not in tree:
+                tree.add(pid)
+                todo.extend(children.get(pid, ()))
+        for pid in tree & procs.keys():
+            kind = self._kind(pid, procs[pid][1])
             if kind is not None:
-                v = rest.split()
-                self._seen[pid] = (kind, int(v[11]) + int(v[12]))
+                self._seen[pid] = (kind, procs[pid][2])
         out = dict.fromkeys(self.KINDS, 0.0)
         out["machine"] = busy / self.tick
         for kind, jiffies in self._seen.values():
@@ -254,7 +270,13 @@ def synthetic_data_source() -> Any:
 
 
 def run_one(
-    spark, address: str, args: argparse.Namespace, sink: str, topic: str, source: str = "nsq"
+    spark,
+    address: str,
+    args: argparse.Namespace,
+    sink: str,
+    topic: str,
+    source: str = "nsq",
+    variant: str = "",
 ) -> dict:
     import shutil
 
@@ -269,7 +291,7 @@ def run_one(
     }
     if synthetic:
         opts = {"count": str(args.count), "size": str(args.size)}
-    for kv in args.option:
+    for kv in args.option + _variants(args).get(variant, []):
         k, _, v = kv.partition("=")
         opts[k] = v
     fmt = "nsq_synthetic" if synthetic else "nsq"
@@ -312,7 +334,9 @@ def run_one(
         for k, v in p["durationMs"].items():
             phases[k] = phases.get(k, 0) + v / len(batches)
     return {
-        "mode": f"spark {sink}" + (" (synthetic)" if synthetic else ""),
+        "mode": f"spark {sink}"
+        + (" (synthetic)" if synthetic else "")
+        + (f" [{variant}]" if variant else ""),
         "count": args.count,
         "size": args.size,
         "rows": total,
@@ -329,6 +353,15 @@ def run_one(
         "source_max_rss_kib": stats.get("max_rss_kib"),
         **_cpu_fields(start, end, total),
     }
+
+
+def _variants(args: argparse.Namespace) -> dict[str, list[str]]:
+    """``--variant NAME=k=v,k=v``: NAME -> its source options (k=v)."""
+    out: dict[str, list[str]] = {}
+    for spec in args.variant:
+        name, _, kvs = spec.partition("=")
+        out[name] = [kv for kv in kvs.split(",") if kv]
+    return out
 
 
 def _cpu_cell(rs: list[dict]) -> str:
@@ -476,6 +509,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
     ap.add_argument("--option", action="append", default=[], help="source option k=v")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=k=v,k=v",
+        help="source options of a variant (on top of --option); each source runs once per "
+        "variant in every round, alternating, reported as 'spark SINK [NAME]' (repeatable; "
+        "NAME= alone: --option only)",
+    )
     ap.add_argument("--max-seconds", type=float, default=180, help="per run")
     ap.add_argument(
         "--warmup",
@@ -546,10 +588,13 @@ def main() -> int:
             runs = [] if args.no_reader or "nsq" not in sources else [("nsq", "reader")]
             for what in sinks:
                 for source in sources:
-                    if source == "nsq" or what in ("noop", "parquet"):
-                        runs.append((source, what))
-            for source, what in runs if rnd % 2 == 0 else runs[::-1]:  # alternate the order
-                topic = f"spark_bench_{rnd}_{what}_{source}"
+                    for variant in _variants(args) or [""]:
+                        if what in ("noop", "parquet"):
+                            runs.append((source, what, variant))
+                        elif source == "nsq" and not variant:
+                            runs.append((source, what, ""))
+            for source, what, variant in runs if rnd % 2 == 0 else runs[::-1]:  # alternate
+                topic = f"spark_bench_{rnd}_{what}_{source}_{len(results)}"
                 if what == "reader":
                     r = run_reader(daemon, args, topic)
                 elif what == "nsq":
@@ -557,7 +602,7 @@ def main() -> int:
                 elif what == "fetch":
                     r = run_fetch(address, args, topic)
                 else:
-                    r = run_one(spark, address, args, what, topic, source)
+                    r = run_one(spark, address, args, what, topic, source, variant)
                 r["round"] = rnd
                 results.append(r)
                 print(f"spark-bench {broker} round {rnd}: {json.dumps(r)}", file=sys.stderr,
@@ -591,10 +636,15 @@ def main() -> int:
         for mode in dict.fromkeys(r["mode"] for r in results)
     }
     for sink in ("noop", "parquet"):
-        nsq, alone = medians.get(f"spark {sink}"), medians.get(f"spark {sink} (synthetic)")
-        if nsq and alone:
-            ratio = nsq[len(nsq) // 2] / alone[len(alone) // 2]
-            print(f"\nnsq source / Spark alone into {sink}: {ratio:.2f}x (medians)", end="")
+        for v in _variants(args) or [""]:
+            tag = f" [{v}]" if v else ""
+            nsq = medians.get(f"spark {sink}{tag}")
+            alone = medians.get(f"spark {sink} (synthetic){tag}")
+            if nsq and alone:
+                ratio = nsq[len(nsq) // 2] / alone[len(alone) // 2]
+                print(
+                    f"\nnsq source / Spark alone into {sink}{tag}: {ratio:.2f}x (medians)", end=""
+                )
     print()
     cores = os.cpu_count() or 1
     print(
