@@ -456,6 +456,21 @@ class Fetcher:
                 self.cond.wait(left)
             return self.spool.durable_end
 
+    def wait_for_batch(self, end: int, seconds: float, gap: float) -> int:
+        """The durable end once it reaches ``end``, or after ``seconds``, or sooner when
+        messages stop coming (nothing received for ``gap`` seconds and nothing waiting to be
+        made durable, or RDY 0: paused, held, failed)."""
+        deadline = time.monotonic() + seconds
+        with self.cond:
+            while self.spool.durable_end < end:
+                now = time.monotonic()
+                if now >= deadline or self.paused or self.hold or self.failed:
+                    break
+                if self.queued == 0 and now - self.last_arrival >= gap:
+                    break
+                self.cond.wait(min(gap, deadline - now))
+            return self.spool.durable_end
+
     def wait_until_idle(self, target: int, idle_s: float, limit_s: float) -> int:
         """AvailableNow: wait until the durable end reaches ``target``, or nothing has arrived
         for ``idle_s`` and nothing is waiting to be written; returns the durable end."""
