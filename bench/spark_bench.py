@@ -588,11 +588,10 @@ def main() -> int:
             runs = [] if args.no_reader or "nsq" not in sources else [("nsq", "reader")]
             for what in sinks:
                 for source in sources:
-                    for variant in _variants(args) or [""]:
-                        if what in ("noop", "parquet"):
-                            runs.append((source, what, variant))
-                        elif source == "nsq" and not variant:
-                            runs.append((source, what, ""))
+                    if what in ("noop", "parquet"):
+                        runs += [(source, what, v) for v in _variants(args) or [""]]
+                    elif source == "nsq":  # the nsq sink, fetch: no source options
+                        runs.append((source, what, ""))
             for source, what, variant in runs if rnd % 2 == 0 else runs[::-1]:  # alternate
                 topic = f"spark_bench_{rnd}_{what}_{source}_{len(results)}"
                 if what == "reader":
