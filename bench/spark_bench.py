@@ -4,6 +4,8 @@ beside the nsqd's own bench reader figure, in the same run.
   .venv/bin/python bench/spark_bench.py                   # 1,000,000 x 100 B, local[2], x3
   .venv/bin/python bench/spark_bench.py --nsqd-cmd /opt/nsq-go/bin/nsqd   # Go nsqd as broker
   .venv/bin/python bench/spark_bench.py --count 200000 --repeat 1 --sink noop --sink nsq
+  .venv/bin/python bench/spark_bench.py --source nsq --source synthetic --sink noop \
+      --sink parquet --no-reader --warmup 200000   # the source beside Spark alone, one run
 
 Strategy: start the broker (nsqpy-d, or --nsqd-cmd; all messages in memory: the connector is
 measured, not the diskqueue), then for each round, alternating: `python -m bench reader` on
@@ -16,6 +18,8 @@ query's own progress reports, so JVM and query start-up are left out; the wall r
 start is printed too. Medians over --repeat rounds. Every run is bounded by --count and
 --max-seconds; the broker is stopped at the end, Parquet output deleted after each run. The
 nsq sink is measured the other way round: --count rows made by Spark written to a topic.
+With `--source nsq --source synthetic` every round runs each sink from both sources, alternating
+with the rest, and the medians' ratio (nsq source / Spark alone) is printed per sink.
 `first batch s` is the start of the first batch with rows less the query's start. `--warmup N`
 runs an untimed N-message query first (the session's first query starts Spark's code paths and
 the executors' Python workers: its figures are printed as "spark noop (cold)"), and with the
@@ -50,7 +54,8 @@ class MachineCPU:
     seconds in a thread from /proc (Linux): ``machine`` is /proc/stat's busy time (all processes,
     others' included: the machine is shared), ``broker`` the broker's pid, ``jvm`` processes
     named java (Spark's driver JVM: executors run in it with local[N]), ``python`` the other
-    Python processes (Spark's Python workers, the source's driver-side process, the bench).
+    Python processes (Spark's Python workers, the source's driver-side process, the bench);
+    the kinds count only the bench's own process tree and the broker.
     ``between(t0, t1)`` gives each kind's CPU-seconds between two time.time() instants (the
     samples nearest inside them: within ``period_s``)."""
 
@@ -60,6 +65,7 @@ class MachineCPU:
         import threading
 
         self.broker_pid = broker_pid
+        self.root_pid = os.getpid()
         self.period_s = period_s
         self.tick = os.sysconf("SC_CLK_TCK")
         self.samples: list[tuple[float, dict[str, float]]] = []
@@ -81,6 +87,7 @@ class MachineCPU:
         with open("/proc/stat") as fh:
             f = [int(x) for x in fh.readline().split()[1:]]
         busy = f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
+        procs: dict[int, tuple[int, str, int]] = {}  # pid -> (ppid, comm, jiffies)
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -89,11 +96,24 @@ class MachineCPU:
                     head, _, rest = fh.read().rpartition(")")
             except OSError:
                 continue
-            pid = int(entry.name)
-            kind = self._kind(pid, head.partition("(")[2])
+            v = rest.split()
+            procs[int(entry.name)] = (int(v[1]), head.partition("(")[2], int(v[11]) + int(v[12]))
+        # only this process's tree (Spark's JVM, its Python workers, the broker): other people's
+        # processes on a shared machine count in "machine" alone
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [self.root_pid, self.broker_pid]
+        tree: set[int] = set()
+        while todo:
+            pid = todo.pop()
+            if pid not in tree:
+                tree.add(pid)
+                todo.extend(children.get(pid, ()))
+        for pid in tree & procs.keys():
+            kind = self._kind(pid, procs[pid][1])
             if kind is not None:
-                v = rest.split()
-                self._seen[pid] = (kind, int(v[11]) + int(v[12]))
+                self._seen[pid] = (kind, procs[pid][2])
         out = dict.fromkeys(self.KINDS, 0.0)
         out["machine"] = busy / self.tick
         for kind, jiffies in self._seen.values():
@@ -249,10 +269,18 @@ def synthetic_data_source() -> Any:
     return Synthetic
 
 
-def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str) -> dict:
+def run_one(
+    spark,
+    address: str,
+    args: argparse.Namespace,
+    sink: str,
+    topic: str,
+    source: str = "nsq",
+    variant: str = "",
+) -> dict:
     import shutil
 
-    synthetic = args.source == "synthetic"
+    synthetic = source == "synthetic"
     pub_rate = 0.0 if synthetic else prefill(address, topic, args.count, args.size)
     work = tempfile.mkdtemp(prefix="spark-bench-")
     opts = {  # the defaults: only what the source requires
@@ -263,7 +291,7 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
     }
     if synthetic:
         opts = {"count": str(args.count), "size": str(args.size)}
-    for kv in args.option:
+    for kv in args.option + _variants(args).get(variant, []):
         k, _, v = kv.partition("=")
         opts[k] = v
     fmt = "nsq_synthetic" if synthetic else "nsq"
@@ -306,7 +334,9 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         for k, v in p["durationMs"].items():
             phases[k] = phases.get(k, 0) + v / len(batches)
     return {
-        "mode": f"spark {sink}" + (" (synthetic)" if synthetic else ""),
+        "mode": f"spark {sink}"
+        + (" (synthetic)" if synthetic else "")
+        + (f" [{variant}]" if variant else ""),
         "count": args.count,
         "size": args.size,
         "rows": total,
@@ -323,6 +353,15 @@ def run_one(spark, address: str, args: argparse.Namespace, sink: str, topic: str
         "source_max_rss_kib": stats.get("max_rss_kib"),
         **_cpu_fields(start, end, total),
     }
+
+
+def _variants(args: argparse.Namespace) -> dict[str, list[str]]:
+    """``--variant NAME=k=v,k=v``: NAME -> its source options (k=v)."""
+    out: dict[str, list[str]] = {}
+    for spec in args.variant:
+        name, _, kvs = spec.partition("=")
+        out[name] = [kv for kv in kvs.split(",") if kv]
+    return out
 
 
 def _cpu_cell(rs: list[dict]) -> str:
@@ -460,14 +499,25 @@ def main() -> int:
     )
     ap.add_argument(
         "--source",
+        action="append",
         choices=("nsq", "synthetic"),
-        default="nsq",
-        help="nsq: the nsq source on pre-published messages; synthetic: a Data Source of the "
-        "same schema yielding in-memory Arrow batches, no broker (Spark's own ceiling)",
+        default=[],
+        help="nsq (default): the nsq source on pre-published messages; synthetic: a Data Source "
+        "of the same schema yielding in-memory Arrow batches, no broker (Spark's own ceiling); "
+        "repeatable: both run in every round, alternating, and the ratios are printed",
     )
     ap.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     ap.add_argument("--no-reader", action="store_true", help="skip the bench reader runs")
     ap.add_argument("--option", action="append", default=[], help="source option k=v")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=k=v,k=v",
+        help="source options of a variant (on top of --option); each source runs once per "
+        "variant in every round, alternating, reported as 'spark SINK [NAME]' (repeatable; "
+        "NAME= alone: --option only)",
+    )
     ap.add_argument("--max-seconds", type=float, default=180, help="per run")
     ap.add_argument(
         "--warmup",
@@ -488,6 +538,7 @@ def main() -> int:
     if args.count <= 0 or args.size <= 0 or args.repeat <= 0:
         ap.error("--count, --size and --repeat must be positive")
     sinks = args.sink or ["noop", "parquet", "nsq"]
+    sources = list(dict.fromkeys(args.source or ["nsq"]))
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if args.trace:
@@ -518,11 +569,11 @@ def main() -> int:
             )
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
-            if args.source == "synthetic":
+            if "synthetic" in sources:
                 spark.dataSource.register(synthetic_data_source())
         if args.warmup and spark is not None:
             wargs = argparse.Namespace(**{**vars(args), "count": args.warmup})
-            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup")
+            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup", sources[0])
             r["mode"] = "spark noop (cold)"
             results.append(r)
             print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr, flush=True)
@@ -533,10 +584,16 @@ def main() -> int:
                 print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr,
                       flush=True)  # fmt: skip
         for rnd in range(args.repeat):
-            runs = [] if args.no_reader else ["reader"]
-            runs += sinks
-            for what in runs if rnd % 2 == 0 else runs[::-1]:  # alternate the order
-                topic = f"spark_bench_{rnd}_{what}"
+            # (source, what): the reader, the sink and fetch only with the nsq source
+            runs = [] if args.no_reader or "nsq" not in sources else [("nsq", "reader")]
+            for what in sinks:
+                for source in sources:
+                    if what in ("noop", "parquet"):
+                        runs += [(source, what, v) for v in _variants(args) or [""]]
+                    elif source == "nsq":  # the nsq sink, fetch: no source options
+                        runs.append((source, what, ""))
+            for source, what, variant in runs if rnd % 2 == 0 else runs[::-1]:  # alternate
+                topic = f"spark_bench_{rnd}_{what}_{source}_{len(results)}"
                 if what == "reader":
                     r = run_reader(daemon, args, topic)
                 elif what == "nsq":
@@ -544,7 +601,7 @@ def main() -> int:
                 elif what == "fetch":
                     r = run_fetch(address, args, topic)
                 else:
-                    r = run_one(spark, address, args, what, topic)
+                    r = run_one(spark, address, args, what, topic, source, variant)
                 r["round"] = rnd
                 results.append(r)
                 print(f"spark-bench {broker} round {rnd}: {json.dumps(r)}", file=sys.stderr,
@@ -573,6 +630,21 @@ def main() -> int:
             f"| {mode} | {med:,} | {', '.join(f'{x:,}' for x in rates)} | "
             f"{wall:,} | {first} | {batches or '-'} | {_cpu_cell(rs)} |"
         )
+    medians = {
+        mode: sorted(r["msgs_per_s"] for r in results if r["mode"] == mode)
+        for mode in dict.fromkeys(r["mode"] for r in results)
+    }
+    for sink in ("noop", "parquet"):
+        for v in _variants(args) or [""]:
+            tag = f" [{v}]" if v else ""
+            nsq = medians.get(f"spark {sink}{tag}")
+            alone = medians.get(f"spark {sink} (synthetic){tag}")
+            if nsq and alone:
+                ratio = nsq[len(nsq) // 2] / alone[len(alone) // 2]
+                print(
+                    f"\nnsq source / Spark alone into {sink}{tag}: {ratio:.2f}x (medians)", end=""
+                )
+    print()
     cores = os.cpu_count() or 1
     print(
         f"\nCPU budget: {cores} cores x (1,000,000 / rate) s, i.e. "

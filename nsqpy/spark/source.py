@@ -24,9 +24,9 @@ Options (all strings, as Spark passes them; see SourceOptions and docs/spark.md)
 nsqd_tcp_addresses / lookupd_http_addresses, topic, channel, spool_dir, spool_read_uri,
 max_in_flight, max_spool_bytes, spool_segment_bytes, max_messages_per_trigger,
 max_bytes_per_trigger, nsqd_http_addresses, msg_timeout, fetch_wait, lookupd_poll_interval,
-connections_per_nsqd, max_rows_per_partition, and the connection options of
-options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify (TLS, a client
-certificate), compression (none|snappy|deflate), deflate_level, auth_secret."""
+connections_per_nsqd, max_rows_per_partition, min_batch_rows, max_batch_delay, and the
+connection options of options.conn_config: tls, tls_ca_file, tls_cert, tls_key, tls_verify
+(TLS, a client certificate), compression (none|snappy|deflate), deflate_level, auth_secret."""
 
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ NSQD_MAX_RDY_COUNT = 2500
 
 #: how long the query's first latestOffset waits for the first rows (seconds)
 _FIRST_ROWS_WAIT = 3.0
+#: rows a batch waits for (up to max_batch_delay) while messages pour in: each micro-batch costs
+#: Spark a fixed ~0.15 CPU-s in its JVM (planning, the offset and commit logs, tasks), so a
+#: backlog drained in batches of 100,000 rows spends about as much CPU on batches as on rows
+DEFAULT_MIN_BATCH_ROWS = 200_000
+#: what counts as "messages keep arriving" while a batch waits for min_batch_rows (seconds)
+_ARRIVAL_GAP = 0.05
 
 
 # ------------------------------------------------------------------------------------ options
@@ -119,6 +125,10 @@ class SourceOptions:
             o, "connections_per_nsqd", -(-self.max_in_flight // NSQD_MAX_RDY_COUNT)
         )
         self.max_rows_per_partition: int = int_option(o, "max_rows_per_partition", 100_000)
+        self.min_batch_rows: int = int_option(o, "min_batch_rows", DEFAULT_MIN_BATCH_ROWS, low=0)
+        self.max_batch_delay_ms = parse_duration_ms(
+            o.get("max_batch_delay", "500ms"), "max_batch_delay"
+        )
         #: the connection options (TLS, compression, AUTH): see options.conn_config
         self.conn_options = {k: str(o[k]) for k in CONN_OPTIONS if o.get(k) is not None}
         conn_config(self.conn_options, "check", check_files=False)
@@ -155,6 +165,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target_final = False
         self._available_now = False
         self._first_plan = True
+        self._last_plan: tuple[float, int] | None = None  # (time, end) of the previous plan
 
     def _f(self) -> Fetcher:
         if self._fetcher is None:
@@ -233,11 +244,13 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # a first batch costs a whole batch's overhead)
             end = f.wait_for_rows(pos, max(o.fetch_wait_ms / 1000, _FIRST_ROWS_WAIT))
             if end > pos:
+                self._last_plan = (time.monotonic(), end)  # the rate from here
                 time.sleep(o.fetch_wait_ms / 1000)
-                end = f.durable_end()
+                end = self._fill(f, pos, f.durable_end(), limit)
         else:
-            end = f.wait_for_rows(pos, o.fetch_wait_ms / 1000)
+            end = self._fill(f, pos, f.wait_for_rows(pos, o.fetch_wait_ms / 1000), limit)
         self._first_plan = False
+        self._last_plan = (time.monotonic(), end)
         limit = limit if limit is not None else ReadAllAvailable()
         if isinstance(limit, ReadMinRows) and end - pos < int(limit.min_rows):
             end = pos
@@ -253,6 +266,25 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         f.write_stats()
         trace("latestOffset", start=pos, end=end)
         return {"position": end}
+
+    def _fill(self, f: Fetcher, pos: int, end: int, limit: ReadLimit | None) -> int:
+        """Fewer, larger batches while a backlog drains: when the rows since the previous plan
+        came fast enough to make min_batch_rows within max_batch_delay, wait for them (or until
+        messages stop arriving); a slow stream's batch is planned at once."""
+        o = self.opts
+        want = o.min_batch_rows
+        if isinstance(limit, ReadMaxRows):
+            want = min(want, int(limit.max_rows))
+        have = end - pos
+        if have <= 0 or have >= want or self._last_plan is None:
+            return end
+        t0, end0 = self._last_plan
+        now = time.monotonic()
+        rate = (end - end0) / max(now - t0, 1e-3)  # rows/s made durable since the last plan
+        delay = o.max_batch_delay_ms / 1000
+        if rate <= 0 or (want - have) / rate > delay:
+            return end
+        return f.wait_for_batch(pos + want, delay, _ARRIVAL_GAP)
 
     def _available_now_end(self, f: Fetcher, pos: int) -> int:
         """AvailableNow: the end for the next batch; once the target is reached (or nothing came
