@@ -381,6 +381,37 @@ class DiskQueue:
             i = j
         return positions
 
+    def put_framed(self, chunk: bytes | memoryview, ends: list[int]) -> None:
+        """Append records given already laid out as on disk: ``chunk`` is
+        ``[int32 BE size][bytes]*``, ``ends[k]`` the byte offset in ``chunk`` where record k
+        ends (the caller walked the sizes; each checked within [min_msg_size, max_msg_size]).
+        When the whole chunk fits the write file it is copied into the write buffer at once,
+        with no per-record work; otherwise it goes record by record as put_many would write
+        it, so files roll at the same places. OSError as put_many."""
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        if not ends:
+            return
+        n = ends[-1]
+        wp = self._write_pos
+        if wp + n > self.max_bytes_per_file and (wp > 0 or len(ends) > 1):
+            view = memoryview(chunk)
+            start = 0
+            records: list[bytes] = []
+            for end in ends:
+                records.append(bytes(view[start + 4 : end]))
+                start = end
+            self.put_many(records)
+            return
+        if len(self._wbuf) >= WRITE_BUFFER_LIMIT:
+            self.flush()
+        self._wbuf += chunk[:n] if n != len(chunk) else chunk
+        self._write_pos = wp + n
+        self._depth += len(ends)
+        if not self._ops:
+            self._pending_since = self._clock()
+        self._ops += len(ends)
+
     def flush(self) -> None:
         """Write the buffered records to the OS (no fsync). Raises OSError; what was written
         before the error stays written, the rest stays buffered."""

@@ -121,6 +121,33 @@ def decode_entries(body: bytes) -> list[bytes]:
     return out
 
 
+def entry_ends(body: bytes, max_size: int) -> list[int]:
+    """Walk an append request body (``[u32 size][entry]*``) without copying it: the byte
+    offset where each entry ends, in order. A follower writes such a body into its replica
+    log as it is (the DiskQueue's own record layout: DiskQueue.put_framed). ValueError when
+    it does not parse or an entry's size is outside [header, ``max_size``]."""
+    ends: list[int] = []
+    add = ends.append
+    i, n = 0, len(body)
+    lo = ENTRY.size + RECORD_HEADER
+    unpack = _SIZE.unpack_from
+    while i < n:
+        if i + 4 > n:
+            raise ValueError("truncated entry size")
+        (size,) = unpack(body, i)
+        i += 4 + size
+        if i > n or size < lo or size > max_size:
+            raise ValueError(f"bad entry size {size}")
+        add(i)
+    return ends
+
+
+def framed_name(body: bytes, start: int) -> Name:
+    """The (epoch, seq) of the entry whose size prefix is at ``start`` in an append body."""
+    epoch, seq, _ = ENTRY.unpack_from(body, start + 4)
+    return epoch, seq
+
+
 #: One part of a multi-topic append request: the query of /replica/append and its body.
 Part = tuple[dict[str, str], bytes]
 #: What take_parts counts for a part besides its body: its two sizes and its query (a topic

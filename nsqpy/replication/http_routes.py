@@ -61,7 +61,6 @@ from .entries import (
     MAX_REQUEST_BYTES,
     Gap,
     StaleEpoch,
-    decode_entries,
     decode_parts,
     name_text,
     parse_name,
@@ -219,7 +218,6 @@ class ReplicaRoutes:
         """One topic's append: (200, {"next", "last"[, "dirty"]}) or (status, {"message"})."""
         try:
             int(q.get("first", ""))
-            entries = decode_entries(body)
             prev, reset = q.get("prev"), q.get("reset") == "1"
             if prev is not None and prev not in ("?", "-"):
                 parse_name(prev)
@@ -227,7 +225,10 @@ class ReplicaRoutes:
             return 400, {"message": "BAD_BODY"}
         rlog = self.repl.replica_log(name)
         try:
-            return 200, await rlog.request(epoch, entries, prev, reset)
+            # the body goes into the replica log as it came (ReplicaLog.append_framed)
+            return 200, await rlog.request(epoch, body, prev, reset)
+        except ValueError:
+            return 400, {"message": "BAD_BODY"}
         except StaleEpoch:
             return 409, {"message": "E_STALE_EPOCH"}
         except Gap as g:

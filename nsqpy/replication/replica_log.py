@@ -40,7 +40,9 @@ from .entries import (
     Name,
     NotFollowing,
     StaleEpoch,
+    entry_ends,
     entry_name,
+    framed_name,
     name_text,
     parse_name,
 )
@@ -138,11 +140,19 @@ class ReplicaLog:
         self.min_epoch = max(self.min_epoch, epoch)
 
     async def request(
-        self, epoch: int, entries: list[bytes], prev: str | None, reset: bool = False
+        self,
+        epoch: int,
+        entries: list[bytes] | bytes,
+        prev: str | None,
+        reset: bool = False,
     ) -> dict[str, Any]:
-        """One ``/replica/append`` request: :meth:`append`, then the answer
+        """One ``/replica/append`` request: :meth:`append` (``entries`` a list) or
+        :meth:`append_framed` (``entries`` the request body as it came), then the answer
         ``{"next": N, "last": "E:S"}`` (with ``"dirty"`` for a probe, ``prev="?"``)."""
-        await self.append(epoch, 0, entries, prev, reset)
+        if isinstance(entries, list):
+            await self.append(epoch, 0, entries, prev, reset)
+        else:
+            await self.append_framed(epoch, entries, prev, reset)
         answer: dict[str, Any] = {"next": self.next_seq, "last": name_text(self.last)}
         if prev == "?":
             answer["dirty"] = bool(self.dirty is not None and self.dirty())
@@ -166,6 +176,47 @@ class ReplicaLog:
         this log (the leader found the topic dirty: a deposed leader's own data, its
         unacknowledged tail included, gives way to the leader's history). ``first`` is the
         sender's seq of the batch, informational. StaleEpoch, Gap, NotFollowing, OSError."""
+
+        def name_at(k: int) -> Name:
+            return entry_name(entries[k])
+
+        def write(i: int) -> None:
+            self.dq.put_many(entries[i:] if i else entries)
+
+        return await self._append(epoch, prev, reset, len(entries), name_at, write)
+
+    async def append_framed(
+        self, epoch: int, body: bytes, prev: str | None = None, reset: bool = False
+    ) -> int:
+        """:meth:`append` for an append request's body as it came (``[u32 size][entry]*``,
+        entries.py): its sizes are walked once (entries.entry_ends; ValueError when it does
+        not parse) and the fresh part is written into the log as it is
+        (DiskQueue.put_framed), with no object per entry."""
+        ends = entry_ends(body, self.dq.max_msg_size)
+
+        def name_at(k: int) -> Name:
+            return framed_name(body, ends[k - 1] if k else 0)
+
+        def write(i: int) -> None:
+            if not i:
+                self.dq.put_framed(body, ends)
+                return
+            start = ends[i - 1]
+            self.dq.put_framed(memoryview(body)[start:], [e - start for e in ends[i:]])
+
+        return await self._append(epoch, prev, reset, len(ends), name_at, write)
+
+    async def _append(
+        self,
+        epoch: int,
+        prev: str | None,
+        reset: bool,
+        n: int,
+        name_at: Callable[[int], Name],
+        write: Callable[[int], None],
+    ) -> int:
+        """The append's rules (:meth:`append`) over ``n`` entries named by ``name_at(k)``;
+        ``write(i)`` puts entries i.. into the DiskQueue."""
         async with self.lock:
             if epoch < self.epoch or epoch < self.min_epoch:
                 raise StaleEpoch
@@ -176,30 +227,29 @@ class ReplicaLog:
                 self._reset(epoch)
             last = self.last
             if prev is None:
-                if entries and last is not None:
-                    head = entry_name(entries[0])
+                if n and last is not None:
+                    head = name_at(0)
                     if head[0] == last[0] and head[1] > last[1] + 1:
                         raise Gap(last, self.next_seq)
             elif prev != "-" and parse_name(prev) != last:
                 raise Gap(last, self.next_seq)
-            i, n = 0, len(entries)
+            i = 0
             if last is not None:
-                while i < n and entry_name(entries[i]) <= last:
+                while i < n and name_at(i) <= last:
                     i += 1
-            fresh = entries[i:] if i else entries
-            if fresh:
-                dq = self.dq
-                dq.put_many(fresh)
+            if i < n:
+                write(i)
+                newest = name_at(n - 1)
                 if self.fsync_first:
                     where = self._where()
                     await self._sync()
-                    self.last = self.synced = entry_name(fresh[-1])
+                    self.last = self.synced = newest
                     self._write_last(self.last, where)
                 else:
-                    dq.flush()  # in the OS: survives this process, readable at a promotion
-                    self.last = entry_name(fresh[-1])
+                    self.dq.flush()  # in the OS: survives this process, readable at a promotion
+                    self.last = newest
                     self._sync_soon()
-                self.appended += len(fresh)
+                self.appended += n - i
             return self.next_seq
 
     async def _sync(self) -> None:
