@@ -29,12 +29,18 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 from urllib.parse import urlencode
 
-from .entries import Part, encode_parts, take_parts
+from .entries import STREAM_MAGIC, Part, encode_frame, encode_parts, take_parts
 
 log = logging.getLogger("nsqpy.replication")
 
 #: A link's answer: the HTTP status (-1: the request failed) and the JSON object.
 Answer: TypeAlias = tuple[int, dict[str, Any]]
+#: Frames sent on a stream and not answered yet, at most (the next waits for an answer).
+MAX_IN_FLIGHT = 8
+#: Bytes waiting in a stream's socket buffer past which sending waits for them to drain.
+STREAM_WRITE_HIGH = 1 << 20
+#: The largest answer frame read (one JSON answer per part).
+STREAM_ANSWER_LIMIT = 16 << 20
 
 
 class Courier:
@@ -43,9 +49,19 @@ class Courier:
     ``timeout``: seconds per request. ``requests`` and ``parts`` count what was sent (parts /
     requests is the batching across topics)."""
 
-    def __init__(self, node_id: str, address_of: Callable[[str], str], timeout: float) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        address_of: Callable[[str], str],
+        timeout: float,
+        stream_address_of: Callable[[str], str] | None = None,
+    ) -> None:
         self.node_id = node_id
         self.address_of = address_of
+        self.stream_address_of = stream_address_of
+        #: False once the follower refused the stream's magic (a node without it): HTTP.
+        self.streams = stream_address_of is not None
+        self._stream: _Stream | None = None
         self._conn: _Connection | None = None
         self.timeout = timeout
         self.queue: deque[tuple[Part, asyncio.Future[Answer]]] = deque()
@@ -73,6 +89,9 @@ class Courier:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._stream is not None:
+            self._stream.fail("closed")
+            self._stream = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -84,10 +103,17 @@ class Courier:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
+            stream = self._stream_now()
+            if stream is not None and len(stream.in_flight) >= MAX_IN_FLIGHT:
+                await self._wake.wait()  # an answer frees a place
+                continue
             batch = [item for item in take_parts(self.queue) if not item[1].done()]
             if batch:
                 try:
-                    await self._send(batch)
+                    if stream is not None:
+                        await self._send_stream(stream, batch)
+                    else:
+                        await self._send(batch)
                 except Exception as exc:  # noqa: BLE001 - never leave a link waiting
                     log.exception("replication: request to node %s", self.node_id)
                     for _, fut in batch:
@@ -96,25 +122,44 @@ class Courier:
             if not self.queue:
                 await self._wake.wait()
 
-    async def _send(self, batch: list[tuple[Part, asyncio.Future[Answer]]]) -> None:
+    def _stream_now(self) -> _Stream | None:
+        """The stream to send on (made when there is none, or it died, or the follower's
+        address changed); None: this follower takes HTTP requests."""
+        if not self.streams or self.stream_address_of is None:
+            return None
+        address = self.stream_address_of(self.node_id)
+        if not address:
+            return None
+        stream = self._stream
+        if stream is not None and (stream.dead or stream.address != address):
+            stream.fail("replaced")
+            stream = None
+        if stream is None:
+            stream = self._stream = _Stream(self, address)
+        return stream
+
+    async def _send_stream(
+        self, stream: _Stream, batch: list[tuple[Part, asyncio.Future[Answer]]]
+    ) -> None:
+        """One frame with every part of ``batch`` on the stream; the answers come through
+        :meth:`answer_batch` when its answer frame is read."""
         self.requests += 1
         self.parts += len(batch)
-        if len(batch) == 1 or not self.many:
-            for part, fut in batch:
-                _answer(fut, await self._post("/replica/append", part[0], part[1]))
-            return
-        status, answer = await self._post(
-            "/replica/append-many", {}, encode_parts([part for part, _ in batch])
-        )
+        try:
+            await stream.send(batch, encode_frame(encode_parts([part for part, _ in batch])))
+        except ConnectionError as exc:  # not opened (down, restarting): each part retried
+            failed: Answer = (-1, {"message": str(exc)})
+            for _, fut in batch:
+                _answer(fut, failed)
+
+    def answer_batch(
+        self, batch: list[tuple[Part, asyncio.Future[Answer]]], status: int, answer: dict[str, Any]
+    ) -> None:
+        """Give each part of ``batch`` its answer from ``/replica/append-many``'s answer (or
+        a stream frame's, the same object): each as ``/replica/append`` would have answered
+        it; every part as a failed request when the whole failed."""
         answers = answer.get("answers") if status == 200 else None
-        if status == 404:
-            self.many = False  # a node without it: one request per part from now on
-            log.info("replication: node %s takes one topic per request", self.node_id)
         if not isinstance(answers, list) or len(answers) != len(batch):
-            if status == 404:
-                for part, fut in batch:
-                    _answer(fut, await self._post("/replica/append", part[0], part[1]))
-                return
             # the request as a whole failed: each part as a failed request (retried)
             why = f"append-many answered {status}: {answer.get('message', '')}"
             failed: Answer = (-1, {"message": why})
@@ -127,6 +172,24 @@ class Courier:
                 _answer(fut, (int(code), obj if isinstance(obj, dict) else {}))
             except (TypeError, ValueError):
                 _answer(fut, (-1, {"message": f"bad part answer {one!r:.64}"}))
+
+    async def _send(self, batch: list[tuple[Part, asyncio.Future[Answer]]]) -> None:
+        self.requests += 1
+        self.parts += len(batch)
+        if len(batch) == 1 or not self.many:
+            for part, fut in batch:
+                _answer(fut, await self._post("/replica/append", part[0], part[1]))
+            return
+        status, answer = await self._post(
+            "/replica/append-many", {}, encode_parts([part for part, _ in batch])
+        )
+        if status == 404:
+            self.many = False  # a node without it: one request per part from now on
+            log.info("replication: node %s takes one topic per request", self.node_id)
+            for part, fut in batch:
+                _answer(fut, await self._post("/replica/append", part[0], part[1]))
+            return
+        self.answer_batch(batch, status, answer)
 
     async def _post(self, path: str, params: dict[str, str], body: bytes) -> Answer:
         """POST ``path`` to the follower: (HTTP status, JSON answer), or (-1, {"message": the
@@ -169,6 +232,103 @@ class Courier:
             conn.close()
             if self._conn is conn:
                 self._conn = None
+
+
+class _Stream:
+    """The replication stream to one follower (its TCP port, entries.STREAM_MAGIC): frames
+    written one after another without waiting (at most MAX_IN_FLIGHT unanswered), answers read
+    in order by one task and matched to the oldest unanswered frame. Any failure (refused,
+    closed, an answer that does not parse, an answer later than the courier's timeout) fails
+    every unanswered frame's parts (-1) and kills the stream; the next frame opens a new one.
+    A follower that answers the magic with E_BAD_PROTOCOL (a node without the stream) turns
+    the courier to HTTP for good."""
+
+    def __init__(self, courier: Courier, address: str) -> None:
+        self.courier = courier
+        self.address = address
+        self.writer: asyncio.StreamWriter | None = None
+        self.in_flight: deque[
+            tuple[list[tuple[Part, asyncio.Future[Answer]]], asyncio.TimerHandle]
+        ] = deque()
+        self.dead = False
+        self._reader_task: asyncio.Task[None] | None = None
+
+    async def send(self, batch: list[tuple[Part, asyncio.Future[Answer]]], frame: bytes) -> None:
+        if self.writer is None:
+            await self._open()
+        writer = self.writer
+        if self.dead or writer is None:
+            raise ConnectionError("replication stream closed")
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.courier.timeout, self.fail, "no answer in time")
+        self.in_flight.append((batch, timer))
+        writer.write(frame)
+        if writer.transport.get_write_buffer_size() > STREAM_WRITE_HIGH:
+            await writer.drain()
+
+    async def _open(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host.strip("[]"), int(port)), self.courier.timeout
+            )
+        except (OSError, ValueError, TimeoutError) as exc:
+            self.dead = True
+            raise ConnectionError(f"replication stream to {self.address}: {exc!r}") from None
+        if self.dead:  # failed (closed) while opening
+            writer.close()
+            return
+        self.writer = writer
+        writer.write(STREAM_MAGIC)
+        self._reader_task = asyncio.get_running_loop().create_task(
+            self._read(reader), name=f"replication-stream-{self.courier.node_id}"
+        )
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        courier = self.courier
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = int.from_bytes(head, "big")
+                if size > STREAM_ANSWER_LIMIT:
+                    raise ValueError(f"answer frame of {size} bytes")
+                payload = await reader.readexactly(size)
+                if not self.in_flight:
+                    raise ValueError("an answer with no frame unanswered")
+                if b"E_BAD_PROTOCOL" in payload[:32]:
+                    courier.streams = False
+                    log.info("replication: node %s takes HTTP requests", courier.node_id)
+                    raise ConnectionError("the follower has no replication stream")
+                batch, timer = self.in_flight.popleft()
+                timer.cancel()
+                answer = json.loads(payload)
+                if not isinstance(answer, dict):
+                    raise ValueError(f"not a JSON object: {payload[:64]!r}")
+                courier.answer_batch(batch, 200 if "answers" in answer else 400, answer)
+                courier._wake.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure fails what is unanswered
+            self._reader_task = None
+            self.fail(repr(exc))
+
+    def fail(self, why: str) -> None:
+        """Kill the stream: every unanswered frame's parts answered (-1, why)."""
+        self.dead = True
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        task = self._reader_task
+        self._reader_task = None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        failed: Answer = (-1, {"message": f"replication stream: {why}"})
+        while self.in_flight:
+            batch, timer = self.in_flight.popleft()
+            timer.cancel()
+            for _, fut in batch:
+                _answer(fut, failed)
+        self.courier._wake.set()
 
 
 class _Connection:

@@ -187,6 +187,45 @@ def decode_parts(body: bytes) -> list[Part]:
     return out
 
 
+#: The replication stream's protocol magic, the first four bytes a leader writes on a follower's
+#: TCP port (as "  V2" picks nsqd's protocol there; stream_server.py).
+STREAM_MAGIC = b"  RS"
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """One frame of the replication stream: ``[u32 size][payload]``."""
+    return _SIZE.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """The replication stream's frames, sans-IO: :meth:`feed` bytes as they come, get the
+    whole frames' payloads; ValueError for a frame announced larger than ``limit`` bytes
+    (nothing of it is buffered beyond what came)."""
+
+    __slots__ = ("buf", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self.buf
+        buf += data
+        out: list[bytes] = []
+        i, n = 0, len(buf)
+        while n - i >= 4:
+            (size,) = _SIZE.unpack_from(buf, i)
+            if size > self.limit:
+                raise ValueError(f"frame of {size} bytes, more than {self.limit}")
+            if n - i - 4 < size:
+                break
+            out.append(bytes(buf[i + 4 : i + 4 + size]))
+            i += 4 + size
+        if i:
+            del buf[:i]
+        return out
+
+
 def take_parts(
     queue: deque[tuple[Part, T]], limit: int = MAX_REQUEST_BYTES
 ) -> list[tuple[Part, T]]:
