@@ -74,6 +74,10 @@ class Courier:
     async def append(self, params: dict[str, str], body: bytes) -> Answer:
         """One topic's ``/replica/append`` (its query and body), sent with whatever other
         topics have queued: (HTTP status, JSON answer), (-1, {"message": ...}) on failure."""
+        return await self.submit(params, body)
+
+    def submit(self, params: dict[str, str], body: bytes) -> asyncio.Future[Answer]:
+        """:meth:`append` without waiting: queued now, in order; the future of its answer."""
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.queue.append(((params, body), fut))
         if self._task is None or self._task.done():
@@ -82,7 +86,7 @@ class Courier:
             )
         else:
             self._wake.set()
-        return await fut
+        return fut
 
     def close(self) -> None:
         """Stop the task and close the connection; every queued part is answered as failed."""

@@ -30,6 +30,9 @@ from .entries import MAX_REQUEST_BYTES, Name, entry_name, name_text, parse_name
 RETRY_DELAY = 0.05
 #: Longest wait between failed requests to a follower out of the ISR (down, restarting).
 MAX_BACKOFF = 0.5
+#: Append requests one link has out at once: the next goes before the earlier ones are
+#: answered (pipelining, :func:`chained_step`); the follower takes them in order.
+MAX_ROUNDS_IN_FLIGHT = 4
 
 
 class Backlog(Protocol):
@@ -166,6 +169,30 @@ def next_step(link: Link, backlog: Backlog, now: float, catch_up: bool) -> Step:
     if not link.behind_since:
         link.behind_since = now
     return Step(SEND, params, batch)
+
+
+def chained_step(link: Link, backlog: Backlog, sent: Step, now: float) -> Step | None:
+    """The append that follows ``sent`` (a SEND step not answered yet) without waiting for
+    its answer: this epoch's entries after the last one ``sent`` carries (at most
+    MAX_REQUEST_BYTES), chained on it (``prev``: its name, so the follower refuses it with a
+    gap unless ``sent`` was written first); None when nothing follows it yet, or ``sent`` is
+    not such a step (a probe, a reset, entries of the history). The link is behind from
+    ``now`` when it was not."""
+    if not sent.batch or "reset" in sent.params or not link.probed:
+        return None
+    epoch, seq = entry_name(sent.batch[-1])
+    start = seq + 1
+    if epoch != backlog.epoch or start >= backlog.next_seq or start < backlog.base:
+        return None
+    params = {
+        "topic": backlog.topic,
+        "epoch": str(epoch),
+        "first": str(start),
+        "prev": name_text((epoch, seq)),
+    }
+    if not link.behind_since:
+        link.behind_since = now
+    return Step(SEND, params, take(backlog.entries, start - backlog.base))
 
 
 def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> list[bytes] | None:
