@@ -26,10 +26,10 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 from urllib.parse import urlencode
 
-from .entries import STREAM_MAGIC, Part, encode_frame, encode_parts, take_parts
+from .entries import STREAM_MAGIC, FrameReader, Part, encode_frame, encode_parts, take_parts
 
 log = logging.getLogger("nsqpy.replication")
 
@@ -77,8 +77,26 @@ class Courier:
         return await self.submit(params, body)
 
     def submit(self, params: dict[str, str], body: bytes) -> asyncio.Future[Answer]:
-        """:meth:`append` without waiting: queued now, in order; the future of its answer."""
+        """:meth:`append` without waiting: queued now, in order; the future of its answer.
+        When nothing is queued or unanswered and the stream is open, the part goes out at
+        once in a frame of its own (no wait for a batch when idle: parts are batched only
+        while a frame is out)."""
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        stream = self._stream
+        if (
+            stream is not None
+            and not self.queue
+            and not stream.in_flight
+            and stream.ready()
+            and self.streams
+            and self.stream_address_of is not None
+            and stream.address == self.stream_address_of(self.node_id)
+        ):
+            self.requests += 1
+            self.parts += 1
+            part = (params, body)
+            stream.write([(part, fut)], encode_frame(encode_parts([part])))
+            return fut
         self.queue.append(((params, body), fut))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
@@ -238,94 +256,117 @@ class Courier:
                 self._conn = None
 
 
-class _Stream:
+class _Stream(asyncio.Protocol):
     """The replication stream to one follower (its TCP port, entries.STREAM_MAGIC): frames
-    written one after another without waiting (at most MAX_IN_FLIGHT unanswered), answers read
-    in order by one task and matched to the oldest unanswered frame. Any failure (refused,
-    closed, an answer that does not parse, an answer later than the courier's timeout) fails
-    every unanswered frame's parts (-1) and kills the stream; the next frame opens a new one.
-    A follower that answers the magic with E_BAD_PROTOCOL (a node without the stream) turns
-    the courier to HTTP for good."""
+    written one after another without waiting (at most MAX_IN_FLIGHT unanswered), answers
+    taken in order as they are read and matched to the oldest unanswered frame. Any failure
+    (refused, closed, an answer that does not parse, an answer later than the courier's
+    timeout) fails every unanswered frame's parts (-1) and kills the stream; the next frame
+    opens a new one. A follower that answers the magic with E_BAD_PROTOCOL (a node without
+    the stream) turns the courier to HTTP for good."""
 
     def __init__(self, courier: Courier, address: str) -> None:
         self.courier = courier
         self.address = address
-        self.writer: asyncio.StreamWriter | None = None
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader(STREAM_ANSWER_LIMIT)
         self.in_flight: deque[
             tuple[list[tuple[Part, asyncio.Future[Answer]]], asyncio.TimerHandle]
         ] = deque()
         self.dead = False
-        self._reader_task: asyncio.Task[None] | None = None
+        self.paused = False
+        self._drained: asyncio.Future[None] | None = None
+
+    def ready(self) -> bool:
+        """Open, alive and not held back by a full socket buffer: a frame goes out at once."""
+        return self.transport is not None and not self.dead and not self.paused
+
+    def write(self, batch: list[tuple[Part, asyncio.Future[Answer]]], frame: bytes) -> None:
+        """Send ``frame`` (carrying ``batch``) now; the stream must be open."""
+        assert self.transport is not None
+        timer = asyncio.get_running_loop().call_later(
+            self.courier.timeout, self.fail, "no answer in time"
+        )
+        self.in_flight.append((batch, timer))
+        self.transport.write(frame)
 
     async def send(self, batch: list[tuple[Part, asyncio.Future[Answer]]], frame: bytes) -> None:
-        if self.writer is None:
+        """Open the stream when it is not, send ``frame``, then wait while the socket buffer
+        is full. ConnectionError when it cannot be opened or died."""
+        if self.transport is None and not self.dead:
             await self._open()
-        writer = self.writer
-        if self.dead or writer is None:
+        if self.dead or self.transport is None:
             raise ConnectionError("replication stream closed")
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(self.courier.timeout, self.fail, "no answer in time")
-        self.in_flight.append((batch, timer))
-        writer.write(frame)
-        if writer.transport.get_write_buffer_size() > STREAM_WRITE_HIGH:
-            await writer.drain()
+        self.write(batch, frame)
+        if self.paused:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
 
     async def _open(self) -> None:
         host, _, port = self.address.rpartition(":")
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), self.courier.timeout
+            await asyncio.wait_for(
+                loop.create_connection(lambda: self, host.strip("[]"), int(port)),
+                self.courier.timeout,
             )
         except (OSError, ValueError, TimeoutError) as exc:
             self.dead = True
             raise ConnectionError(f"replication stream to {self.address}: {exc!r}") from None
-        if self.dead:  # failed (closed) while opening
-            writer.close()
-            return
-        self.writer = writer
-        writer.write(STREAM_MAGIC)
-        self._reader_task = asyncio.get_running_loop().create_task(
-            self._read(reader), name=f"replication-stream-{self.courier.node_id}"
-        )
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        if self.dead:  # failed (closed) while opening
+            self.transport.close()
+            return
+        self.transport.write(STREAM_MAGIC)
+
+    def data_received(self, data: bytes) -> None:
         courier = self.courier
         try:
-            while True:
-                head = await reader.readexactly(4)
-                size = int.from_bytes(head, "big")
-                if size > STREAM_ANSWER_LIMIT:
-                    raise ValueError(f"answer frame of {size} bytes")
-                payload = await reader.readexactly(size)
+            frames = self.reader.feed(data)
+            for payload in frames:
                 if not self.in_flight:
                     raise ValueError("an answer with no frame unanswered")
                 if b"E_BAD_PROTOCOL" in payload[:32]:
                     courier.streams = False
                     log.info("replication: node %s takes HTTP requests", courier.node_id)
-                    raise ConnectionError("the follower has no replication stream")
-                batch, timer = self.in_flight.popleft()
-                timer.cancel()
+                    raise ValueError("the follower has no replication stream")
                 answer = json.loads(payload)
                 if not isinstance(answer, dict):
                     raise ValueError(f"not a JSON object: {payload[:64]!r}")
+                batch, timer = self.in_flight.popleft()
+                timer.cancel()
                 courier.answer_batch(batch, 200 if "answers" in answer else 400, answer)
-                courier._wake.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure fails what is unanswered
-            self._reader_task = None
-            self.fail(repr(exc))
+        except ValueError as exc:
+            self.fail(str(exc))
+            return
+        if frames:
+            courier._wake.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.fail(f"closed ({exc!r})" if exc is not None else "closed")
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._wake_drained()
+
+    def _wake_drained(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
 
     def fail(self, why: str) -> None:
         """Kill the stream: every unanswered frame's parts answered (-1, why)."""
         self.dead = True
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        task = self._reader_task
-        self._reader_task = None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        if self.transport is not None:
+            transport, self.transport = self.transport, None
+            transport.abort()
+        self._wake_drained()
         failed: Answer = (-1, {"message": f"replication stream: {why}"})
         while self.in_flight:
             batch, timer = self.in_flight.popleft()

@@ -36,6 +36,7 @@ not by the publish rate. Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
 
+import re
 import struct
 from collections import deque
 from typing import TypeVar
@@ -44,6 +45,10 @@ from urllib.parse import parse_qsl, urlencode
 #: An entry's header: epoch (u32), seq (u64), DPUB's delay in ms (u32), big-endian.
 ENTRY = struct.Struct(">IQI")
 _SIZE = struct.Struct(">I")
+#: A query whose keys and values need no escaping to be read back by parse_qsl.
+_PLAIN_QUERY = re.compile(
+    r"[A-Za-z0-9._:?\-]+=[A-Za-z0-9._:?\-]*(?:&[A-Za-z0-9._:?\-]+=[A-Za-z0-9._:?\-]*)*"
+)
 #: The nsqd record header (message.py): 8 timestamp + 2 attempts + 16 ID.
 RECORD_HEADER = 26
 #: Most bytes one append request carries (more waits for the next request).
@@ -161,7 +166,9 @@ def encode_parts(parts: list[Part]) -> bytes:
     pack = _SIZE.pack
     out: list[bytes] = []
     for params, body in parts:
-        query = urlencode(params).encode()
+        plain = "&".join([f"{k}={v}" for k, v in params.items()])
+        # what urlencode would give, but for the characters it escapes (':' of a name, '?')
+        query = (plain if _PLAIN_QUERY.fullmatch(plain) else urlencode(params)).encode()
         out += (pack(len(query)), query, pack(len(body)), body)
     return b"".join(out)
 
