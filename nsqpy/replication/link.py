@@ -215,6 +215,22 @@ def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> 
     return take(backlog.entries, start - backlog.base)
 
 
+def has_more(last: Name | None, backlog: Backlog, floor: int | None = None) -> bool:
+    """Whether :func:`batch_for` would give a follower whose log ends at ``last`` anything
+    (or None), without making the batch."""
+    epoch = backlog.epoch
+    next_seq = backlog.next_seq
+    if last is not None and last[0] >= epoch:
+        start = min(last[1] + 1, next_seq) if last[0] == epoch else next_seq
+    else:
+        hist = backlog.history
+        i = 0 if last is None else bisect_right(hist, last, key=entry_name)
+        if i < len(hist):
+            return True
+        start = floor or 0
+    return start < backlog.base or start < next_seq
+
+
 def acked_of(last: Name | None, backlog: Backlog, floor: int | None = None) -> int:
     """The seq of this epoch a follower whose log ends at ``last`` expects next (``floor``
     when it has nothing of this epoch and starts there: Link.floor)."""
@@ -282,7 +298,7 @@ def apply_answer(
         elif "reset" in step.params:
             link.reset = False
         link.acked = acked_of(link.last, backlog, link.floor)
-        if link.acked >= backlog.next_seq and not batch_for(link.last, backlog, link.floor):
+        if link.acked >= backlog.next_seq and not has_more(link.last, backlog, link.floor):
             link.behind_since = 0.0
         elif step.batch:
             link.behind_since = now
