@@ -24,12 +24,22 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .entries import MAX_REQUEST_BYTES, Name, entry_name, name_text, parse_name
+from .entries import (
+    ENTRY,
+    MAX_REQUEST_BYTES,
+    RECORD_HEADER,
+    Name,
+    entry_name,
+    name_text,
+    parse_name,
+)
 
 #: Sender backoff after a failed request, seconds.
 RETRY_DELAY = 0.05
 #: Longest wait between failed requests to a follower out of the ISR (down, restarting).
 MAX_BACKOFF = 0.5
+#: The most entries one request can carry (each at least a header, a record header and a size).
+_MOST_ENTRIES = MAX_REQUEST_BYTES // (ENTRY.size + RECORD_HEADER + 4) + 1
 #: Append requests one link has out at once: the next goes before the earlier ones are
 #: answered (pipelining, :func:`chained_step`); the follower takes them in order.
 MAX_ROUNDS_IN_FLIGHT = 4
@@ -242,6 +252,9 @@ def acked_of(last: Name | None, backlog: Backlog, floor: int | None = None) -> i
 
 def take(entries: list[bytes], start: int) -> list[bytes]:
     """Entries from ``start`` on, at most MAX_REQUEST_BYTES of them (one at least)."""
+    rest = entries[start : start + _MOST_ENTRIES]
+    if sum(map(len, rest)) + 4 * len(rest) <= MAX_REQUEST_BYTES:
+        return rest  # all of them (sizes summed in C)
     batch: list[bytes] = []
     size = 0
     for j in range(start, len(entries)):
