@@ -153,6 +153,16 @@ class ReplicaLog:
             await self.append(epoch, 0, entries, prev, reset)
         else:
             await self.append_framed(epoch, entries, prev, reset)
+        return self._answer(prev)
+
+    def request_now(
+        self, epoch: int, body: bytes, prev: str | None, reset: bool = False
+    ) -> dict[str, Any]:
+        """:meth:`request` at once (only when :meth:`ready_now`: append_framed_now)."""
+        self.append_framed_now(epoch, body, prev, reset)
+        return self._answer(prev)
+
+    def _answer(self, prev: str | None) -> dict[str, Any]:
         answer: dict[str, Any] = {"next": self.next_seq, "last": name_text(self.last)}
         if prev == "?":
             answer["dirty"] = bool(self.dirty is not None and self.dirty())
@@ -192,6 +202,31 @@ class ReplicaLog:
         entries.py): its sizes are walked once (entries.entry_ends; ValueError when it does
         not parse) and the fresh part is written into the log as it is
         (DiskQueue.put_framed), with no object per entry."""
+        name_at, write, n = self._framed(body)
+        return await self._append(epoch, prev, reset, n, name_at, write)
+
+    def ready_now(self) -> bool:
+        """Whether :meth:`append_framed_now` may run: no append or reset in progress, and
+        an append is answered once written (--replica-sync=write)."""
+        return not self.fsync_first and not self.lock.locked()
+
+    def append_framed_now(
+        self, epoch: int, body: bytes, prev: str | None = None, reset: bool = False
+    ) -> int:
+        """:meth:`append_framed` at once, for a follower that answers once written: only
+        when :meth:`ready_now` (nothing to wait for); the same rules and errors."""
+        assert self.ready_now()
+        name_at, write, n = self._framed(body)
+        newest = self._take(epoch, prev, reset, n, name_at, write)
+        if newest is not None:
+            self.dq.flush()  # in the OS: survives this process, readable at a promotion
+            self.last = newest
+            self._sync_soon()
+        return self.next_seq
+
+    def _framed(self, body: bytes) -> tuple[Callable[[int], Name], Callable[[int], None], int]:
+        """``name_at``, ``write`` and the count of an append body's entries (ValueError when
+        it does not parse)."""
         ends = entry_ends(body, self.dq.max_msg_size)
 
         def name_at(k: int) -> Name:
@@ -204,7 +239,7 @@ class ReplicaLog:
             start = ends[i - 1]
             self.dq.put_framed(memoryview(body)[start:], [e - start for e in ends[i:]])
 
-        return await self._append(epoch, prev, reset, len(ends), name_at, write)
+        return name_at, write, len(ends)
 
     async def _append(
         self,
@@ -215,31 +250,11 @@ class ReplicaLog:
         name_at: Callable[[int], Name],
         write: Callable[[int], None],
     ) -> int:
-        """The append's rules (:meth:`append`) over ``n`` entries named by ``name_at(k)``;
-        ``write(i)`` puts entries i.. into the DiskQueue."""
+        """The append's rules (:meth:`_take`), then the answer's wait: written (and the fsync
+        soon after), or fsynced first (--replica-sync=fsync)."""
         async with self.lock:
-            if epoch < self.epoch or epoch < self.min_epoch:
-                raise StaleEpoch
-            self.epoch = epoch
-            if prev == "?":
-                return self.next_seq
-            if reset:
-                self._reset(epoch)
-            last = self.last
-            if prev is None:
-                if n and last is not None:
-                    head = name_at(0)
-                    if head[0] == last[0] and head[1] > last[1] + 1:
-                        raise Gap(last, self.next_seq)
-            elif prev != "-" and parse_name(prev) != last:
-                raise Gap(last, self.next_seq)
-            i = 0
-            if last is not None:
-                while i < n and name_at(i) <= last:
-                    i += 1
-            if i < n:
-                write(i)
-                newest = name_at(n - 1)
+            newest = self._take(epoch, prev, reset, n, name_at, write)
+            if newest is not None:
                 if self.fsync_first:
                     where = self._where()
                     await self._sync()
@@ -249,8 +264,44 @@ class ReplicaLog:
                     self.dq.flush()  # in the OS: survives this process, readable at a promotion
                     self.last = newest
                     self._sync_soon()
-                self.appended += n - i
             return self.next_seq
+
+    def _take(
+        self,
+        epoch: int,
+        prev: str | None,
+        reset: bool,
+        n: int,
+        name_at: Callable[[int], Name],
+        write: Callable[[int], None],
+    ) -> Name | None:
+        """The append's rules (:meth:`append`) over ``n`` entries named by ``name_at(k)``:
+        ``write(i)`` puts entries i.. into the DiskQueue; returns the name of the newest one
+        written, None when none was (a probe, or all were here already)."""
+        if epoch < self.epoch or epoch < self.min_epoch:
+            raise StaleEpoch
+        self.epoch = epoch
+        if prev == "?":
+            return None
+        if reset:
+            self._reset(epoch)
+        last = self.last
+        if prev is None:
+            if n and last is not None:
+                head = name_at(0)
+                if head[0] == last[0] and head[1] > last[1] + 1:
+                    raise Gap(last, self.next_seq)
+        elif prev != "-" and parse_name(prev) != last:
+            raise Gap(last, self.next_seq)
+        i = 0
+        if last is not None:
+            while i < n and name_at(i) <= last:
+                i += 1
+        if i >= n:
+            return None
+        write(i)
+        self.appended += n - i
+        return name_at(n - 1)
 
     async def _sync(self) -> None:
         """fsync what is written: the data file alone through a dup of its fd, or the meta

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from .appends import append_parts
+from .appends import PartAnswer, append_parts, append_parts_now
 from .entries import MAX_REQUEST_BYTES, FrameReader, decode_parts, encode_frame
 
 if TYPE_CHECKING:
@@ -73,12 +73,36 @@ class StreamServer(asyncio.Protocol):
             return
         if not frames:
             return
+        if self.task is None and not self.frames:
+            # nothing waits before them: taken here, at once, while no part has to wait
+            # (appends.append_parts_now); the rest (and what follows) in order by the task
+            out: list[bytes] = []
+            for payload in frames:
+                answer = self._take_now(payload)
+                if answer is None:
+                    break
+                out.append(answer)
+            if out and self.transport is not None:
+                self.transport.write(b"".join(out))
+            frames = frames[len(out) :]
+            if not frames:
+                return
         self.frames.extend(frames)
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run())
         if len(self.frames) >= MAX_QUEUED and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
+
+    def _take_now(self, payload: bytes) -> bytes | None:
+        """The answer frame of ``payload`` taken at once, or None (nothing done) when one of
+        its parts has to wait."""
+        try:
+            parts = decode_parts(payload)
+        except (ValueError, UnicodeDecodeError):
+            return _BAD_BODY
+        answers = append_parts_now(self.repl, parts)
+        return None if answers is None else _encode(answers)
 
     async def _run(self) -> None:
         frames = self.frames
@@ -93,18 +117,18 @@ class StreamServer(asyncio.Protocol):
                 except (ValueError, UnicodeDecodeError):
                     answer = _BAD_BODY
                 else:
-                    answers = await append_parts(self.repl, parts)
-                    answer = encode_frame(
-                        json.dumps(
-                            {"answers": [[status, obj] for status, obj in answers]},
-                            separators=(",", ":"),
-                        ).encode()
-                    )
+                    answer = _encode(await append_parts(self.repl, parts))
                 if self.transport is None:
                     return
                 self.transport.write(answer)
         finally:
             self.task = None
+
+
+def _encode(answers: list[PartAnswer]) -> bytes:
+    """The answer frame of a frame's parts."""
+    obj = {"answers": [[status, answer] for status, answer in answers]}
+    return encode_frame(json.dumps(obj, separators=(",", ":")).encode())
 
 
 def stream_factory(repl: Replication) -> Callable[[], StreamServer]:

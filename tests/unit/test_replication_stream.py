@@ -167,3 +167,31 @@ async def test_a_node_placed_during_the_epoch_starts_from_what_the_leader_keeps(
     s.set_links([], ["b", "c"])  # ...and on it again: joining again
     assert s.links["b"].floor == s.base
     s.close()
+
+
+@pytest.mark.asyncio
+async def test_an_append_is_taken_at_once_when_nothing_has_to_wait(tmp_path: Path) -> None:
+    """request_now (the stream's path when no append is in progress and the answer waits for
+    no fsync) keeps the rules of request and gives the same answers."""
+    hs = ENTRY.size + RECORD_HEADER
+    rlog = ReplicaLog(
+        "t", DiskQueue("t#replica", str(tmp_path), 1 << 20, hs, 1 << 16, 1, 1000), fsync_first=False
+    )
+    assert rlog.ready_now()
+    body = encode_entries([_entry(1, i) for i in range(3)])
+    assert rlog.request_now(1, body, "-") == {"next": 3, "last": "1:2"}
+    assert rlog.request_now(1, body, "1:2") == {"next": 3, "last": "1:2"}  # sent twice: skipped
+    with pytest.raises(Gap):
+        rlog.request_now(1, encode_entries([_entry(1, 9)]), "1:8")
+    with pytest.raises(StaleEpoch):
+        rlog.request_now(0, body, "-")
+    assert rlog.appended == 3
+    async with rlog.lock:  # an append in progress: the stream waits its turn
+        assert not rlog.ready_now()
+    await rlog.wait_synced()
+    assert rlog.synced == (1, 2)
+    rlog.close()
+    (tmp_path / "f").mkdir()
+    fsynced = _log(tmp_path / "f")  # --replica-sync=fsync: answered after the fsync
+    assert not fsynced.ready_now()
+    fsynced.close()
