@@ -69,6 +69,7 @@ class Courier:
         self.requests = 0
         self.parts = 0
         self._wake = asyncio.Event()
+        self._on_answer: dict[asyncio.Future[Answer], Callable[[], None]] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def append(self, params: dict[str, str], body: bytes) -> Answer:
@@ -76,12 +77,17 @@ class Courier:
         topics have queued: (HTTP status, JSON answer), (-1, {"message": ...}) on failure."""
         return await self.submit(params, body)
 
-    def submit(self, params: dict[str, str], body: bytes) -> asyncio.Future[Answer]:
+    def submit(
+        self, params: dict[str, str], body: bytes, on_answer: Callable[[], None] | None = None
+    ) -> asyncio.Future[Answer]:
         """:meth:`append` without waiting: queued now, in order; the future of its answer.
         When nothing is queued or unanswered and the stream is open, the part goes out at
         once in a frame of its own (no wait for a batch when idle: parts are batched only
-        while a frame is out)."""
+        while a frame is out). ``on_answer()`` is called as soon as the answer is set (the
+        future's own callbacks wait for the loop's next pass)."""
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        if on_answer is not None:
+            self._on_answer[fut] = on_answer
         stream = self._stream
         if (
             stream is not None
@@ -119,8 +125,7 @@ class Courier:
             self._conn = None
         while self.queue:
             _, fut = self.queue.popleft()
-            if not fut.done():
-                fut.set_result((-1, {"message": "closed"}))
+            self._answer(fut, (-1, {"message": "closed"}))
 
     async def _run(self) -> None:
         while True:
@@ -139,10 +144,17 @@ class Courier:
                 except Exception as exc:  # noqa: BLE001 - never leave a link waiting
                     log.exception("replication: request to node %s", self.node_id)
                     for _, fut in batch:
-                        _answer(fut, (-1, {"message": repr(exc)}))
+                        self._answer(fut, (-1, {"message": repr(exc)}))
                 continue
             if not self.queue:
                 await self._wake.wait()
+
+    def _answer(self, fut: asyncio.Future[Answer], answer: Answer) -> None:
+        if not fut.done():
+            fut.set_result(answer)
+        on_answer = self._on_answer.pop(fut, None)
+        if on_answer is not None:
+            on_answer()
 
     def _stream_now(self) -> _Stream | None:
         """The stream to send on (made when there is none, or it died, or the follower's
@@ -172,7 +184,7 @@ class Courier:
         except ConnectionError as exc:  # not opened (down, restarting): each part retried
             failed: Answer = (-1, {"message": str(exc)})
             for _, fut in batch:
-                _answer(fut, failed)
+                self._answer(fut, failed)
 
     def answer_batch(
         self, batch: list[tuple[Part, asyncio.Future[Answer]]], status: int, answer: dict[str, Any]
@@ -186,21 +198,21 @@ class Courier:
             why = f"append-many answered {status}: {answer.get('message', '')}"
             failed: Answer = (-1, {"message": why})
             for _, fut in batch:
-                _answer(fut, failed)
+                self._answer(fut, failed)
             return
         for (_, fut), one in zip(batch, answers, strict=True):
             try:
                 code, obj = one
-                _answer(fut, (int(code), obj if isinstance(obj, dict) else {}))
+                self._answer(fut, (int(code), obj if isinstance(obj, dict) else {}))
             except (TypeError, ValueError):
-                _answer(fut, (-1, {"message": f"bad part answer {one!r:.64}"}))
+                self._answer(fut, (-1, {"message": f"bad part answer {one!r:.64}"}))
 
     async def _send(self, batch: list[tuple[Part, asyncio.Future[Answer]]]) -> None:
         self.requests += 1
         self.parts += len(batch)
         if len(batch) == 1 or not self.many:
             for part, fut in batch:
-                _answer(fut, await self._post("/replica/append", part[0], part[1]))
+                self._answer(fut, await self._post("/replica/append", part[0], part[1]))
             return
         status, answer = await self._post(
             "/replica/append-many", {}, encode_parts([part for part, _ in batch])
@@ -209,7 +221,7 @@ class Courier:
             self.many = False  # a node without it: one request per part from now on
             log.info("replication: node %s takes one topic per request", self.node_id)
             for part, fut in batch:
-                _answer(fut, await self._post("/replica/append", part[0], part[1]))
+                self._answer(fut, await self._post("/replica/append", part[0], part[1]))
             return
         self.answer_batch(batch, status, answer)
 
@@ -372,7 +384,7 @@ class _Stream(asyncio.Protocol):
             batch, timer = self.in_flight.popleft()
             timer.cancel()
             for _, fut in batch:
-                _answer(fut, failed)
+                self.courier._answer(fut, failed)
         self.courier._wake.set()
 
 
@@ -433,8 +445,3 @@ class _Connection:
         if self.writer is not None:
             self.writer.close()
         self.reader = self.writer = None
-
-
-def _answer(fut: asyncio.Future[Answer], answer: Answer) -> None:
-    if not fut.done():
-        fut.set_result(answer)

@@ -380,9 +380,8 @@ class LeaderStream:
         the future of its answer (:meth:`_post`), which sets ``wake`` when it comes."""
         courier = self.courier_of(node) if self.courier_of is not None else None
         if courier is not None:
-            fut = courier.submit(step.params, encode_entries(step.batch))
-        else:
-            fut = asyncio.ensure_future(self._post(node, step))
+            return courier.submit(step.params, encode_entries(step.batch), wake.set)
+        fut = asyncio.ensure_future(self._post(node, step))
         fut.add_done_callback(lambda _: wake.set())
         return fut
 
