@@ -1,23 +1,25 @@
-"""A leader's requests to one follower, whatever the topic: every topic's link (leader_stream.py)
-hands its ``/replica/append`` to the follower's :class:`Courier`, and one request carries what
-every topic has pending for that follower.
+"""A leader's appends to one follower, whatever the topic: every topic's link (leader_stream.py)
+hands its append to the follower's :class:`Courier`, and one frame carries what every topic
+has pending for that follower.
 
-Strategy: one task per follower node and one request in flight to it at a time. While it is
-out, the links of other topics (each with at most one append of its own in flight) queue their
-parts; the next request takes all of them (entries.take_parts, at most MAX_REQUEST_BYTES): one
-part goes as ``/replica/append`` as before, several as ``/replica/append-many``
-(entries.encode_parts), whose answer gives each part its own status and JSON answer, as if it
-had been sent alone. So the request rate to a follower follows its round trip, not the number
-of replicated topics. A follower that answers 404 to ``/replica/append-many`` (a node from
-before it) gets one request per part from then on. A request that fails (refused, timed out,
-not JSON) fails each of its parts as (-1, {"message": ...}), which every link retries as its
-own failed request (link.apply_answer).
+Strategy: appends go on the replication stream (entries.py, "Transport"; :class:`_Stream`: one
+TCP connection to the follower's TCP port, frames written one after another, answers matched
+in order). An append submitted while the stream is idle (nothing queued, nothing unanswered)
+goes out at once in a frame of its own: nothing waits for a batch. While frames are out, the
+parts of every topic queue and the courier's task sends them together in the next frame
+(entries.take_parts, at most MAX_REQUEST_BYTES), up to MAX_IN_FLIGHT frames unanswered. So the
+frame rate to a follower follows its round trip, not the number of replicated topics. An
+answer gives each part its own status and JSON answer, as if it had been sent alone; a frame
+that fails (the stream refused, closed, or no answer within the courier's timeout) fails each
+of its parts as (-1, {"message": ...}), which every link retries as its own failed request
+(link.apply_answer).
 
-The requests go over one keep-alive HTTP/1.1 connection per follower, written and read here
+A follower that answers the stream's magic with E_BAD_PROTOCOL (a node without the stream)
+gets HTTP requests from then on, one at a time: one part as ``/replica/append``, several as
+``/replica/append-many``, and one request per part from a node that answers 404 to that. They
+go over one keep-alive HTTP/1.1 connection per follower, written and read here
 (:class:`_Connection`: a request line, Host and Content-Length, the body; an answer with a
-Content-Length): a general client costs several times the CPU of the request itself, and
-with one request in flight to the node nothing more is needed. Any failure closes the
-connection; the next request opens a new one. Design notes: docs/architecture-replication.md."""
+Content-Length). Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
 

@@ -8,31 +8,34 @@ big-endian, then the nsqd message record exactly as message.py lays it out (26-b
 timestamp, attempts, 16-byte ID; then the body). ``seq`` counts entries within one epoch from 0;
 (epoch, seq) *names* an entry cluster-wide, and names only grow along a log.
 
-Transport: nsqpy-d's own HTTP port, ``POST /replica/append?topic=T&epoch=E&first=S&prev=P``
-(``&reset=1`` for a reset) with the entries as ``[u32 size][entry]*`` (:func:`encode_entries`);
-every entry names itself, so one request may carry entries of older epochs (a new leader's
-history). ``prev`` is the name the follower's log must end with (``E:S``, :func:`name_text`),
-``-`` (the batch starts the leader's history: it goes after whatever the log has) or ``?`` (a
-probe: nothing appended). The follower answers 200 ``{"next":N,"last":"E:S"}`` (the seq of
-epoch E it expects next, and the name of its last entry; ``"dirty":true|false`` too for a
-probe) once the entries are written to its replica log (fsynced first with
---replica-sync=fsync; replica_log.py), or 409
+An *append* is one topic's part of a round: its query ``topic=T&epoch=E&first=S&prev=P``
+(``&reset=1`` for a reset) and its entries as ``[u32 size][entry]*`` (:func:`encode_entries`:
+the DiskQueue's own record layout, so a follower writes the body into its log as it came,
+:func:`entry_ends`); every entry names itself, so one append may carry entries of older epochs
+(a new leader's history). ``prev`` is the name the follower's log must end with (``E:S``,
+:func:`name_text`), ``-`` (the batch starts the leader's history: it goes after whatever the
+log has) or ``?`` (a probe: nothing appended). The follower answers 200
+``{"next":N,"last":"E:S"}`` (the seq of epoch E it expects next, and the name of its last
+entry; ``"dirty":true|false`` too for a probe) once the entries are written to its replica log
+(fsynced first with --replica-sync=fsync; replica_log.py), or 409
 ``{"message":"E_STALE_EPOCH"}`` (:class:`StaleEpoch`: it has seen a newer epoch, the sender was
 deposed) or 409 ``{"message":"E_GAP E:S"}`` (:class:`Gap`: its log ends elsewhere: at E:S, ``-``
 when empty).
 
-Several topics in one request: ``POST /replica/append-many`` carries one *part* per topic
-(:func:`encode_parts`: ``[u32 n][query: n bytes][u32 m][entries: m bytes]`` per part, the query
-``/replica/append`` would have had, urlencoded, and its body), so that one round to a follower
-carries every entry pending for it, whatever the topic; it is answered 200 with one
-``[status, answer]`` per part, in order, each what ``/replica/append`` would have answered for
-it. :func:`take_parts` picks what one request carries.
+Several topics in one round: one *part* per topic (:func:`encode_parts`: ``[u32 n][query: n
+bytes][u32 m][entries: m bytes]`` per part), answered ``{"answers": [[status, answer], ...]}``,
+one per part, in order, each what the part alone would have been answered.
+:func:`take_parts` picks what one round carries.
 
-Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
-acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
-handler's awaitable later without blocking anything else; the sender batches everything
-pending into one request (group commit), so the request rate is bounded by the round trip,
-not by the publish rate. Design notes: docs/architecture-replication.md."""
+Transport: the *replication stream*, a connection to the follower's TCP port opened with
+:data:`STREAM_MAGIC` and carrying frames ``[u32 size][payload]`` (:func:`encode_frame`,
+:class:`FrameReader`): the leader's payloads are parts, the follower's their JSON answers, in
+the order of the frames (stream_server.py, courier.py). A follower without it is sent the
+same over HTTP: ``POST /replica/append-many`` with the parts as its body, or ``POST
+/replica/append?<query>`` with one part's entries (http_routes.py). Why a stream and not one
+HTTP request per round: a frame costs the follower no HTTP parsing, and the leader may send
+the next frames before the answers come (pipelining), each answer still naming what the
+follower has written. Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
 
