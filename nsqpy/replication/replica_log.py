@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..diskqueue import DiskQueue
+from ..diskqueue import DiskQueue, FramedDiskQueue
 from .entries import (
     ENTRY,
     MAX_RETAINED,
@@ -89,7 +89,7 @@ class ReplicaLog:
     def __init__(
         self,
         topic: str,
-        dq: DiskQueue,
+        dq: FramedDiskQueue,
         last_path: str | None = None,
         dirty: Callable[[], bool] | None = None,
         on_reset: Callable[[int], bool] | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.diskqueue import DiskQueue
+from nsqpy.diskqueue import FramedDiskQueue
 from nsqpy.replication.entries import (
     ENTRY,
     RECORD_HEADER,
@@ -36,7 +36,7 @@ def _entry(epoch: int, seq: int, delay: int = 0) -> bytes:
 
 def _log(path: Path) -> ReplicaLog:
     hs = ENTRY.size + RECORD_HEADER
-    return ReplicaLog("t", DiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000))
+    return ReplicaLog("t", FramedDiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000))
 
 
 def test_replication_entries_roundtrip_and_refuse_bad_framing() -> None:
@@ -96,7 +96,7 @@ async def test_framed_append_writes_the_same_log_as_entry_by_entry(tmp_path: Pat
     def small(sub: str) -> ReplicaLog:
         (tmp_path / sub).mkdir()
         return ReplicaLog(
-            "t", DiskQueue("t#replica", str(tmp_path / sub), 300, hs, 1 << 16, 1, 1000)
+            "t", FramedDiskQueue("t#replica", str(tmp_path / sub), 300, hs, 1 << 16, 1, 1000)
         )
 
     a, b = small("a"), small("b")
@@ -175,7 +175,9 @@ async def test_an_append_is_taken_at_once_when_nothing_has_to_wait(tmp_path: Pat
     no fsync) keeps the rules of request and gives the same answers."""
     hs = ENTRY.size + RECORD_HEADER
     rlog = ReplicaLog(
-        "t", DiskQueue("t#replica", str(tmp_path), 1 << 20, hs, 1 << 16, 1, 1000), fsync_first=False
+        "t",
+        FramedDiskQueue("t#replica", str(tmp_path), 1 << 20, hs, 1 << 16, 1, 1000),
+        fsync_first=False,
     )
     assert rlog.ready_now()
     body = encode_entries([_entry(1, i) for i in range(3)])
