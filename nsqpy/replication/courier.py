@@ -72,6 +72,7 @@ class Courier:
         self.parts = 0
         self._wake = asyncio.Event()
         self._on_answer: dict[asyncio.Future[Answer], Callable[[], None]] = {}
+        self._sending = False  # the task is sending a frame (opening the stream, draining)
         self._task: asyncio.Task[None] | None = None
 
     async def append(self, params: dict[str, str], body: bytes) -> Answer:
@@ -94,6 +95,7 @@ class Courier:
         if (
             stream is not None
             and not self.queue
+            and not self._sending
             and not stream.in_flight
             and stream.ready()
             and self.streams
@@ -181,12 +183,15 @@ class Courier:
         :meth:`answer_batch` when its answer frame is read."""
         self.requests += 1
         self.parts += len(batch)
+        self._sending = True  # submit sends nothing meanwhile: frames keep their order
         try:
             await stream.send(batch, encode_frame(encode_parts([part for part, _ in batch])))
         except ConnectionError as exc:  # not opened (down, restarting): each part retried
             failed: Answer = (-1, {"message": str(exc)})
             for _, fut in batch:
                 self._answer(fut, failed)
+        finally:
+            self._sending = False
 
     def answer_batch(
         self, batch: list[tuple[Part, asyncio.Future[Answer]]], status: int, answer: dict[str, Any]
