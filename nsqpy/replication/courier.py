@@ -14,8 +14,9 @@ that fails (the stream refused, closed, or no answer within the courier's timeou
 of its parts as (-1, {"message": ...}), which every link retries as its own failed request
 (link.apply_answer).
 
-A follower that answers the stream's magic with E_BAD_PROTOCOL (a node without the stream)
-gets HTTP requests from then on, one at a time: one part as ``/replica/append``, several as
+The leader sends nothing on a new stream before the follower answered the magic with its
+own, so a node without the stream, which answers E_BAD_PROTOCOL and closes, has read all it
+was sent and its answer is not lost to a reset. Such a node gets HTTP requests from then on, one at a time: one part as ``/replica/append``, several as
 ``/replica/append-many``, and one request per part from a node that answers 404 to that. They
 go over one keep-alive HTTP/1.1 connection per follower, written and read here
 (:class:`_Connection`: a request line, Host and Content-Length, the body; an answer with a
@@ -289,24 +290,29 @@ class _Stream(asyncio.Protocol):
         self.address = address
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader(STREAM_ANSWER_LIMIT)
-        self.in_flight: deque[
-            tuple[list[tuple[Part, asyncio.Future[Answer]]], asyncio.TimerHandle]
-        ] = deque()
+        #: Frames not answered yet, oldest first: their parts and when they were sent.
+        self.in_flight: deque[tuple[list[tuple[Part, asyncio.Future[Answer]]], float]] = deque()
+        self._watch: asyncio.TimerHandle | None = None  # the oldest frame's answer deadline
         self.dead = False
+        #: The follower answered the magic with its own (StreamServer): frames may go.
+        self.greeted = False
+        self._head = b""
+        self._greeting: asyncio.Future[None] | None = None
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
 
     def ready(self) -> bool:
         """Open, alive and not held back by a full socket buffer: a frame goes out at once."""
-        return self.transport is not None and not self.dead and not self.paused
+        return self.transport is not None and self.greeted and not self.dead and not self.paused
 
     def write(self, batch: list[tuple[Part, asyncio.Future[Answer]]], frame: bytes) -> None:
         """Send ``frame`` (carrying ``batch``) now; the stream must be open."""
         assert self.transport is not None
-        timer = asyncio.get_running_loop().call_later(
-            self.courier.timeout, self.fail, "no answer in time"
-        )
-        self.in_flight.append((batch, timer))
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.in_flight.append((batch, now))
+        if self._watch is None:
+            self._watch = loop.call_at(now + self.courier.timeout, self._check)
         self.transport.write(frame)
 
     async def send(self, batch: list[tuple[Part, asyncio.Future[Answer]]], frame: bytes) -> None:
@@ -324,14 +330,20 @@ class _Stream(asyncio.Protocol):
     async def _open(self) -> None:
         host, _, port = self.address.rpartition(":")
         loop = asyncio.get_running_loop()
+        self._greeting = loop.create_future()
         try:
             await asyncio.wait_for(
                 loop.create_connection(lambda: self, host.strip("[]"), int(port)),
                 self.courier.timeout,
             )
+            # nothing is sent before the follower answered the magic with its own: a node
+            # without the stream answers E_BAD_PROTOCOL and closes, having read all we sent
+            await asyncio.wait_for(asyncio.shield(self._greeting), self.courier.timeout)
         except (OSError, ValueError, TimeoutError) as exc:
-            self.dead = True
+            self.fail(repr(exc))
             raise ConnectionError(f"replication stream to {self.address}: {exc!r}") from None
+        if self.dead:
+            raise ConnectionError(f"replication stream to {self.address} closed")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -342,20 +354,29 @@ class _Stream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         courier = self.courier
+        if not self.greeted:
+            self._head += data
+            if len(self._head) < len(STREAM_MAGIC) and STREAM_MAGIC.startswith(self._head):
+                return
+            if not self._head.startswith(STREAM_MAGIC):
+                # an nsqd without the stream: E_BAD_PROTOCOL (a V2 error frame), then close
+                courier.streams = False
+                log.info("replication: node %s takes HTTP requests", courier.node_id)
+                self.fail("the follower has no replication stream")
+                return
+            self.greeted = True
+            data, self._head = self._head[len(STREAM_MAGIC) :], b""
+            if self._greeting is not None and not self._greeting.done():
+                self._greeting.set_result(None)
         try:
             frames = self.reader.feed(data)
             for payload in frames:
                 if not self.in_flight:
                     raise ValueError("an answer with no frame unanswered")
-                if b"E_BAD_PROTOCOL" in payload[:32]:
-                    courier.streams = False
-                    log.info("replication: node %s takes HTTP requests", courier.node_id)
-                    raise ValueError("the follower has no replication stream")
                 answer = json.loads(payload)
                 if not isinstance(answer, dict):
                     raise ValueError(f"not a JSON object: {payload[:64]!r}")
-                batch, timer = self.in_flight.popleft()
-                timer.cancel()
+                batch, _ = self.in_flight.popleft()
                 courier.answer_batch(batch, 200 if "answers" in answer else 400, answer)
         except ValueError as exc:
             self.fail(str(exc))
@@ -379,6 +400,19 @@ class _Stream(asyncio.Protocol):
         if drained is not None and not drained.done():
             drained.set_result(None)
 
+    def _check(self) -> None:
+        """The oldest unanswered frame's deadline: fail the stream when it passed, else
+        watch the next one (one timer per stream, not one per frame)."""
+        self._watch = None
+        if not self.in_flight or self.dead:
+            return
+        loop = asyncio.get_running_loop()
+        due = self.in_flight[0][1] + self.courier.timeout
+        if loop.time() >= due:
+            self.fail("no answer in time")
+        else:
+            self._watch = loop.call_at(due, self._check)
+
     def fail(self, why: str) -> None:
         """Kill the stream: every unanswered frame's parts answered (-1, why)."""
         self.dead = True
@@ -386,10 +420,14 @@ class _Stream(asyncio.Protocol):
             transport, self.transport = self.transport, None
             transport.abort()
         self._wake_drained()
+        if self._greeting is not None and not self._greeting.done():
+            self._greeting.set_result(None)
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         failed: Answer = (-1, {"message": f"replication stream: {why}"})
         while self.in_flight:
-            batch, timer = self.in_flight.popleft()
-            timer.cancel()
+            batch, _ = self.in_flight.popleft()
             for _, fut in batch:
                 self.courier._answer(fut, failed)
         self.courier._wake.set()

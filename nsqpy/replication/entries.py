@@ -28,7 +28,8 @@ one per part, in order, each what the part alone would have been answered.
 :func:`take_parts` picks what one round carries.
 
 Transport: the *replication stream*, a connection to the follower's TCP port opened with
-:data:`STREAM_MAGIC` and carrying frames ``[u32 size][payload]`` (:func:`encode_frame`,
+:data:`STREAM_MAGIC` (the follower answers it with the same four bytes; the leader sends
+nothing before) and carrying frames ``[u32 size][payload]`` (:func:`encode_frame`,
 :class:`FrameReader`): the leader's payloads are parts, the follower's their JSON answers, in
 the order of the frames (stream_server.py, courier.py). A follower without it is sent the
 same over HTTP: ``POST /replica/append-many`` with the parts as its body, or ``POST

@@ -151,6 +151,10 @@ class LeaderStream:
     #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
     pending: deque[tuple[int, int, list[bytes], int]] = field(default_factory=deque, init=False)
     dropped: int = field(default=0, init=False)
+    #: The last batch encoded (:meth:`_encoded`): its identity, first entry and body.
+    _last_encoded: tuple[tuple[int, int, int], bytes, bytes] | None = field(
+        default=None, init=False
+    )
 
     # ------------------------------------------------------------ links
 
@@ -380,10 +384,23 @@ class LeaderStream:
         the future of its answer (:meth:`_post`), which sets ``wake`` when it comes."""
         courier = self.courier_of(node) if self.courier_of is not None else None
         if courier is not None:
-            return courier.submit(step.params, encode_entries(step.batch), wake.set)
+            return courier.submit(step.params, self._encoded(step.batch), wake.set)
         fut = asyncio.ensure_future(self._post(node, step))
         fut.add_done_callback(lambda _: wake.set())
         return fut
+
+    def _encoded(self, batch: list[bytes]) -> bytes:
+        """``batch`` as an append's body (entries.encode_entries), made once for the links
+        that send the same entries one after another (the followers of one round)."""
+        if not batch:
+            return b""
+        key = (id(batch[0]), id(batch[-1]), len(batch))
+        last = self._last_encoded
+        if last is not None and last[0] == key and last[1] is batch[0]:
+            return last[2]
+        body = encode_entries(batch)
+        self._last_encoded = (key, batch[0], body)
+        return body
 
     async def _post(self, node: str, step: Step) -> tuple[int, dict[str, Any]]:
         """POST /replica/append to ``node`` (through its courier when there is one, with the

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from .appends import PartAnswer, append_parts, append_parts_now
-from .entries import MAX_REQUEST_BYTES, FrameReader, decode_parts, encode_frame
+from .entries import MAX_REQUEST_BYTES, STREAM_MAGIC, FrameReader, decode_parts, encode_frame
 
 if TYPE_CHECKING:
     from .node import Replication
@@ -53,6 +53,7 @@ class StreamServer(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.transport.write(STREAM_MAGIC)  # the leader sends nothing before it
         log.info("replication stream from %s", self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -1,6 +1,7 @@
 """The replication stream on the wire (replication/stream_server.py, courier.py): a leader's
 connection to a follower's TCP port that opens with "  RS" and carries length-prefixed frames,
-each holding ``/replica/append-many``'s parts and answered, in order, with its JSON answer.
+each holding ``/replica/append-many``'s parts and answered, in order, with its JSON answer
+(the follower first answers the magic with its own; the leader sends nothing before).
 
 - raw socket to a real nsqpy-d joined to etcd: a probe, two appends sent back to back before
   any answer (pipelined), a frame whose parts do not parse, an older epoch: each answered in
@@ -8,6 +9,8 @@ each holding ``/replica/append-many``'s parts and answered, in order, with its J
   entries, as sent;
 - a node without replication answers the magic E_BAD_PROTOCOL and closes (nsqd's answer to an
   unknown magic), which turns a leader's courier to HTTP requests for that node;
+- a follower that never answers: the frames out fail once the courier's timeout passed, and
+  the next append opens a new stream;
 - a real R=3 topic: the followers are sent the stream, and every publish is acknowledged.
 """
 
@@ -73,7 +76,9 @@ def _answers(sock: socket.socket) -> Any:
 def test_stream_frames_are_answered_in_order_and_written_as_sent(cluster: Nodes) -> None:
     n = cluster.start(1)
     with socket.create_connection(("127.0.0.1", n.tcp_port), timeout=30) as sock:
-        sock.sendall(STREAM_MAGIC + _frame("s", 1, "?", []))
+        sock.sendall(STREAM_MAGIC)
+        assert sock.recv(4, socket.MSG_WAITALL) == STREAM_MAGIC  # the follower's own first
+        sock.sendall(_frame("s", 1, "?", []))
         assert _answers(sock) == {"answers": [[200, {"next": 0, "last": "-", "dirty": False}]]}
         first = [_entry(1, i) for i in range(3)]
         then = [_entry(1, i) for i in range(3, 5)]
@@ -140,3 +145,46 @@ def test_an_r3_topic_streams_to_its_followers(cluster: Nodes) -> None:
     for f in nodes:
         if f is not leader:
             wait_for(lambda f=f: "replication stream from" in f.log_text(), 10, what="stream")
+
+
+def test_a_follower_that_never_answers_fails_the_frames_out_and_the_next_opens_again() -> None:
+    """A follower that takes the stream and answers nothing: every frame out is failed (-1)
+    once the courier's timeout passed; the next append opens a new stream, which a follower
+    that answers serves."""
+
+    async def run() -> tuple[Any, Any, Any, int]:
+        opened = []
+        answering = asyncio.Event()
+
+        async def follower(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            opened.append(writer)
+            try:
+                assert await reader.readexactly(4) == STREAM_MAGIC
+                writer.write(STREAM_MAGIC)
+                while True:
+                    size = int.from_bytes(await reader.readexactly(4), "big")
+                    await reader.readexactly(size)
+                    if answering.is_set():
+                        writer.write(encode_frame(b'{"answers":[[200,{"next":1,"last":"1:0"}]]}'))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()  # the leader gave the stream up
+
+        server = await asyncio.start_server(follower, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        c = Courier("x", lambda _: "", 0.5, lambda _: f"127.0.0.1:{port}")
+        q = {"topic": "s", "epoch": "1", "first": "0", "prev": "-"}
+        try:
+            body = encode_entries([_entry(1, 0)])
+            first, second = await asyncio.gather(c.append(q, body), c.append(q, body))
+            answering.set()
+            third = await c.append(q, body)
+            return first, second, third, len(opened)
+        finally:
+            c.close()
+            server.close()
+
+    first, second, third, opened = asyncio.run(run())
+    assert first[0] == second[0] == -1
+    assert "no answer in time" in first[1]["message"]
+    assert third == (200, {"next": 1, "last": "1:0"})
+    assert opened == 2
