@@ -18,9 +18,10 @@ The leader sends nothing on a new stream before the follower answered the magic 
 own, so a node without the stream, which answers E_BAD_PROTOCOL and closes, has read all it
 was sent and its answer is not lost to a reset. Such a node gets HTTP requests from then on,
 one at a time: one part as ``/replica/append``, several as ``/replica/append-many``, and one
-request per part from a node that answers 404 to that. They go over one keep-alive HTTP/1.1 connection per follower, written and read here
-(:class:`_Connection`: a request line, Host and Content-Length, the body; an answer with a
-Content-Length). Design notes: docs/architecture-replication.md."""
+request per part from a node that answers 404 to that. They go over one keep-alive HTTP/1.1
+connection per follower, written and read here (:class:`_Connection`: a request line, Host
+and Content-Length, the body; an answer with a Content-Length). Design notes:
+docs/architecture-replication.md."""
 
 from __future__ import annotations
 
