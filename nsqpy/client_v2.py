@@ -153,6 +153,10 @@ def _take_magic(conn: Connection, data: bytes) -> bytes:
     magic = conn._magic.decode("latin-1")
     log.info("CLIENT(%s): desired protocol magic %r", conn.remote_address, magic)
     if conn._magic != wire.MAGIC_V2:
+        other = conn.core.protocols.get(bytes(conn._magic))
+        if other is not None:
+            conn.hand_over(other(), data)
+            return b""
         log.error("client(%s) bad protocol magic %r", conn.remote_address, magic)
         conn.out += wire.encode_frame(wire.FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL")
         conn.close()
@@ -240,6 +244,22 @@ class Connection(ClientState):
         if ch is not None:
             ch.remove_client(self)
         self.nsqd.remove_client(self)
+
+    def hand_over(self, protocol: asyncio.Protocol, data: bytes) -> None:
+        """Give the socket to ``protocol`` (another protocol's magic: ProtocolV2.attach_protocol)
+        with the bytes read after the magic; this connection stops being a client of nsqd."""
+        transport = self.transport
+        self.closed = True
+        self._stop_timer()
+        self.nsqd.remove_client(self)
+        self._release()
+        self.transport = None
+        if transport is None:
+            return
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if data:
+            protocol.data_received(data)
 
     def _release(self) -> None:
         """Drop what a closed connection holds (parser buffer, output, layers, a wait) now: its

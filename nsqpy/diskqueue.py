@@ -70,12 +70,19 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from .diskqueue_codec import pack_records, split_records
+from .diskqueue_codec import pack_records, split_records, unframe
 from .diskqueue_files import READ_CHUNK, DataFiles
 from .diskqueue_meta import MetaFile, format_meta
 from .diskqueue_recovery import carry_out, plan_open
 
-__all__ = ["MAX_RECORD_SIZE", "READ_CHUNK", "WRITE_BUFFER_LIMIT", "DiskQueue", "DiskQueueClosed"]
+__all__ = [
+    "MAX_RECORD_SIZE",
+    "READ_CHUNK",
+    "WRITE_BUFFER_LIMIT",
+    "DiskQueue",
+    "DiskQueueClosed",
+    "FramedDiskQueue",
+]
 
 #: put() flushes the write buffer before it grows past this.
 WRITE_BUFFER_LIMIT = 1 << 20
@@ -737,3 +744,32 @@ class DiskQueue:
                 raise
 
         return job
+
+
+class FramedDiskQueue(DiskQueue):
+    """A DiskQueue that also takes records already framed as its data files hold them
+    (:meth:`put_framed`): a replicated topic's replica log, whose leader sends its entries
+    in that layout (replication/replica_log.py), so a follower writes them with one copy and
+    no object per record. The same files, positions and rules as DiskQueue."""
+
+    def put_framed(self, chunk: bytes | memoryview, ends: list[int]) -> None:
+        """Append records already laid out as on disk (``chunk``: [int32 BE size][bytes]*,
+        ``ends[k]``: where record k ends in it; the caller checked each size against
+        min_msg_size and max_msg_size): one copy into the write buffer when they fit the write
+        file, else record by record as put_many (so files roll at the same places). OSError
+        as put_many."""
+        if self._closed:
+            raise DiskQueueClosed(f"diskqueue {self.name} is closed")
+        n = ends[-1] if ends else 0
+        wp = self._write_pos
+        if wp + n > self.max_bytes_per_file and (wp > 0 or len(ends) > 1):
+            self.put_many(unframe(chunk, ends))
+            return
+        if len(self._wbuf) >= WRITE_BUFFER_LIMIT:
+            self.flush()
+        self._wbuf += chunk[:n]
+        self._write_pos = wp + n
+        self._depth += len(ends)
+        if ends and not self._ops:
+            self._pending_since = self._clock()
+        self._ops += len(ends)

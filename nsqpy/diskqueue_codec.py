@@ -85,3 +85,15 @@ def split_records(
         out.append(buf[i + 4 : j])
         i = j
     return i
+
+
+def unframe(chunk: bytes | memoryview, ends: list[int]) -> list[bytes]:
+    """The records of ``chunk`` ([int32 BE size][bytes]* back to back), ``ends[k]`` being
+    where record k ends in it (DiskQueue.put_framed's chunk split for put_many)."""
+    view = memoryview(chunk)
+    out: list[bytes] = []
+    start = 0
+    for end in ends:
+        out.append(bytes(view[start + 4 : end]))
+        start = end
+    return out

@@ -396,7 +396,7 @@ class ProtocolV2:
     ``clock()`` returns monotonic seconds. Every method takes the client's state and returns
     action bits; none raises for a client's error (it becomes the client's E_* frame)."""
 
-    __slots__ = ("clock", "handlers", "nsqd", "opts", "replication", "tls_handlers")
+    __slots__ = ("clock", "handlers", "nsqd", "opts", "protocols", "replication", "tls_handlers")
 
     def __init__(self, nsqd: NSQD, clock: Callable[[], float] = time.monotonic) -> None:
         self.nsqd = nsqd
@@ -420,6 +420,9 @@ class ProtocolV2:
         self.tls_handlers: dict[bytes, Handler] = {b"IDENTIFY": self.IDENTIFY}
         #: Replicated topics (attach_replication, --etcd-endpoints only); None otherwise.
         self.replication: PublishReplication | None = None
+        #: Other protocols on the TCP port by their magic (attach_protocol): each a factory
+        #: of the object (an asyncio.Protocol) the connection hands itself over to.
+        self.protocols: dict[bytes, Callable[[], Any]] = {}
 
     # ------------------------------------------------------------ running commands
 
@@ -871,6 +874,14 @@ class ProtocolV2:
         return 0
 
     # ------------------------------------------------------------ replicated topics
+
+    def attach_protocol(self, magic: bytes, factory: Callable[[], Any]) -> None:
+        """A connection that opens with ``magic`` (four bytes other than "  V2") is handed
+        over to ``factory()`` (an asyncio.Protocol), with the bytes after the magic: as nsqd's
+        tcp.go picks the protocol by its magic. With --etcd-endpoints, the replication stream
+        (replication/stream_server.py); a daemon without it answers any other magic
+        E_BAD_PROTOCOL, as nsqd does."""
+        self.protocols[magic] = factory
 
     def attach_replication(self, repl: PublishReplication) -> None:
         """With --etcd-endpoints (server.py): publishes to the topics ``repl`` replicates go

@@ -163,10 +163,13 @@ class Server:
         repl = self._repl
         if repl is None:
             return []
+        from .replication.entries import STREAM_MAGIC
         from .replication.http_routes import install_routes
+        from .replication.stream_server import stream_factory
         from .replication.tcp_publish import TCPPublish
 
         core.attach_replication(TCPPublish(core, repl))
+        core.attach_protocol(STREAM_MAGIC, stream_factory(repl))
         return [lambda router, api: install_routes(router, api, repl)]
 
     def _start_services(self) -> None:

@@ -8,42 +8,52 @@ big-endian, then the nsqd message record exactly as message.py lays it out (26-b
 timestamp, attempts, 16-byte ID; then the body). ``seq`` counts entries within one epoch from 0;
 (epoch, seq) *names* an entry cluster-wide, and names only grow along a log.
 
-Transport: nsqpy-d's own HTTP port, ``POST /replica/append?topic=T&epoch=E&first=S&prev=P``
-(``&reset=1`` for a reset) with the entries as ``[u32 size][entry]*`` (:func:`encode_entries`);
-every entry names itself, so one request may carry entries of older epochs (a new leader's
-history). ``prev`` is the name the follower's log must end with (``E:S``, :func:`name_text`),
-``-`` (the batch starts the leader's history: it goes after whatever the log has) or ``?`` (a
-probe: nothing appended). The follower answers 200 ``{"next":N,"last":"E:S"}`` (the seq of
-epoch E it expects next, and the name of its last entry; ``"dirty":true|false`` too for a
-probe) once the entries are written to its replica log (fsynced first with
---replica-sync=fsync; replica_log.py), or 409
+An *append* is one topic's part of a round: its query ``topic=T&epoch=E&first=S&prev=P``
+(``&reset=1`` for a reset) and its entries as ``[u32 size][entry]*`` (:func:`encode_entries`:
+the DiskQueue's own record layout, so a follower writes the body into its log as it came,
+:func:`entry_ends`); every entry names itself, so one append may carry entries of older epochs
+(a new leader's history). ``prev`` is the name the follower's log must end with (``E:S``,
+:func:`name_text`), ``-`` (the batch starts the leader's history: it goes after whatever the
+log has) or ``?`` (a probe: nothing appended). The follower answers 200
+``{"next":N,"last":"E:S"}`` (the seq of epoch E it expects next, and the name of its last
+entry; ``"dirty":true|false`` too for a probe) once the entries are written to its replica log
+(fsynced first with --replica-sync=fsync; replica_log.py), or 409
 ``{"message":"E_STALE_EPOCH"}`` (:class:`StaleEpoch`: it has seen a newer epoch, the sender was
 deposed) or 409 ``{"message":"E_GAP E:S"}`` (:class:`Gap`: its log ends elsewhere: at E:S, ``-``
 when empty).
 
-Several topics in one request: ``POST /replica/append-many`` carries one *part* per topic
-(:func:`encode_parts`: ``[u32 n][query: n bytes][u32 m][entries: m bytes]`` per part, the query
-``/replica/append`` would have had, urlencoded, and its body), so that one round to a follower
-carries every entry pending for it, whatever the topic; it is answered 200 with one
-``[status, answer]`` per part, in order, each what ``/replica/append`` would have answered for
-it. :func:`take_parts` picks what one request carries.
+Several topics in one round: one *part* per topic (:func:`encode_parts`: ``[u32 n][query: n
+bytes][u32 m][entries: m bytes]`` per part), answered ``{"answers": [[status, answer], ...]}``,
+one per part, in order, each what the part alone would have been answered.
+:func:`take_parts` picks what one round carries.
 
-Why HTTP and not a new magic on the TCP port: the request/response pair is the framing and the
-acknowledgement, keep-alive connections make it a stream, and the HTTP server already answers a
-handler's awaitable later without blocking anything else; the sender batches everything
-pending into one request (group commit), so the request rate is bounded by the round trip,
-not by the publish rate. Design notes: docs/architecture-replication.md."""
+Transport: the *replication stream*, a connection to the follower's TCP port opened with
+:data:`STREAM_MAGIC` (the follower answers it with the same four bytes; the leader sends
+nothing before) and carrying frames ``[u32 size][payload]`` (:func:`encode_frame`,
+:class:`FrameReader`): the leader's payloads are parts, the follower's their JSON answers, in
+the order of the frames (stream_server.py, courier.py). A follower without it is sent the
+same over HTTP: ``POST /replica/append-many`` with the parts as its body, or ``POST
+/replica/append?<query>`` with one part's entries (http_routes.py). Why a stream and not one
+HTTP request per round: a frame costs the follower no HTTP parsing, and the leader may send
+the next frames before the answers come (pipelining), each answer still naming what the
+follower has written. Design notes: docs/architecture-replication.md."""
 
 from __future__ import annotations
 
+import re
 import struct
 from collections import deque
+from itertools import chain
 from typing import TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 #: An entry's header: epoch (u32), seq (u64), DPUB's delay in ms (u32), big-endian.
 ENTRY = struct.Struct(">IQI")
 _SIZE = struct.Struct(">I")
+#: A query whose keys and values need no escaping to be read back by parse_qsl.
+_PLAIN_QUERY = re.compile(
+    r"[A-Za-z0-9._:?\-]+=[A-Za-z0-9._:?\-]*(?:&[A-Za-z0-9._:?\-]+=[A-Za-z0-9._:?\-]*)*"
+)
 #: The nsqd record header (message.py): 8 timestamp + 2 attempts + 16 ID.
 RECORD_HEADER = 26
 #: Most bytes one append request carries (more waits for the next request).
@@ -100,8 +110,8 @@ class NotFollowing(OSError):
 
 def encode_entries(entries: list[bytes]) -> bytes:
     """``[u32 size][entry]*`` for one append request."""
-    pack = _SIZE.pack
-    return b"".join(b for e in entries for b in (pack(len(e)), e))
+    # sizes and entries interleaved by C iterators: no Python frame per entry
+    return b"".join(chain.from_iterable(zip(map(_SIZE.pack, map(len, entries)), entries)))
 
 
 def decode_entries(body: bytes) -> list[bytes]:
@@ -121,6 +131,33 @@ def decode_entries(body: bytes) -> list[bytes]:
     return out
 
 
+def entry_ends(body: bytes, max_size: int) -> list[int]:
+    """Walk an append request body (``[u32 size][entry]*``) without copying it: the byte
+    offset where each entry ends, in order. A follower writes such a body into its replica
+    log as it is (the DiskQueue's own record layout: DiskQueue.put_framed). ValueError when
+    it does not parse or an entry's size is outside [header, ``max_size``]."""
+    ends: list[int] = []
+    add = ends.append
+    i, n = 0, len(body)
+    lo = ENTRY.size + RECORD_HEADER
+    unpack = _SIZE.unpack_from
+    while i < n:
+        if i + 4 > n:
+            raise ValueError("truncated entry size")
+        (size,) = unpack(body, i)
+        i += 4 + size
+        if i > n or size < lo or size > max_size:
+            raise ValueError(f"bad entry size {size}")
+        add(i)
+    return ends
+
+
+def framed_name(body: bytes, start: int) -> Name:
+    """The (epoch, seq) of the entry whose size prefix is at ``start`` in an append body."""
+    epoch, seq, _ = ENTRY.unpack_from(body, start + 4)
+    return epoch, seq
+
+
 #: One part of a multi-topic append request: the query of /replica/append and its body.
 Part = tuple[dict[str, str], bytes]
 #: What take_parts counts for a part besides its body: its two sizes and its query (a topic
@@ -134,7 +171,9 @@ def encode_parts(parts: list[Part]) -> bytes:
     pack = _SIZE.pack
     out: list[bytes] = []
     for params, body in parts:
-        query = urlencode(params).encode()
+        plain = "&".join([f"{k}={v}" for k, v in params.items()])
+        # what urlencode would give, but for the characters it escapes (':' of a name, '?')
+        query = (plain if _PLAIN_QUERY.fullmatch(plain) else urlencode(params)).encode()
         out += (pack(len(query)), query, pack(len(body)), body)
     return b"".join(out)
 
@@ -158,6 +197,45 @@ def decode_parts(body: bytes) -> list[Part]:
         query = fields[0].decode("ascii")
         out.append((dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True)), fields[1]))
     return out
+
+
+#: The replication stream's protocol magic, the first four bytes a leader writes on a follower's
+#: TCP port (as "  V2" picks nsqd's protocol there; stream_server.py).
+STREAM_MAGIC = b"  RS"
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """One frame of the replication stream: ``[u32 size][payload]``."""
+    return _SIZE.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """The replication stream's frames, sans-IO: :meth:`feed` bytes as they come, get the
+    whole frames' payloads; ValueError for a frame announced larger than ``limit`` bytes
+    (nothing of it is buffered beyond what came)."""
+
+    __slots__ = ("buf", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self.buf
+        buf += data
+        out: list[bytes] = []
+        i, n = 0, len(buf)
+        while n - i >= 4:
+            (size,) = _SIZE.unpack_from(buf, i)
+            if size > self.limit:
+                raise ValueError(f"frame of {size} bytes, more than {self.limit}")
+            if n - i - 4 < size:
+                break
+            out.append(bytes(buf[i + 4 : i + 4 + size]))
+            i += 4 + size
+        if i:
+            del buf[:i]
+        return out
 
 
 def take_parts(

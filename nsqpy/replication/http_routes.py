@@ -56,16 +56,9 @@ from ..internal.http.router import Router
 from ..internal.http.v1 import NsqHTTPError, api
 from ..topic import TopicError
 from . import local
+from .appends import append_part, append_parts
 from .coordinator import Contended, TopicMissing, TopicState
-from .entries import (
-    MAX_REQUEST_BYTES,
-    Gap,
-    StaleEpoch,
-    decode_entries,
-    decode_parts,
-    name_text,
-    parse_name,
-)
+from .entries import MAX_REQUEST_BYTES, StaleEpoch, decode_parts
 from .node import Replication
 from .placement import NotInSync, PlacementChanges, PlacementError, parse_nodes
 from .records import NotEnoughNodes, ReplicationError, TopicRecord
@@ -175,11 +168,11 @@ class ReplicaRoutes:
             raise NsqHTTPError(400, "BAD_BODY") from None
 
     def replica_append(self, request: Request) -> Any:
-        """POST /replica/append (module docstring)."""
-        q, name, epoch = self._replica_query(request)
+        """POST /replica/append (module docstring; appends.append_part)."""
+        q, _, _ = self._replica_query(request)
 
         async def append() -> Any:
-            status, answer = await self._append_part(q, name, epoch, request.body)
+            status, answer = await append_part(self.repl, q, request.body)
             if status != 200:
                 raise NsqHTTPError(status, str(answer["message"]))
             return answer
@@ -193,48 +186,12 @@ class ReplicaRoutes:
             parts = decode_parts(request.body)
         except (ValueError, UnicodeDecodeError):
             raise NsqHTTPError(400, "BAD_BODY") from None
-        jobs: list[Awaitable[tuple[int, dict[str, Any]]]] = []
-        for q, body in parts:
-            name = q.get("topic", "")
-            try:
-                epoch = int(q.get("epoch", ""))
-            except ValueError:
-                epoch = -1
-            if not wire.is_valid_name(name):
-                jobs.append(_done((400, {"message": "INVALID_TOPIC"})))
-            elif epoch < 0:
-                jobs.append(_done((400, {"message": "BAD_BODY"})))
-            else:
-                jobs.append(self._append_part(q, name, epoch, body))
 
         async def append_all() -> Any:
-            answers = await asyncio.gather(*jobs)
+            answers = await append_parts(self.repl, parts)
             return {"answers": [[status, answer] for status, answer in answers]}
 
         return append_all()
-
-    async def _append_part(
-        self, q: dict[str, str], name: str, epoch: int, body: bytes
-    ) -> tuple[int, dict[str, Any]]:
-        """One topic's append: (200, {"next", "last"[, "dirty"]}) or (status, {"message"})."""
-        try:
-            int(q.get("first", ""))
-            entries = decode_entries(body)
-            prev, reset = q.get("prev"), q.get("reset") == "1"
-            if prev is not None and prev not in ("?", "-"):
-                parse_name(prev)
-        except ValueError:
-            return 400, {"message": "BAD_BODY"}
-        rlog = self.repl.replica_log(name)
-        try:
-            return 200, await rlog.request(epoch, entries, prev, reset)
-        except StaleEpoch:
-            return 409, {"message": "E_STALE_EPOCH"}
-        except Gap as g:
-            return 409, {"message": f"E_GAP {name_text(g.last)}"}
-        except OSError as e:
-            log.error("replica log %s: %s", name, e)
-            return 500, {"message": "E_APPEND_FAILED"}
 
     def replica_progress(self, request: Request) -> Any:
         """POST /replica/progress (module docstring)."""
@@ -442,7 +399,3 @@ async def _placement_errors(change: Awaitable[T]) -> T:
     except (ReplicationError, TimeoutError, OSError) as e:
         log.error("placement change: %s", e)
         raise NsqHTTPError(503, "REPLICATION_FAILED") from None
-
-
-async def _done(answer: T) -> T:
-    return answer

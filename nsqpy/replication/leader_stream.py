@@ -71,6 +71,7 @@ from .link import (
     EVICT,
     GIVE_UP,
     IDLE,
+    MAX_ROUNDS_IN_FLIGHT,
     REFUSED,
     RETRY,
     RETRY_DELAY,
@@ -78,6 +79,7 @@ from .link import (
     Step,
     after_retry,
     apply_answer,
+    chained_step,
     next_step,
 )
 
@@ -88,6 +90,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqpy.replication")
 
+#: A follower's answer to one append: the HTTP status (-1: the request failed) and the JSON.
+Answer: TypeAlias = tuple[int, dict[str, Any]]
 #: What a committed advance hands over: the plain records (seq order) and the DPUB ones with
 #: their delay in ms; returns False when they could not be put (their publishers are refused).
 OnCommit: TypeAlias = Callable[[list[bytes], list[tuple[bytes, int]]], bool]
@@ -147,6 +151,10 @@ class LeaderStream:
     #: Records not yet committed: (first seq, end seq, records, delay ms) per append.
     pending: deque[tuple[int, int, list[bytes], int]] = field(default_factory=deque, init=False)
     dropped: int = field(default=0, init=False)
+    #: The last batch encoded (:meth:`_encoded`): its identity, first entry and body.
+    _last_encoded: tuple[tuple[int, int, int], bytes, bytes] | None = field(
+        default=None, init=False
+    )
 
     # ------------------------------------------------------------ links
 
@@ -327,28 +335,72 @@ class LeaderStream:
                 link.wake.clear()
                 await link.wake.wait()
                 continue
-            status, answer = await self._post(node, step)
-            out = apply_answer(link, self, step, status, answer, self.clock(), self.timeout)
-            if out.kind == REFUSED:
-                log.warning("topic %s: %s has a newer epoch than %d", self.topic, node, self.epoch)
-                self.on_lagging(node)
-                return
-            if out.kind == RETRY:
-                if out.report:
+            # the request, and the ones chained on it while it is out (pipelining: the
+            # follower takes them in order); answers are taken in order, and anything but a
+            # 200 drops the rounds behind it (chained on it: refused with a gap, or unknown)
+            wake = link.wake
+            inflight: deque[tuple[Step, asyncio.Future[Answer]]] = deque()
+            inflight.append((step, self._send(node, step, wake)))
+            while inflight:
+                while len(inflight) < MAX_ROUNDS_IN_FLIGHT:
+                    more = chained_step(link, self, inflight[-1][0], self.clock())
+                    if more is None:
+                        break
+                    inflight.append((more, self._send(node, more, wake)))
+                if not inflight[0][1].done():
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                sent, done = inflight.popleft()
+                status, answer = done.result()
+                if status != 200:
+                    inflight.clear()
+                out = apply_answer(link, self, sent, status, answer, self.clock(), self.timeout)
+                if out.kind == REFUSED:
                     log.warning(
-                        "topic %s: follower %s lags (%s): leaving the ISR",
-                        self.topic,
-                        node,
-                        out.message,
+                        "topic %s: %s has a newer epoch than %d", self.topic, node, self.epoch
                     )
                     self.on_lagging(node)
-                await asyncio.sleep(link.backoff)
-                after_retry(link)
-                continue
-            if out.resetting:
-                log.info("topic %s: %s holds data of its own: resetting it", self.topic, node)
-            if out.advance:
-                self._advance()
+                    return
+                if out.kind == RETRY:
+                    if out.report:
+                        log.warning(
+                            "topic %s: follower %s lags (%s): leaving the ISR",
+                            self.topic,
+                            node,
+                            out.message,
+                        )
+                        self.on_lagging(node)
+                    await asyncio.sleep(link.backoff)
+                    after_retry(link)
+                    break
+                if out.resetting:
+                    log.info("topic %s: %s holds data of its own: resetting it", self.topic, node)
+                if out.advance:
+                    self._advance()
+
+    def _send(self, node: str, step: Step, wake: asyncio.Event) -> asyncio.Future[Answer]:
+        """Send ``step`` to ``node`` now (queued on its courier, or a request of its own):
+        the future of its answer (:meth:`_post`), which sets ``wake`` when it comes."""
+        courier = self.courier_of(node) if self.courier_of is not None else None
+        if courier is not None:
+            return courier.submit(step.params, self._encoded(step.batch), wake.set)
+        fut = asyncio.ensure_future(self._post(node, step))
+        fut.add_done_callback(lambda _: wake.set())
+        return fut
+
+    def _encoded(self, batch: list[bytes]) -> bytes:
+        """``batch`` as an append's body (entries.encode_entries), made once for the links
+        that send the same entries one after another (the followers of one round)."""
+        if not batch:
+            return b""
+        key = (id(batch[0]), id(batch[-1]), len(batch))
+        last = self._last_encoded
+        if last is not None and last[0] == key and last[1] is batch[0]:
+            return last[2]
+        body = encode_entries(batch)
+        self._last_encoded = (key, batch[0], body)
+        return body
 
     async def _post(self, node: str, step: Step) -> tuple[int, dict[str, Any]]:
         """POST /replica/append to ``node`` (through its courier when there is one, with the

@@ -24,12 +24,25 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .entries import MAX_REQUEST_BYTES, Name, entry_name, name_text, parse_name
+from .entries import (
+    ENTRY,
+    MAX_REQUEST_BYTES,
+    RECORD_HEADER,
+    Name,
+    entry_name,
+    name_text,
+    parse_name,
+)
 
 #: Sender backoff after a failed request, seconds.
 RETRY_DELAY = 0.05
 #: Longest wait between failed requests to a follower out of the ISR (down, restarting).
 MAX_BACKOFF = 0.5
+#: The most entries one request can carry (each at least a header, a record header and a size).
+_MOST_ENTRIES = MAX_REQUEST_BYTES // (ENTRY.size + RECORD_HEADER + 4) + 1
+#: Append requests one link has out at once: the next goes before the earlier ones are
+#: answered (pipelining, :func:`chained_step`); the follower takes them in order.
+MAX_ROUNDS_IN_FLIGHT = 4
 
 
 class Backlog(Protocol):
@@ -168,6 +181,30 @@ def next_step(link: Link, backlog: Backlog, now: float, catch_up: bool) -> Step:
     return Step(SEND, params, batch)
 
 
+def chained_step(link: Link, backlog: Backlog, sent: Step, now: float) -> Step | None:
+    """The append that follows ``sent`` (a SEND step not answered yet) without waiting for
+    its answer: this epoch's entries after the last one ``sent`` carries (at most
+    MAX_REQUEST_BYTES), chained on it (``prev``: its name, so the follower refuses it with a
+    gap unless ``sent`` was written first); None when nothing follows it yet, or ``sent`` is
+    not such a step (a probe, a reset, entries of the history). The link is behind from
+    ``now`` when it was not."""
+    if not sent.batch or "reset" in sent.params or not link.probed:
+        return None
+    epoch, seq = entry_name(sent.batch[-1])
+    start = seq + 1
+    if epoch != backlog.epoch or start >= backlog.next_seq or start < backlog.base:
+        return None
+    params = {
+        "topic": backlog.topic,
+        "epoch": str(epoch),
+        "first": str(start),
+        "prev": name_text((epoch, seq)),
+    }
+    if not link.behind_since:
+        link.behind_since = now
+    return Step(SEND, params, take(backlog.entries, start - backlog.base))
+
+
 def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> list[bytes] | None:
     """What a follower whose log ends at ``last`` needs next (at most MAX_REQUEST_BYTES): the
     history entries after it, else this epoch's entries after it (from ``floor`` on, when
@@ -188,6 +225,22 @@ def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> 
     return take(backlog.entries, start - backlog.base)
 
 
+def has_more(last: Name | None, backlog: Backlog, floor: int | None = None) -> bool:
+    """Whether :func:`batch_for` would give a follower whose log ends at ``last`` anything
+    (or None), without making the batch."""
+    epoch = backlog.epoch
+    next_seq = backlog.next_seq
+    if last is not None and last[0] >= epoch:
+        start = min(last[1] + 1, next_seq) if last[0] == epoch else next_seq
+    else:
+        hist = backlog.history
+        i = 0 if last is None else bisect_right(hist, last, key=entry_name)
+        if i < len(hist):
+            return True
+        start = floor or 0
+    return start < backlog.base or start < next_seq
+
+
 def acked_of(last: Name | None, backlog: Backlog, floor: int | None = None) -> int:
     """The seq of this epoch a follower whose log ends at ``last`` expects next (``floor``
     when it has nothing of this epoch and starts there: Link.floor)."""
@@ -199,6 +252,9 @@ def acked_of(last: Name | None, backlog: Backlog, floor: int | None = None) -> i
 
 def take(entries: list[bytes], start: int) -> list[bytes]:
     """Entries from ``start`` on, at most MAX_REQUEST_BYTES of them (one at least)."""
+    rest = entries[start : start + _MOST_ENTRIES]
+    if sum(map(len, rest)) + 4 * len(rest) <= MAX_REQUEST_BYTES:
+        return rest  # all of them (sizes summed in C)
     batch: list[bytes] = []
     size = 0
     for j in range(start, len(entries)):
@@ -255,7 +311,7 @@ def apply_answer(
         elif "reset" in step.params:
             link.reset = False
         link.acked = acked_of(link.last, backlog, link.floor)
-        if link.acked >= backlog.next_seq and not batch_for(link.last, backlog, link.floor):
+        if link.acked >= backlog.next_seq and not has_more(link.last, backlog, link.floor):
             link.behind_since = 0.0
         elif step.batch:
             link.behind_since = now

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..diskqueue import DiskQueue
+from ..diskqueue import FramedDiskQueue
 from ..topic import Topic, TopicError
 from . import progress
 from .broker import Broker
@@ -41,13 +41,13 @@ TRIM_PER_ROUND = 200_000
 TRIM_SLICE = 2_000
 
 
-def log_queue(nsqd: Broker, topic: str) -> DiskQueue:
+def log_queue(nsqd: Broker, topic: str) -> FramedDiskQueue:
     """The DiskQueue of ``topic``'s replica log in ``nsqd``'s data path, sized as the daemon's
     backends (--max-bytes-per-file, --max-msg-size plus the entry header, --sync-every,
     --sync-timeout)."""
     o = nsqd.opts
     hs = ENTRY.size + RECORD_HEADER
-    return DiskQueue(
+    return FramedDiskQueue(
         topic + LOG_SUFFIX,
         nsqd.data_path,
         o.max_bytes_per_file,

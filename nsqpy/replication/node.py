@@ -66,6 +66,8 @@ class Replication:
         self.couriers: dict[str, Courier] = {}  # follower node id -> its courier
         self.trimming: set[str] = set()  # topics whose replica log a _trim task works on
         self.members: dict[str, str] = {}  # node id -> HTTP address
+        #: node id -> TCP address: the replication stream's (courier.py, stream_server.py)
+        self.stream_members: dict[str, str] = {}
         #: Topics that stay R=1 on this node: those it had before joining, and explicit
         #: /topic/create?replicas=1 ones.
         self.local_only: set[str] = set()
@@ -149,7 +151,12 @@ class Replication:
         ``node`` through it (courier.py)."""
         c = self.couriers.get(node)
         if c is None:
-            c = self.couriers[node] = Courier(node, lambda n: self.members.get(n, ""), self.timeout)
+            c = self.couriers[node] = Courier(
+                node,
+                lambda n: self.members.get(n, ""),
+                self.timeout,
+                lambda n: self.stream_members.get(n, ""),
+            )
         return c
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -164,8 +171,10 @@ class Replication:
                 async for ch in self.coordinator.watch_members():
                     if ch.member is None:
                         self.members.pop(ch.node_id, None)
+                        self.stream_members.pop(ch.node_id, None)
                     else:
                         self.members[ch.node_id] = ch.member.info.http
+                        self.stream_members[ch.node_id] = ch.member.info.tcp
             except EtcdError as exc:
                 log.warning("REPLICATION: member watch: %s", exc)
                 await asyncio.sleep(RETRY_DELAY)

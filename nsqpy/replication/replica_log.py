@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..diskqueue import DiskQueue
+from ..diskqueue import DiskQueue, FramedDiskQueue
 from .entries import (
     ENTRY,
     MAX_RETAINED,
@@ -40,7 +40,9 @@ from .entries import (
     Name,
     NotFollowing,
     StaleEpoch,
+    entry_ends,
     entry_name,
+    framed_name,
     name_text,
     parse_name,
 )
@@ -87,7 +89,7 @@ class ReplicaLog:
     def __init__(
         self,
         topic: str,
-        dq: DiskQueue,
+        dq: FramedDiskQueue,
         last_path: str | None = None,
         dirty: Callable[[], bool] | None = None,
         on_reset: Callable[[int], bool] | None = None,
@@ -138,11 +140,29 @@ class ReplicaLog:
         self.min_epoch = max(self.min_epoch, epoch)
 
     async def request(
-        self, epoch: int, entries: list[bytes], prev: str | None, reset: bool = False
+        self,
+        epoch: int,
+        entries: list[bytes] | bytes,
+        prev: str | None,
+        reset: bool = False,
     ) -> dict[str, Any]:
-        """One ``/replica/append`` request: :meth:`append`, then the answer
+        """One ``/replica/append`` request: :meth:`append` (``entries`` a list) or
+        :meth:`append_framed` (``entries`` the request body as it came), then the answer
         ``{"next": N, "last": "E:S"}`` (with ``"dirty"`` for a probe, ``prev="?"``)."""
-        await self.append(epoch, 0, entries, prev, reset)
+        if isinstance(entries, list):
+            await self.append(epoch, 0, entries, prev, reset)
+        else:
+            await self.append_framed(epoch, entries, prev, reset)
+        return self._answer(prev)
+
+    def request_now(
+        self, epoch: int, body: bytes, prev: str | None, reset: bool = False
+    ) -> dict[str, Any]:
+        """:meth:`request` at once (only when :meth:`ready_now`: append_framed_now)."""
+        self.append_framed_now(epoch, body, prev, reset)
+        return self._answer(prev)
+
+    def _answer(self, prev: str | None) -> dict[str, Any]:
         answer: dict[str, Any] = {"next": self.next_seq, "last": name_text(self.last)}
         if prev == "?":
             answer["dirty"] = bool(self.dirty is not None and self.dirty())
@@ -166,41 +186,122 @@ class ReplicaLog:
         this log (the leader found the topic dirty: a deposed leader's own data, its
         unacknowledged tail included, gives way to the leader's history). ``first`` is the
         sender's seq of the batch, informational. StaleEpoch, Gap, NotFollowing, OSError."""
+
+        def name_at(k: int) -> Name:
+            return entry_name(entries[k])
+
+        def write(i: int) -> None:
+            self.dq.put_many(entries[i:] if i else entries)
+
+        return await self._append(epoch, prev, reset, len(entries), name_at, write)
+
+    async def append_framed(
+        self, epoch: int, body: bytes, prev: str | None = None, reset: bool = False
+    ) -> int:
+        """:meth:`append` for an append request's body as it came (``[u32 size][entry]*``,
+        entries.py): its sizes are walked once (entries.entry_ends; ValueError when it does
+        not parse) and the fresh part is written into the log as it is
+        (DiskQueue.put_framed), with no object per entry."""
+        name_at, write, n = self._framed(body)
+        return await self._append(epoch, prev, reset, n, name_at, write)
+
+    def ready_now(self) -> bool:
+        """Whether :meth:`append_framed_now` may run: no append or reset in progress, and
+        an append is answered once written (--replica-sync=write)."""
+        return not self.fsync_first and not self.lock.locked()
+
+    def append_framed_now(
+        self, epoch: int, body: bytes, prev: str | None = None, reset: bool = False
+    ) -> int:
+        """:meth:`append_framed` at once, for a follower that answers once written: only
+        when :meth:`ready_now` (nothing to wait for); the same rules and errors."""
+        assert self.ready_now()
+        name_at, write, n = self._framed(body)
+        newest = self._take(epoch, prev, reset, n, name_at, write)
+        if newest is not None:
+            self.dq.flush()  # in the OS: survives this process, readable at a promotion
+            self.last = newest
+            self._sync_soon()
+        return self.next_seq
+
+    def _framed(self, body: bytes) -> tuple[Callable[[int], Name], Callable[[int], None], int]:
+        """``name_at``, ``write`` and the count of an append body's entries (ValueError when
+        it does not parse)."""
+        ends = entry_ends(body, self.dq.max_msg_size)
+
+        def name_at(k: int) -> Name:
+            return framed_name(body, ends[k - 1] if k else 0)
+
+        def write(i: int) -> None:
+            if not i:
+                self.dq.put_framed(body, ends)
+                return
+            start = ends[i - 1]
+            self.dq.put_framed(memoryview(body)[start:], [e - start for e in ends[i:]])
+
+        return name_at, write, len(ends)
+
+    async def _append(
+        self,
+        epoch: int,
+        prev: str | None,
+        reset: bool,
+        n: int,
+        name_at: Callable[[int], Name],
+        write: Callable[[int], None],
+    ) -> int:
+        """The append's rules (:meth:`_take`), then the answer's wait: written (and the fsync
+        soon after), or fsynced first (--replica-sync=fsync)."""
         async with self.lock:
-            if epoch < self.epoch or epoch < self.min_epoch:
-                raise StaleEpoch
-            self.epoch = epoch
-            if prev == "?":
-                return self.next_seq
-            if reset:
-                self._reset(epoch)
-            last = self.last
-            if prev is None:
-                if entries and last is not None:
-                    head = entry_name(entries[0])
-                    if head[0] == last[0] and head[1] > last[1] + 1:
-                        raise Gap(last, self.next_seq)
-            elif prev != "-" and parse_name(prev) != last:
-                raise Gap(last, self.next_seq)
-            i, n = 0, len(entries)
-            if last is not None:
-                while i < n and entry_name(entries[i]) <= last:
-                    i += 1
-            fresh = entries[i:] if i else entries
-            if fresh:
-                dq = self.dq
-                dq.put_many(fresh)
+            newest = self._take(epoch, prev, reset, n, name_at, write)
+            if newest is not None:
                 if self.fsync_first:
                     where = self._where()
                     await self._sync()
-                    self.last = self.synced = entry_name(fresh[-1])
+                    self.last = self.synced = newest
                     self._write_last(self.last, where)
                 else:
-                    dq.flush()  # in the OS: survives this process, readable at a promotion
-                    self.last = entry_name(fresh[-1])
+                    self.dq.flush()  # in the OS: survives this process, readable at a promotion
+                    self.last = newest
                     self._sync_soon()
-                self.appended += len(fresh)
             return self.next_seq
+
+    def _take(
+        self,
+        epoch: int,
+        prev: str | None,
+        reset: bool,
+        n: int,
+        name_at: Callable[[int], Name],
+        write: Callable[[int], None],
+    ) -> Name | None:
+        """The append's rules (:meth:`append`) over ``n`` entries named by ``name_at(k)``:
+        ``write(i)`` puts entries i.. into the DiskQueue; returns the name of the newest one
+        written, None when none was (a probe, or all were here already)."""
+        if epoch < self.epoch or epoch < self.min_epoch:
+            raise StaleEpoch
+        self.epoch = epoch
+        if prev == "?":
+            return None
+        if reset:
+            self._reset(epoch)
+        last = self.last
+        if prev is None:
+            if n and last is not None:
+                head = name_at(0)
+                if head[0] == last[0] and head[1] > last[1] + 1:
+                    raise Gap(last, self.next_seq)
+        elif prev != "-" and parse_name(prev) != last:
+            raise Gap(last, self.next_seq)
+        i = 0
+        if last is not None:
+            while i < n and name_at(i) <= last:
+                i += 1
+        if i >= n:
+            return None
+        write(i)
+        self.appended += n - i
+        return name_at(n - 1)
 
     async def _sync(self) -> None:
         """fsync what is written: the data file alone through a dup of its fd, or the meta

@@ -201,7 +201,9 @@ class PublishPipeline:
             entries.clear()
             c.close()
         elif not c.closed:
-            c.flush_soon()
+            # every answer this pass resolved is in ``out`` already (the commit point answers
+            # all its waiters before any of these callbacks runs): written now, in one write
+            c.flush()
         waiter = self.waiter
         if waiter is not None and (len(entries) <= self.limit or c.closed):
             self.waiter = None

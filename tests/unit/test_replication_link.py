@@ -20,8 +20,12 @@ from nsqpy.replication.link import (
     RETRY_DELAY,
     SEND,
     Link,
+    Step,
     after_retry,
     apply_answer,
+    batch_for,
+    chained_step,
+    has_more,
     next_step,
     take,
 )
@@ -198,3 +202,39 @@ def test_a_request_carries_at_most_max_request_bytes_but_at_least_one_entry() ->
     huge = [entry(1, 0, b"x" * MAX_REQUEST_BYTES)]
     assert take(huge, 0) == huge
     assert take(big, 4) == []
+
+
+def test_has_more_agrees_with_batch_for() -> None:
+    b = Backlog()
+    for last in [None, (1, 50), (2, 7), (2, 8), (2, 99), (4, 0), (5, 0), (5, 1), (5, 2), (6, 0)]:
+        for floor in (None, 1, 3):
+            batch = batch_for(last, b, floor)
+            assert has_more(last, b, floor) == (batch is None or bool(batch)), (last, floor)
+    behind = Backlog(base=2, entries=[entry(5, 2)])  # seqs 0 and 1 no longer kept
+    assert batch_for((5, 0), behind) is None and has_more((5, 0), behind)
+
+
+def test_a_chained_append_follows_the_one_out_without_its_answer() -> None:
+    b = Backlog(next_seq=2, entries=[entry(5, 0), entry(5, 1)])
+    link = probed((5, 0))
+    first = next_step(link, b, 1.0, True)
+    assert first.kind == SEND and names(first.batch) == [(5, 1)]
+    assert chained_step(link, b, first, 2.0) is None  # nothing after it yet
+    b.entries += [entry(5, 2), entry(5, 3)]
+    b.next_seq = 4
+    second = chained_step(link, b, first, 2.0)
+    assert second is not None and names(second.batch) == [(5, 2), (5, 3)]
+    assert second.params["prev"] == "5:1" and second.params["first"] == "2"
+    assert link.behind_since == 1.0  # behind since the first was sent
+    # its answers come in order: the first's moves the link, the second's too
+    out = apply_answer(link, b, first, 200, {"last": "5:1"}, 3.0, TIMEOUT)
+    assert out.kind == AGAIN and link.acked == 2 and link.behind_since == 3.0
+    out = apply_answer(link, b, second, 200, {"last": "5:3"}, 4.0, TIMEOUT)
+    assert out.kind == AGAIN and link.acked == 4 and link.behind_since == 0.0
+    # nothing is chained on a probe, a reset or history entries
+    probe = Step(SEND, {"prev": "?"})
+    assert chained_step(link, b, probe, 5.0) is None
+    reset = Step(SEND, {"prev": "-", "reset": "1"}, [entry(5, 0)])
+    assert chained_step(link, b, reset, 5.0) is None
+    history = Step(SEND, {"prev": "-"}, [entry(4, 0)])
+    assert chained_step(link, b, history, 5.0) is None

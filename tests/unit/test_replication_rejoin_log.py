@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.diskqueue import DiskQueue
+from nsqpy.diskqueue import FramedDiskQueue
 from nsqpy.replication.entries import (
     ENTRY,
     RECORD_HEADER,
@@ -39,7 +39,7 @@ def _log(path: Path, dirty: bool = False, allow: bool = True) -> tuple[ReplicaLo
         resets.append(epoch)
         return allow
 
-    dq = DiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000)
+    dq = FramedDiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000)
     return ReplicaLog("t", dq, str(path / "t#replica.last"), lambda: dirty, on_reset), resets
 
 

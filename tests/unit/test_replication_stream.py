@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.diskqueue import DiskQueue
+from nsqpy.diskqueue import FramedDiskQueue
 from nsqpy.replication.entries import (
     ENTRY,
     RECORD_HEADER,
@@ -19,6 +19,8 @@ from nsqpy.replication.entries import (
     StaleEpoch,
     decode_entries,
     encode_entries,
+    entry_ends,
+    framed_name,
 )
 from nsqpy.replication.leader_stream import LeaderStream
 from nsqpy.replication.replica_log import ReplicaLog
@@ -34,7 +36,7 @@ def _entry(epoch: int, seq: int, delay: int = 0) -> bytes:
 
 def _log(path: Path) -> ReplicaLog:
     hs = ENTRY.size + RECORD_HEADER
-    return ReplicaLog("t", DiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000))
+    return ReplicaLog("t", FramedDiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000))
 
 
 def test_replication_entries_roundtrip_and_refuse_bad_framing() -> None:
@@ -69,6 +71,60 @@ async def test_replica_log_skips_duplicates_refuses_gaps_and_old_epochs(tmp_path
     assert [r for _, r in drained] == [_record(0), _record(1), _record(2), _record(0)]
     assert rlog.drain() == []
     rlog.close()
+
+
+def test_entry_ends_walks_the_body_and_refuses_bad_framing() -> None:
+    entries = [_entry(1, i) for i in range(3)]
+    body = encode_entries(entries)
+    ends = entry_ends(body, 1 << 16)
+    assert ends == [sum(4 + len(e) for e in entries[: k + 1]) for k in range(3)]
+    assert [framed_name(body, s) for s in (0, *ends[:-1])] == [(1, 0), (1, 1), (1, 2)]
+    assert entry_ends(b"", 1 << 16) == []
+    for bad in (body[:-1], body + b"\0\0", b"\0\0\0\x01x"):
+        with pytest.raises(ValueError):
+            entry_ends(bad, 1 << 16)
+    with pytest.raises(ValueError):  # an entry larger than the log takes
+        entry_ends(body, len(entries[0]) - 1)
+
+
+@pytest.mark.asyncio
+async def test_framed_append_writes_the_same_log_as_entry_by_entry(tmp_path: Path) -> None:
+    """append_framed (the body as it came) keeps the append's rules and leaves the same bytes
+    in the data files as append (a list of entries), file rolls included."""
+    hs = ENTRY.size + RECORD_HEADER
+
+    def small(sub: str) -> ReplicaLog:
+        (tmp_path / sub).mkdir()
+        return ReplicaLog(
+            "t", FramedDiskQueue("t#replica", str(tmp_path / sub), 300, hs, 1 << 16, 1, 1000)
+        )
+
+    a, b = small("a"), small("b")
+    batches = [[_entry(1, i) for i in range(k, k + 4)] for k in range(0, 40, 3)]  # overlaps
+    for batch in batches:
+        assert await a.append(1, 0, batch) == await b.append_framed(1, encode_entries(batch))
+    with pytest.raises(Gap):
+        await b.append_framed(1, encode_entries([_entry(1, 50)]))
+    with pytest.raises(Gap):
+        await b.append_framed(1, encode_entries([_entry(1, 44)]), prev="1:7")
+    with pytest.raises(StaleEpoch):
+        await b.append_framed(0, encode_entries([_entry(0, 0)]))
+    with pytest.raises(ValueError):
+        await b.append_framed(1, encode_entries([_entry(1, 43)])[:-1])
+    assert b.last == a.last == (1, 42)
+    assert a.appended == b.appended == 43
+    for rlog in (a, b):
+        rlog.dq.flush()
+    for f in sorted((tmp_path / "a").glob("*.dat")):
+        if "meta" not in f.name:
+            assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes()
+    assert len(list((tmp_path / "a").glob("t#replica.diskqueue.0*.dat"))) > 3
+    drained: list[bytes] = []
+    while more := b.drain(100):
+        drained += [r for _, r in more]
+    assert drained == [_record(i) for i in range(43)]
+    a.close()
+    b.close()
 
 
 @pytest.mark.asyncio
@@ -111,3 +167,33 @@ async def test_a_node_placed_during_the_epoch_starts_from_what_the_leader_keeps(
     s.set_links([], ["b", "c"])  # ...and on it again: joining again
     assert s.links["b"].floor == s.base
     s.close()
+
+
+@pytest.mark.asyncio
+async def test_an_append_is_taken_at_once_when_nothing_has_to_wait(tmp_path: Path) -> None:
+    """request_now (the stream's path when no append is in progress and the answer waits for
+    no fsync) keeps the rules of request and gives the same answers."""
+    hs = ENTRY.size + RECORD_HEADER
+    rlog = ReplicaLog(
+        "t",
+        FramedDiskQueue("t#replica", str(tmp_path), 1 << 20, hs, 1 << 16, 1, 1000),
+        fsync_first=False,
+    )
+    assert rlog.ready_now()
+    body = encode_entries([_entry(1, i) for i in range(3)])
+    assert rlog.request_now(1, body, "-") == {"next": 3, "last": "1:2"}
+    assert rlog.request_now(1, body, "1:2") == {"next": 3, "last": "1:2"}  # sent twice: skipped
+    with pytest.raises(Gap):
+        rlog.request_now(1, encode_entries([_entry(1, 9)]), "1:8")
+    with pytest.raises(StaleEpoch):
+        rlog.request_now(0, body, "-")
+    assert rlog.appended == 3
+    async with rlog.lock:  # an append in progress: the stream waits its turn
+        assert not rlog.ready_now()
+    await rlog.wait_synced()
+    assert rlog.synced == (1, 2)
+    rlog.close()
+    (tmp_path / "f").mkdir()
+    fsynced = _log(tmp_path / "f")  # --replica-sync=fsync: answered after the fsync
+    assert not fsynced.ready_now()
+    fsynced.close()

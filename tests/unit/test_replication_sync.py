@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.diskqueue import DiskQueue
+from nsqpy.diskqueue import FramedDiskQueue
 from nsqpy.replication import replica_log
 from nsqpy.replication.entries import ENTRY, RECORD_HEADER
 from nsqpy.replication.replica_log import ReplicaLog
@@ -29,7 +29,7 @@ def _entry(epoch: int, seq: int) -> bytes:
 def _log(path: Path, fsync_first: bool) -> ReplicaLog:
     hs = ENTRY.size + RECORD_HEADER
     # meta syncs rare: between them an fsync is of the data file alone (_fsync_close)
-    dq = DiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 100_000, 3_600_000)
+    dq = FramedDiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 100_000, 3_600_000)
     return ReplicaLog(
         "t", dq, str(path / "t#replica.last"), lambda: False, lambda e: True, fsync_first
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nsqpy import guid
-from nsqpy.diskqueue import DiskQueue
+from nsqpy.diskqueue import FramedDiskQueue
 from nsqpy.replication import local
 from nsqpy.replication.entries import ENTRY, RECORD_HEADER
 from nsqpy.replication.progress import ChannelProgress, guid_of, node_of
@@ -32,7 +32,7 @@ def _record(g: int) -> bytes:
 
 async def _log(path: Path, ids: list[int]) -> ReplicaLog:
     hs = ENTRY.size + RECORD_HEADER
-    dq = DiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000)
+    dq = FramedDiskQueue("t#replica", str(path), 1 << 20, hs, 1 << 16, 1, 1000)
     rlog = ReplicaLog("t", dq, str(path / "t#replica.last"), lambda: False, lambda e: True)
     entries = [ENTRY.pack(1, s, 0) + _record(g) for s, g in enumerate(ids)]
     await rlog.request(1, entries, "-")
