@@ -33,10 +33,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .backed_queue import StorageHooks
+from .backed_queue import BackedQueue, StorageHooks
 from .channel_store import READ_AHEAD, ChannelError, ChannelStore
 from .message import Message, record_id
+from .msg_index import MemoryIndex
 from .pqueue import InFlightQueue
+from .record_queue import RecordQueue
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -165,6 +167,31 @@ class Channel(ChannelStore):
         self._enqueue_many(records, in_order)
         if self._ready:
             self._dispatch()
+
+    def adopt_queue(self, held: BackedQueue) -> bool:
+        """Take over the records ``held`` (a topic) keeps in memory, in order, as this
+        channel's own memory queue, with their message index: the queue object changes owner,
+        no record is copied, and ``held`` is left with an empty one. Only for a channel that
+        holds nothing yet (memory, backend, read-ahead) and has room for all of them; False,
+        with nothing done, otherwise (then put_many the records). Counted in message_count."""
+        n = len(held._queue)
+        backend = self.backend
+        if (
+            self._queue
+            or self._reads.ahead
+            or (backend is not None and backend.depth)
+            or n > self.mem_queue_size
+            or self.exiting
+        ):
+            return False
+        self._queue = held._queue
+        self._mem_index = held._mem_index
+        held._queue = RecordQueue()
+        held._mem_index = MemoryIndex()
+        self.message_count += n
+        if self._ready:
+            self._dispatch()
+        return True
 
     # ---------------------------------------------------------------- consumers side
 

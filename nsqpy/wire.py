@@ -187,10 +187,15 @@ def append_record_frames(out: bytearray, msgs: Iterable[Any]) -> None:
     ``attempts`` (int) attributes, e.g. message.Message."""
     pack = _SIZE_TYPE.pack
     patch = _ATTEMPTS.pack_into
+    size = -1
+    header = b""
     for m in msgs:
         record = m.record
+        if len(record) != size:  # one header for a run of equal sizes (the usual batch)
+            size = len(record)
+            header = pack(size + 4, FRAME_TYPE_MESSAGE)
         start = len(out)
-        out += pack(len(record) + 4, FRAME_TYPE_MESSAGE)
+        out += header
         out += record
         patch(out, start + _FRAME_ATTEMPTS, m.attempts)
 
