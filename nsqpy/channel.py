@@ -257,19 +257,20 @@ class Channel(ChannelStore):
         (ID, nsqd's reason: "ID not in flight", "client does not own message"), [] when all
         were finished."""
         in_flight = self.in_flight
-        get = in_flight.get
+        pop = in_flight.pop
         e2e = self.e2e
         refs = self._reads.refs
         failed: list[tuple[bytes, str]] = []
         done: list[Message] = []
         for msg_id in msg_ids:
-            msg = get(msg_id)
+            msg = pop(msg_id, None)  # one dict operation for the usual, owned, ID
             if msg is None or msg.client is not c:
-                failed.append(
-                    (msg_id, "ID not in flight" if msg is None else "client does not own message")
-                )
+                if msg is None:
+                    failed.append((msg_id, "ID not in flight"))
+                else:
+                    in_flight[msg_id] = msg  # another consumer's: it stays in flight
+                    failed.append((msg_id, "client does not own message"))
                 continue
-            del in_flight[msg_id]
             msg.client = None
             done.append(msg)
             if refs:
@@ -482,7 +483,7 @@ class Channel(ChannelStore):
         self._dispatching = True
         try:
             now = self._clock_ns()
-            in_flight = self.in_flight
+            setdefault = self.in_flight.setdefault
             push_many = self._in_flight_pq.push_sent_many
             clients = self.clients
             read_disk = False
@@ -537,13 +538,12 @@ class Channel(ChannelStore):
                             self._reads.release(record_id(rec))
                         continue
                     msg = Message(rec)
-                    if msg.id in in_flight:
+                    if setdefault(msg.id, msg) is not msg:
                         continue  # a duplicate of a message in flight (after a crash)
                     msg.attempts += 1
                     msg.client = c
                     msg.delivery_ts = now
                     msg.pri = pri
-                    in_flight[msg.id] = msg
                     batch.append(msg)
                 if batch:
                     push_many(batch, pri, timeout_ns)
