@@ -33,10 +33,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .backed_queue import StorageHooks
+from .backed_queue import BackedQueue, StorageHooks
 from .channel_store import READ_AHEAD, ChannelError, ChannelStore
 from .message import Message, record_id
+from .msg_index import MemoryIndex
 from .pqueue import InFlightQueue
+from .record_queue import RecordQueue
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -166,6 +168,31 @@ class Channel(ChannelStore):
         if self._ready:
             self._dispatch()
 
+    def adopt_queue(self, held: BackedQueue) -> bool:
+        """Take over the records ``held`` (a topic) keeps in memory, in order, as this
+        channel's own memory queue, with their message index: the queue object changes owner,
+        no record is copied, and ``held`` is left with an empty one. Only for a channel that
+        holds nothing yet (memory, backend, read-ahead) and has room for all of them; False,
+        with nothing done, otherwise (then put_many the records). Counted in message_count."""
+        n = len(held._queue)
+        backend = self.backend
+        if (
+            self._queue
+            or self._reads.ahead
+            or (backend is not None and backend.depth)
+            or n > self.mem_queue_size
+            or self.exiting
+        ):
+            return False
+        self._queue = held._queue
+        self._mem_index = held._mem_index
+        held._queue = RecordQueue()
+        held._mem_index = MemoryIndex()
+        self.message_count += n
+        if self._ready:
+            self._dispatch()
+        return True
+
     # ---------------------------------------------------------------- consumers side
 
     def add_client(self, c: Consumer, max_consumers: int = 0) -> None:
@@ -230,19 +257,20 @@ class Channel(ChannelStore):
         (ID, nsqd's reason: "ID not in flight", "client does not own message"), [] when all
         were finished."""
         in_flight = self.in_flight
-        get = in_flight.get
+        pop = in_flight.pop
         e2e = self.e2e
         refs = self._reads.refs
         failed: list[tuple[bytes, str]] = []
         done: list[Message] = []
         for msg_id in msg_ids:
-            msg = get(msg_id)
+            msg = pop(msg_id, None)  # one dict operation for the usual, owned, ID
             if msg is None or msg.client is not c:
-                failed.append(
-                    (msg_id, "ID not in flight" if msg is None else "client does not own message")
-                )
+                if msg is None:
+                    failed.append((msg_id, "ID not in flight"))
+                else:
+                    in_flight[msg_id] = msg  # another consumer's: it stays in flight
+                    failed.append((msg_id, "client does not own message"))
                 continue
-            del in_flight[msg_id]
             msg.client = None
             done.append(msg)
             if refs:
@@ -455,7 +483,7 @@ class Channel(ChannelStore):
         self._dispatching = True
         try:
             now = self._clock_ns()
-            in_flight = self.in_flight
+            setdefault = self.in_flight.setdefault
             push_many = self._in_flight_pq.push_sent_many
             clients = self.clients
             read_disk = False
@@ -510,13 +538,12 @@ class Channel(ChannelStore):
                             self._reads.release(record_id(rec))
                         continue
                     msg = Message(rec)
-                    if msg.id in in_flight:
+                    if setdefault(msg.id, msg) is not msg:
                         continue  # a duplicate of a message in flight (after a crash)
                     msg.attempts += 1
                     msg.client = c
                     msg.delivery_ts = now
                     msg.pri = pri
-                    in_flight[msg.id] = msg
                     batch.append(msg)
                 if batch:
                     push_many(batch, pri, timeout_ns)

@@ -4,8 +4,9 @@ Strategy: a put is a synchronous call chain on message records (immutable bytes 
 layout, see message.py). With at least one channel and not paused, each record goes to every
 channel at once, the same bytes for all (a copy costs nothing); with no channel, or while
 paused, records wait in the topic's own queue and flow to the channels as soon as there is
-one (or on unpause), as nsqd's topic messagePump does. DPUB messages enter each channel's
-deferred queue.
+one (or on unpause), as nsqd's topic messagePump does. A first and only channel takes the
+held memory queue over whole (Channel.adopt_queue: no copy, however long the backlog); with
+more channels each gets the records. DPUB messages enter each channel's deferred queue.
 
 Storage (backed_queue.py): at most ``mem_queue_size`` held records stay in memory, the rest go to
 the topic's backend (a DiskQueue named after the topic); when channels appear the backend is drained
@@ -181,7 +182,9 @@ class Topic(BackedQueue):
     def _flush_queue(self) -> None:
         if not self.channels or self.paused or self.starting:
             return
-        if self._queue:
+        if self._queue and not (
+            len(self.channels) == 1 and next(iter(self.channels.values())).adopt_queue(self)
+        ):
             held = list(self._queue)
             in_order = self._mem_index.in_order
             self._mem_clear()

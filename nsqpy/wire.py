@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from .internal.names import NAME_RE as _NAME_RE  # noqa: F401  (the rule's one owner)
 from .internal.names import is_valid_name as is_valid_name
@@ -66,7 +66,7 @@ _FRAME_HEADER = struct.Struct(">ii")  # size (frame type + data), frame type
 _SIZE_TYPE = struct.Struct(">ii")
 _ATTEMPTS = struct.Struct(">H")
 # where append_record_frame patches the attempts: after the frame header, at the record's own
-_FRAME_ATTEMPTS = FRAME_HEADER_LENGTH + ATTEMPTS_START
+_FRAME_ATTEMPTS: Final = FRAME_HEADER_LENGTH + ATTEMPTS_START
 
 BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"))
 
@@ -186,13 +186,20 @@ def append_record_frames(out: bytearray, msgs: Iterable[Any]) -> None:
     """append_record_frame for each of ``msgs`` in order: anything with ``record`` (bytes) and
     ``attempts`` (int) attributes, e.g. message.Message."""
     pack = _SIZE_TYPE.pack
-    patch = _ATTEMPTS.pack_into
+    size = -1
+    header = b""
     for m in msgs:
         record = m.record
-        start = len(out)
-        out += pack(len(record) + 4, FRAME_TYPE_MESSAGE)
+        if len(record) != size:  # one header for a run of equal sizes (the usual batch)
+            size = len(record)
+            header = pack(size + 4, FRAME_TYPE_MESSAGE)
+        at = len(out) + _FRAME_ATTEMPTS
+        out += header
         out += record
-        patch(out, start + _FRAME_ATTEMPTS, m.attempts)
+        # the uint16 attempts, big-endian, as two byte stores (compiled: no call, no object)
+        attempts = m.attempts
+        out[at] = (attempts >> 8) & 255
+        out[at + 1] = attempts & 255
 
 
 # --------------------------------------------------------------------------------------------

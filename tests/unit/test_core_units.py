@@ -293,6 +293,42 @@ def test_topic_holds_messages_until_a_channel_exists_then_copies_to_each() -> No
     assert (c1.depth, c2.depth) == (3, 1)
 
 
+def test_first_channel_takes_the_held_queue_over_whole() -> None:
+    """The first and only channel takes the topic's held memory queue as its own (the same
+    records, in order, counted once, findable by ID); the topic is left empty and new
+    publishes reach the channel."""
+    t = _topic(Clock())
+    held = [record(n) for n in range(5000)]  # more than a packed segment
+    for i in range(0, len(held), 100):
+        t.put_many(held[i : i + 100])
+    ch = t.get_channel("c")
+    assert (t.depth, ch.depth, ch.message_count) == (0, 5000, 5000)
+    assert ch.locate(b"%016x" % 4321) == ("memory", held[4321], None)
+    assert t.locate(b"%016x" % 4321) is None
+    t.put(record(5000))
+    c = subscribe(ch, FakeConsumer(1, rdy=10_000))
+    assert [m.record for m in c.sent] == [*held, record(5000)]
+    assert t.depth == 0 and ch.depth == 0
+
+
+def test_held_queue_is_copied_when_the_channel_is_not_empty_or_too_small() -> None:
+    """A channel that holds records already, or whose memory cannot take the whole held
+    queue, gets the records as a publish would (no takeover)."""
+    clock = Clock()
+    ch = channel(clock)
+    ch.put(record(0))
+    t = Topic("t", lambda topic, name: ch)
+    t.put_many([record(1), record(2)])
+    assert not ch.adopt_queue(t)
+    t.get_channel("c")
+    assert (t.depth, ch.depth, ch.message_count) == (0, 3, 3)
+    small = channel(clock, mem_queue_size=1)
+    t2 = Topic("t2", lambda topic, name: small)
+    t2.put_many([record(3), record(4)])
+    assert not small.adopt_queue(t2)
+    assert len(t2._queue) == 2
+
+
 def test_topic_pause_and_starting_hold_messages() -> None:
     t = _topic(Clock())
     c = t.get_channel("c")

@@ -1032,6 +1032,40 @@ def test_record_frame_is_the_message_frame(ts, stored, attempts, msg_id, body) -
     assert out == want
 
 
+def test_record_frames_of_equal_and_changing_sizes() -> None:
+    """append_record_frames reuses a frame header while record sizes repeat: runs of equal
+    sizes broken by other sizes, and each message's own attempts, give the frames one by one."""
+    from nsqpy.message import Message, encode_record
+
+    bodies = [b"a", b"b", b"cc", b"d", b"", b"ee", b"ff", b"g"]
+    msgs = []
+    for i, body in enumerate(bodies):
+        m = Message(encode_record(1000 + i, 7, b"%016d" % i, body))
+        m.attempts = (i * 4099) % 65536
+        msgs.append(m)
+    out = bytearray()
+    wire.append_record_frames(out, msgs)
+    want = bytearray()
+    for i, (m, body) in enumerate(zip(msgs, bodies)):
+        wire.append_message_frame(want, 1000 + i, m.attempts, b"%016d" % i, body)
+    assert out == want
+
+
+def test_message_reads_its_record() -> None:
+    """A Message gives the record's attempts and timestamp (uint16 and int64, big-endian)."""
+    from nsqpy.message import Message, encode_record
+
+    m = Message(encode_record(2**63 - 1, 0xABCD, b"0123456789abcdef", b"body"))
+    assert (m.attempts, m.timestamp, m.id, m.body) == (
+        0xABCD,
+        2**63 - 1,
+        b"0123456789abcdef",
+        b"body",
+    )
+    m.attempts += 1
+    assert Message(m.to_record()).attempts == 0xABCE
+
+
 def test_long_mpub_taken_in_steps() -> None:
     """A whole MPUB body of many messages is split MPUB_SCAN_STEP messages per call
     (more_work says to call again), valid or not, with the same result and errors."""
