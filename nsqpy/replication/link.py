@@ -205,21 +205,29 @@ def chained_step(link: Link, backlog: Backlog, sent: Step, now: float) -> Step |
     return Step(SEND, params, take(backlog.entries, start - backlog.base))
 
 
+def _resume_at(last: Name | None, backlog: Backlog, floor: int | None) -> tuple[int | None, int]:
+    """Where a follower whose log ends at ``last`` goes on: ``(i, 0)`` when it needs the
+    history from index ``i``, else ``(None, start)`` with ``start`` the seq of this epoch it
+    needs next (``floor`` when it has nothing of this epoch: Link.floor)."""
+    epoch = backlog.epoch
+    if last is not None and last[0] >= epoch:
+        next_seq = backlog.next_seq
+        return None, (min(last[1] + 1, next_seq) if last[0] == epoch else next_seq)
+    hist = backlog.history
+    i = 0 if last is None else bisect_right(hist, last, key=entry_name)
+    if i < len(hist):
+        return i, 0
+    return None, floor or 0
+
+
 def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> list[bytes] | None:
     """What a follower whose log ends at ``last`` needs next (at most MAX_REQUEST_BYTES): the
     history entries after it, else this epoch's entries after it (from ``floor`` on, when
     given and it has nothing of this epoch: Link.floor); [] when it has everything, None when
     what it needs is no longer kept."""
-    epoch = backlog.epoch
-    next_seq = backlog.next_seq
-    if last is not None and last[0] >= epoch:
-        start = min(last[1] + 1, next_seq) if last[0] == epoch else next_seq
-    else:
-        hist = backlog.history
-        i = 0 if last is None else bisect_right(hist, last, key=entry_name)
-        if i < len(hist):
-            return take(hist, i)
-        start = floor or 0
+    i, start = _resume_at(last, backlog, floor)
+    if i is not None:
+        return take(backlog.history, i)
     if start < backlog.base:
         return None
     return take(backlog.entries, start - backlog.base)
@@ -228,17 +236,8 @@ def batch_for(last: Name | None, backlog: Backlog, floor: int | None = None) -> 
 def has_more(last: Name | None, backlog: Backlog, floor: int | None = None) -> bool:
     """Whether :func:`batch_for` would give a follower whose log ends at ``last`` anything
     (or None), without making the batch."""
-    epoch = backlog.epoch
-    next_seq = backlog.next_seq
-    if last is not None and last[0] >= epoch:
-        start = min(last[1] + 1, next_seq) if last[0] == epoch else next_seq
-    else:
-        hist = backlog.history
-        i = 0 if last is None else bisect_right(hist, last, key=entry_name)
-        if i < len(hist):
-            return True
-        start = floor or 0
-    return start < backlog.base or start < next_seq
+    i, start = _resume_at(last, backlog, floor)
+    return i is not None or start < backlog.base or start < backlog.next_seq
 
 
 def acked_of(last: Name | None, backlog: Backlog, floor: int | None = None) -> int:
