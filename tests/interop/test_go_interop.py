@@ -928,6 +928,8 @@ def test_unix_socket_listeners_match_go_nsqd(tmp_path):
         d = tmp_path / name
         d.mkdir()
         p = start_on_unix_sockets(cmd, d)
+        if name == "go":
+            gobin.wait_signal_handlers(p.proc.pid)
         try:
             code, body = unix_http(f"{d}/http.sock", "GET", "/info")
             info = json.loads(body)

@@ -22,6 +22,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -85,9 +86,45 @@ def require(name: str) -> str:
     return path
 
 
+_SIGUSR1_BIT = 1 << (10 - 1)  # /proc's SigBlk: bit n-1 for signal n
+_SIGTERM_BIT = 1 << (15 - 1)
+
+
+def wait_signal_handlers(pid: int, timeout: float = 10) -> bool:
+    """Wait until the Go program ``pid`` has called signal.Notify; True once seen, False when
+    ``timeout`` s pass or /proc cannot tell (the caller goes on either way).
+
+    Go's nsqd, nsqlookupd and nsqadmin call signal.Notify (go-svc's Run) only after their
+    Start has returned, and their listeners already serve by then: a SIGTERM sent in between
+    kills the process by the signal's default action (exit -15, sockets and files left, no
+    "closing" lines). Notify's first call starts the runtime's signal-mask thread
+    (runtime.ensureSigM), which blocks every blockable signal (SIGUSR1 among them) but not
+    SIGTERM; Go blocks SIGTERM too in the short full masks it sets while making a thread, so
+    "some thread blocks SIGUSR1 and not SIGTERM" is that thread. Notify enables SIGINT, then
+    SIGTERM, microseconds after the thread appears; a 50 ms pause covers that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return False
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    mask = next((int(ln.split()[1], 16) for ln in f if ln.startswith("SigBlk")), 0)
+            except (OSError, ValueError):
+                continue
+            if mask & _SIGUSR1_BIT and not mask & _SIGTERM_BIT:
+                time.sleep(0.05)
+                return True
+        time.sleep(0.005)
+    return False
+
+
 class GoProcess(DaemonProcess):
     """A running Go nsqd or nsqlookupd on loopback (nsqpy.testing's launcher: ports read from
-    its log lines, stopped with SIGTERM, dies with the test process)."""
+    its log lines, stopped with SIGTERM, dies with the test process). Returns once the
+    program handles SIGTERM (``wait_signal_handlers``), so a stop is always a clean one."""
 
     def __init__(self, name: str, args: list[str], cwd: Path | None = None) -> None:
         self.name = f"Go {name}"
@@ -95,6 +132,7 @@ class GoProcess(DaemonProcess):
         self.args = args
         cmd = [self.path, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args]
         super().__init__(cmd, cwd=cwd)
+        wait_signal_handlers(self.proc.pid)
 
 
 def start_go_nsqd(data_path: Path, *args: str) -> GoProcess:
