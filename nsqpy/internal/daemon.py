@@ -8,7 +8,9 @@ fails ("failed to instantiate <name> - <error>", as the Go daemons log it), the 
 notifications (internal/sdnotify.py: READY=1 once start() has bound the listeners and their
 log lines are written, WATCHDOG=1 from the loop, STOPPING=1 on a signal), and the collector
 tuned once the long-lived start-up objects exist, and glibc's malloc told to give big buffers
-back to the OS (bound_malloc_retention).
+back to the OS (bound_malloc_retention). After a clean stop the process leaves as a Go program
+does: exit handlers run and standard streams are flushed, then the interpreter's teardown of
+every module and object (most of a stop's time otherwise) is skipped (exit_after_stop).
 Start-up time matters (a test suite may start a daemon per test): the daemons import this
 module first when they start, so the cyclic collector is off from here until the daemon
 listens (start-up creates no garbage worth collecting, and the import of the daemon's modules
@@ -147,7 +149,31 @@ def serve(
         notifier.close()
         return 0
 
-    sys.exit(run(main()))
+    exit_after_stop(run(main()))
+
+
+def exit_after_stop(code: int) -> None:
+    """End the process with ``code`` once the daemon has stopped: atexit's handlers (logging's
+    flush and close among them) and the standard streams' flush first, then os._exit, which
+    skips the interpreter's teardown of every module and object: about 18 ms of a 20 ms stop,
+    where Go's nsqd takes 2-3 ms from SIGTERM to exit. Everything the daemon owns (data
+    files, sockets, diskqueue threads) is closed by its stop(). While another non-daemon
+    thread still runs, the ordinary exit waits for it (sys.exit)."""
+    import atexit
+    import os
+    import threading
+
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if run_exitfuncs is None or others:
+        sys.exit(code)
+    run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def event_loop_runner(log: logging.Logger) -> Callable[[Coroutine[Any, Any, int]], int]:
