@@ -5,10 +5,11 @@ ports (bind to port 0, read the number, close), execs the daemon's installed con
 (nsqpy-d, nsqpy-lookupd; Go's nsqd/nsqlookupd when /opt/nsq-go/bin has them) with those
 ports and, for nsqd, a fresh temporary --data-path, then polls: connect to the HTTP port every
 millisecond until it accepts, send GET /ping, and stop the clock on a 200. The daemon is then
-stopped with SIGTERM (bounded wait, SIGKILL after). Runs of the different daemons (and of the
---variant code trees, each a PYTHONPATH put in front of the installed nsqpy) alternate, so a
-busy neighbour on the machine slows them all alike; the figure is the median of --runs.
-Beside the wall time, the CPU time the daemon had used when /ping answered (utime+stime from
+stopped with SIGTERM (bounded wait, SIGKILL after), and the time from the signal to the
+process's exit is kept too: a suite pays it per daemon as well. Runs of the different
+daemons (and of the --variant code trees, each a PYTHONPATH put in front of the installed nsqpy)
+alternate, so a busy neighbour on the machine slows them all alike; the figure is the median
+of --runs. Beside the wall time, the CPU time the daemon had used when /ping answered (utime+stime from
 /proc/PID/stat, 10 ms ticks) says what start-up costs whatever the machine's load.
 Each code tree's nsqpy is byte-compiled first (compileall; what `pip install` does), as an
 environment with PYTHONDONTWRITEBYTECODE=1 would otherwise compile its sources at every exec."""
@@ -112,10 +113,11 @@ def compile_tree(pythonpath: str) -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", where], check=False, timeout=300)
 
 
-def one_run(daemon: str, pythonpath: str, timeout: float) -> tuple[float, float]:
+def one_run(daemon: str, pythonpath: str, timeout: float) -> tuple[float, float, float]:
     """(seconds from exec to the first 200 of GET /ping, CPU seconds the process had used
-    then) for one fresh ``daemon`` process. Raises RuntimeError when it exits or does not
-    answer within ``timeout`` seconds."""
+    then, seconds from SIGTERM to its exit) for one fresh ``daemon`` process. Raises
+    RuntimeError when it exits early, does not answer within ``timeout`` seconds, or does
+    not exit within 10 s of SIGTERM."""
     tcp, http = free_port(), free_port()
     argv = [
         script(daemon),
@@ -146,13 +148,14 @@ def one_run(daemon: str, pythonpath: str, timeout: float) -> tuple[float, float]
                     if time.perf_counter() > deadline:
                         raise RuntimeError(f"{daemon}: no /ping answer within {timeout}s")
                     time.sleep(0.001)
-            finally:
-                _stop(proc)
-    return elapsed, cpu
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    terminate(proc, 10)  # SIGTERM, SIGKILL after 10 s
+            except BaseException:
+                terminate(proc, 10)
+                raise
+            t1 = time.perf_counter()
+            if not terminate(proc, 10):  # SIGTERM, SIGKILL after 10 s
+                raise RuntimeError(f"{daemon}: did not exit within 10 s of SIGTERM")
+            stopped = time.perf_counter() - t1
+    return elapsed, cpu, stopped
 
 
 def available(daemons: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -176,21 +179,21 @@ def run_startup(cfg: StartupConfig, log: Any = None) -> list[dict[str, Any]]:
     if cfg.compile:
         for _, pp in cfg.variants:
             compile_tree(pp)
-    times: dict[tuple[str, str], list[tuple[float, float]]] = {
+    times: dict[tuple[str, str], list[tuple[float, float, float]]] = {
         (label, d): [] for label, _, d in pairs
     }
     for rnd in range(cfg.runs):
         for label, pp, d in pairs:
-            t, cpu = one_run(d, pp, cfg.timeout)
-            times[(label, d)].append((t, cpu))
+            t, cpu, stop = one_run(d, pp, cfg.timeout)
+            times[(label, d)].append((t, cpu, stop))
             if log is not None:
                 log(
                     f"[startup] round {rnd + 1}/{cfg.runs} {d} ({label}): {t * 1000:.1f} ms, "
-                    f"CPU {cpu * 1000:.0f} ms"
+                    f"CPU {cpu * 1000:.0f} ms, stop {stop * 1000:.1f} ms"
                 )
     rows = []
     for (label, d), runs in times.items():
-        ts = [t for t, _ in runs]
+        ts = [t for t, _, _ in runs]
         rows.append(
             {
                 "mode": "startup",
@@ -200,9 +203,11 @@ def run_startup(cfg: StartupConfig, log: Any = None) -> list[dict[str, Any]]:
                 "median_s": statistics.median(ts),
                 "min_s": min(ts),
                 "max_s": max(ts),
-                "cpu_median_s": statistics.median(c for _, c in runs),
+                "cpu_median_s": statistics.median(c for _, c, _ in runs),
+                "stop_median_s": statistics.median(s for _, _, s in runs),
                 "times_s": ts,
-                "cpu_s": [c for _, c in runs],
+                "cpu_s": [c for _, c, _ in runs],
+                "stop_s": [s for _, _, s in runs],
             }
         )
     return rows
@@ -210,13 +215,17 @@ def run_startup(cfg: StartupConfig, log: Any = None) -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| daemon | code | exec to /ping, median | min | max | CPU used by then, median | runs |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        (
+            "| daemon | code | exec to /ping, median | min | max | CPU used by then, median "
+            "| SIGTERM to exit, median | runs |"
+        ),
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['daemon']} | {r['variant']} | {r['median_s'] * 1000:.0f} ms | "
             f"{r['min_s'] * 1000:.0f} ms | {r['max_s'] * 1000:.0f} ms | "
-            f"{r['cpu_median_s'] * 1000:.0f} ms | {r['runs']} |"
+            f"{r['cpu_median_s'] * 1000:.0f} ms | {r['stop_median_s'] * 1000:.1f} ms | "
+            f"{r['runs']} |"
         )
     return "\n".join(lines)
