@@ -2,15 +2,15 @@
 
 Strategy: what a client test suite pays per daemon it starts. Each run picks two free loopback
 ports (bind to port 0, read the number, close), execs the daemon's installed console script
-(nsqpy-d, nsqpy-lookupd; Go's nsqd/nsqlookupd when /opt/nsq-go/bin has them) with those
-ports and, for nsqd, a fresh temporary --data-path, then polls: connect to the HTTP port every
+(nsqpy-d, nsqpy-lookupd; Go's nsqd/nsqlookupd when /opt/nsq-go/bin has them) with those ports
+and, for nsqd, a fresh temporary --data-path, then polls: connect to the HTTP port every
 millisecond until it accepts, send GET /ping, and stop the clock on a 200. The daemon is then
 stopped with SIGTERM (bounded wait, SIGKILL after), and the time from the signal to the
-process's exit is kept too: a suite pays it per daemon as well. Runs of the different
-daemons (and of the --variant code trees, each a PYTHONPATH put in front of the installed nsqpy)
-alternate, so a busy neighbour on the machine slows them all alike; the figure is the median
-of --runs. Beside the wall time, the CPU time the daemon had used when /ping answered (utime+stime from
-/proc/PID/stat, 10 ms ticks) says what start-up costs whatever the machine's load.
+process's exit is kept too: a suite pays it per daemon as well. Runs of the different daemons
+(and of the --variant code trees, each a PYTHONPATH put in front of the installed nsqpy)
+alternate, so a busy neighbour on the machine slows them all alike; the figure is the median of
+--runs. Beside the wall time, the CPU time the daemon had used when /ping answered (utime+stime
+from /proc/PID/stat, 10 ms ticks) says what start-up costs whatever the machine's load.
 Each code tree's nsqpy is byte-compiled first (compileall; what `pip install` does), as an
 environment with PYTHONDONTWRITEBYTECODE=1 would otherwise compile its sources at every exec."""
 
