@@ -77,18 +77,34 @@ class GUIDFactory:
             last = ts
             seq = -1
         node = self._node_bits
+        seq_hex = _seq_hex()
+        # An ID's last 3 hex digits are its 12-bit sequence; the 13 before them change only
+        # with the tick, so they are formatted once per tick (with the header in front).
+        prefix = header + b"%013x" % (((last - TWEPOCH) << NODE_ID_BITS) | (node >> NODE_ID_SHIFT))
         out: list[bytes] = []
         for body in bodies:
             seq += 1
             if seq > SEQUENCE_MASK:  # tick used up: borrow the next
                 seq = 0
                 last += 1
-            guid = ((last - TWEPOCH) << TIMESTAMP_SHIFT) | node | seq
-            out.append(b"".join((header, b"%016x" % guid, body)))
+                prefix = header + b"%013x" % (
+                    ((last - TWEPOCH) << NODE_ID_BITS) | (node >> NODE_ID_SHIFT)
+                )
+            out.append(b"".join((prefix, seq_hex[seq], body)))
         if out:
             self._last_ts = last
             self._sequence = seq
         return out
+
+
+_SEQ_HEX: list[bytes] = []
+
+
+def _seq_hex() -> list[bytes]:
+    """The 4096 sequence numbers as 3 lowercase hex digits each (built at first use)."""
+    if not _SEQ_HEX:
+        _SEQ_HEX.extend(b"%03x" % i for i in range(SEQUENCE_MASK + 1))
+    return _SEQ_HEX
 
 
 def guid_timestamp_ms(guid: int) -> int:
