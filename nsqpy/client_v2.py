@@ -18,7 +18,9 @@ adds no latency. A client whose socket is full (pause_writing) has no room for m
 resume_writing.
 
 Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which are
-cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with
+cheap), READ_BUDGET_BYTES of input or READ_BUDGET_S seconds per event-loop pass, the time cut to
+what the pass's connections share (internal.passbudget) but always at least one command; the
+rest waits in the parser with
 reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
 hold the loop while others wait. A client that is not subscribed and does not read its replies
 stops being read once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's
@@ -46,6 +48,7 @@ import fcntl
 import logging
 import struct
 import termios
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -53,6 +56,7 @@ from . import wire
 from .admission import Admission
 from .compression import INFLATE_STEP
 from .internal.netaddr import join_host_port
+from .internal.passbudget import SHARED
 from .internal.readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
 from .protocol_v2 import (
     CLOSE,
@@ -75,6 +79,8 @@ log = logging.getLogger("nsqpy")
 #: The most commands, and input bytes, one connection's read may run per event-loop pass.
 READ_BUDGET_COMMANDS = 256
 READ_BUDGET_BYTES = 128 * 1024
+#: ... and the most time (seconds), less when the pass's shared time is spent (passbudget).
+READ_BUDGET_S = 0.002
 #: FINs are cheap (no reply; the channel dispatches once for all of a pass): more per pass.
 READ_BUDGET_FINS = 1024
 
@@ -368,12 +374,19 @@ class Connection(ClientState):
         start = parser.buffered()
         inflated = 0  # bytes inflated into the parser during this pass
         over_budget = False
+        until = SHARED.until(READ_BUDGET_S)
+        first = True  # one command runs whatever the time
         self._in_read = True
         try:
             while not self.closed:
-                if budget_left == 0 or start + inflated - parser.buffered() >= READ_BUDGET_BYTES:
+                if (
+                    budget_left == 0
+                    or start + inflated - parser.buffered() >= READ_BUDGET_BYTES
+                    or (not first and time.perf_counter() > until)
+                ):
                     over_budget = True
                     break
+                first = False
                 try:
                     if self.state == STATE_SUBSCRIBED:
                         ids = parser.take_fins(fins_left)
