@@ -46,6 +46,7 @@ import asyncio
 import concurrent.futures
 import fcntl
 import logging
+import os
 import struct
 import termios
 import time
@@ -92,15 +93,25 @@ UNREAD_RECHECK_S = 0.02
 _identify_pool: concurrent.futures.ProcessPoolExecutor | None = None
 
 
+#: The helper's niceness increment: decoding a hostile body is background work, and on a busy
+#: machine a helper at the daemon's own priority took CPU from the event loop (the loop stood
+#: still 100-500 ms at a time while helpers decoded megabyte IDENTIFY arrays).
+HELPER_NICE = 19
+
+
 def identify_pool() -> concurrent.futures.ProcessPoolExecutor:
     """The one helper process that decodes large IDENTIFY bodies, started at first need (a
-    legitimate IDENTIFY is a few hundred bytes and never starts it); it exits with the daemon."""
+    legitimate IDENTIFY is a few hundred bytes and never starts it) at the lowest priority
+    (HELPER_NICE); it exits with the daemon."""
     global _identify_pool
     if _identify_pool is None:
         import multiprocessing  # here: the daemon's start does not load it
 
         _identify_pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn")
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=os.nice,
+            initargs=(HELPER_NICE,),
         )
     return _identify_pool
 
