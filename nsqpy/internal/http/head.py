@@ -3,11 +3,12 @@
 Strategy: sans-IO, like the rest of the HTTP layer's parsing. The connection feeds bytes and
 calls ``step(budget, lines)``; each call looks at whole lines only, at most about ``budget``
 bytes and ``lines`` lines of them, so a head of tens of thousands of header lines, or of
-megabyte values, is read in short steps over several loop passes instead of in one. A megabyte
-line is checked with byte searches (memchr), not a regular expression walking it byte by byte. Lines end at LF with an optional CR before it; the request
-line and each header line are checked against RFC 9112's grammar (the same rules h11, which
-frames the body, applies: token names, no NUL/CR/LF/VT/FF in values, obs-fold joined with one
-space). A head longer than net/http's MaxHeaderBytes (1 MiB plus its 4096 bytes of slack,
+megabyte values, is read in short steps over several loop passes instead of in one. Lines end
+at LF with an optional CR before it; the request line and each header line are checked against
+RFC 9112's grammar (the same rules h11, which frames the body, applies: token names, no
+NUL/CR/LF/VT/FF in values, obs-fold joined with one space); a megabyte target or value is
+checked by byte searches (memchr, translate), not by a regular expression walking it byte by
+byte. A head longer than net/http's MaxHeaderBytes (1 MiB plus its 4096 bytes of slack,
 Server.initialReadLimitSize) is refused with 431 as soon as that many bytes arrive without a
 blank line, without looking at the rest.
 
