@@ -14,15 +14,19 @@ after now. The time starts with the first slice asked for in a pass and starts a
 loop's next turn (a call_soon made by that first ask). What a reader does with a spent budget is
 its own rule: a V2 client runs at least one command (a polite PUB costs microseconds, so it is
 answered in the pass its bytes came in), an HTTP connection whose next step may cost
-milliseconds does nothing and waits for the next pass (``spent``). Nothing is ever refused:
-the budget only cuts the work into more, shorter passes; the connections left waiting are
-taken in the order they were put off, so none waits for more than a turn of the others.
+milliseconds does nothing and is put off (``put_off``). The connections put off are resumed by
+the restart of the pass's time at the loop's next turn, in the order they were put off, while
+the new pass's time lasts (the first always runs); the rest wait for the turn after. So the clients that always
+have input (V2 clients with their floor) cannot starve those put off, and nothing is ever
+refused: the budget only cuts the work into more, shorter passes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
+from collections.abc import Callable
 
 #: Seconds of reading that all connections of one pass share.
 PASS_S = 0.004
@@ -35,16 +39,19 @@ class PassBudget:
 
     ``until(own_s)``: a ``time.perf_counter()`` deadline for a slice starting now,
     ``min(now + own_s, end of the pass's time)`` but at least ``now + floor_s``.
-    ``spent()``: whether the pass's time has run out. Without a running loop every ``until``
-    starts a pass of its own (nothing would restart it)."""
+    ``spent()``: whether the pass's time has run out. ``put_off(resume)``: call ``resume()`` at
+    the loop's next turn, when the time restarts, in the order put off, while the new pass's
+    time lasts (at least the first), else at a later turn. Without a running loop
+    every ``until`` starts a pass of its own (nothing would restart it)."""
 
-    __slots__ = ("pass_s", "floor_s", "_end", "_loop")
+    __slots__ = ("pass_s", "floor_s", "_end", "_loop", "_waiting")
 
     def __init__(self, pass_s: float = PASS_S, floor_s: float = FLOOR_S) -> None:
         self.pass_s = pass_s
         self.floor_s = floor_s
         self._end = 0.0  # perf_counter() when this pass's time runs out; 0.0: not started
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that restarts it
+        self._waiting: deque[Callable[[], None]] = deque()  # put off, in order
 
     def _pass_end(self, now: float) -> float:
         """The end of the current pass's time, starting a pass if none runs on this loop."""
@@ -52,7 +59,9 @@ class PassBudget:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return now + self.pass_s  # no loop: this slice is a pass of its own
-        if self._end == 0.0 or loop is not self._loop:  # (a pass left by a loop now gone)
+        if self._end == 0.0 or loop is not self._loop:
+            if loop is not self._loop:  # a pass left by a loop now gone, and its waiters
+                self._waiting.clear()
             self._end = now + self.pass_s
             self._loop = loop
             loop.call_soon(self._restart)
@@ -69,8 +78,21 @@ class PassBudget:
         now = time.perf_counter()
         return now >= self._pass_end(now)
 
+    def put_off(self, resume: Callable[[], None]) -> None:
+        self._waiting.append(resume)
+        self._pass_end(time.perf_counter())  # a pass runs, so its restart is scheduled
+
     def _restart(self) -> None:
         self._end = 0.0
+        waiting = self._waiting
+        while waiting and (self._end == 0.0 or time.perf_counter() < self._end):
+            resume = waiting.popleft()
+            try:
+                resume()
+            except Exception as e:  # one connection's failure: the others still resume
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "error resuming a reader put off", "exception": e}
+                )
 
 
 #: The budget of the process's event loop (each nsqpy daemon runs one).

@@ -59,3 +59,27 @@ def test_without_a_loop_every_slice_is_a_pass_of_its_own() -> None:
     b = PassBudget(pass_s=3600.0)
     assert not b.spent()
     assert b.until(0.002) <= time.perf_counter() + 0.002
+
+
+def test_put_off_readers_resume_in_order_at_the_next_turn_while_time_lasts() -> None:
+    async def main() -> list[str]:
+        b = PassBudget(pass_s=0.0)
+        ran: list[str] = []
+
+        def reader(name: str) -> None:
+            ran.append(name)
+            b.until(0.002)  # a reader asks for its slice: the new pass's time starts
+
+        assert b.spent()
+        for name in ("a", "b", "c"):
+            b.put_off(lambda name=name: reader(name))
+        assert ran == []
+        await asyncio.sleep(0)  # next turn: the first runs, then the time (0 s) is spent
+        assert ran == ["a"]
+        await asyncio.sleep(0)
+        assert ran == ["a", "b"]
+        b.pass_s = 3600.0
+        await asyncio.sleep(0)
+        return ran
+
+    assert asyncio.run(main()) == ["a", "b", "c"]

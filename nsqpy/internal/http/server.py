@@ -228,7 +228,8 @@ class Connection(asyncio.Protocol):
 
     def _process(self) -> None:
         budget = _EVENTS_PER_PASS
-        # nothing at all once the pass's shared time is spent: one request may cost milliseconds
+        # nothing at all once the pass's shared time is spent (one request may cost
+        # milliseconds): put off to the next turn
         until = 0.0 if SHARED.spent() else SHARED.until(_PASS_SECONDS)
         while (
             self.transport is not None
@@ -242,7 +243,10 @@ class Connection(asyncio.Protocol):
                 if not self.scheduled:
                     self.scheduled = True
                     self.gate.pause(BUDGET)
-                    asyncio.get_running_loop().call_soon(self._continue)
+                    if SHARED.spent():
+                        SHARED.put_off(self._continue)  # first at the next turn, in order
+                    else:
+                        asyncio.get_running_loop().call_soon(self._continue)
                 return
             budget -= 1
             head = self.head
@@ -327,10 +331,6 @@ class Connection(asyncio.Protocol):
         return True
 
     def _continue(self) -> None:
-        if SHARED.spent() and self.transport is not None:
-            # still nothing to spend: wait for another pass, reading still paused
-            asyncio.get_running_loop().call_soon(self._continue)
-            return
         self.scheduled = False
         self.gate.resume(BUDGET)
         self._process()
