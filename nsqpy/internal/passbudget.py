@@ -16,9 +16,9 @@ its own rule: a V2 client runs at least one command (a polite PUB costs microsec
 answered in the pass its bytes came in), an HTTP connection whose next step may cost
 milliseconds does nothing and is put off (``put_off``). The connections put off are resumed by
 the restart of the pass's time at the loop's next turn, in the order they were put off, while
-the new pass's time lasts (the first always runs); the rest wait for the turn after. So the clients that always
-have input (V2 clients with their floor) cannot starve those put off, and nothing is ever
-refused: the budget only cuts the work into more, shorter passes.
+the new pass's time lasts (the first always runs); the rest wait for the turn after. So clients
+that always have input (V2 clients with their floor) cannot starve those put off, and nothing
+is ever refused: the budget only cuts the work into more, shorter passes.
 """
 
 from __future__ import annotations
