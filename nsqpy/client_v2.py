@@ -18,9 +18,7 @@ adds no latency. A client whose socket is full (pause_writing) has no room for m
 resume_writing.
 
 Fairness: one read may run at most READ_BUDGET_COMMANDS commands (READ_BUDGET_FINS FINs, which are
-cheap), READ_BUDGET_BYTES of input or READ_BUDGET_S seconds per event-loop pass, the time cut to
-what the pass's connections share (internal.passbudget) but always at least one command; the
-rest waits in the parser with
+cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the parser with
 reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
 hold the loop while others wait. A client that is not subscribed and does not read its replies
 stops being read once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's
@@ -49,7 +47,6 @@ import logging
 import os
 import struct
 import termios
-import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -57,7 +54,6 @@ from . import wire
 from .admission import Admission
 from .compression import INFLATE_STEP
 from .internal.netaddr import join_host_port
-from .internal.passbudget import SHARED
 from .internal.readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
 from .protocol_v2 import (
     CLOSE,
@@ -80,8 +76,6 @@ log = logging.getLogger("nsqpy")
 #: The most commands, and input bytes, one connection's read may run per event-loop pass.
 READ_BUDGET_COMMANDS = 256
 READ_BUDGET_BYTES = 128 * 1024
-#: ... and the most time (seconds), less when the pass's shared time is spent (passbudget).
-READ_BUDGET_S = 0.002
 #: FINs are cheap (no reply; the channel dispatches once for all of a pass): more per pass.
 READ_BUDGET_FINS = 1024
 
@@ -93,9 +87,9 @@ UNREAD_RECHECK_S = 0.02
 _identify_pool: concurrent.futures.ProcessPoolExecutor | None = None
 
 
-#: The helper's niceness increment: decoding a hostile body is background work, and on a busy
-#: machine a helper at the daemon's own priority took CPU from the event loop (the loop stood
-#: still 100-500 ms at a time while helpers decoded megabyte IDENTIFY arrays).
+#: The helper's niceness increment: decoding a hostile body is background work. At the daemon's
+#: own priority, on a busy machine, the helper decoding megabyte IDENTIFY arrays kept the event
+#: loop's thread off the CPU for 60-170 ms at a time (it ran 3-15 ms in those gaps).
 HELPER_NICE = 19
 
 
@@ -385,19 +379,12 @@ class Connection(ClientState):
         start = parser.buffered()
         inflated = 0  # bytes inflated into the parser during this pass
         over_budget = False
-        until = SHARED.until(READ_BUDGET_S)
-        first = True  # one command runs whatever the time
         self._in_read = True
         try:
             while not self.closed:
-                if (
-                    budget_left == 0
-                    or start + inflated - parser.buffered() >= READ_BUDGET_BYTES
-                    or (not first and time.perf_counter() > until)
-                ):
+                if budget_left == 0 or start + inflated - parser.buffered() >= READ_BUDGET_BYTES:
                     over_budget = True
                     break
-                first = False
                 try:
                     if self.state == STATE_SUBSCRIBED:
                         ids = parser.take_fins(fins_left)

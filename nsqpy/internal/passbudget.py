@@ -1,24 +1,22 @@
-"""The time of one event-loop pass, shared by every connection that reads in it.
+"""The time of one event-loop pass, shared by the HTTP connections that read in it.
 
-Why: each connection already stops after its own slice of a pass (client_v2's commands, bytes
-and time, the HTTP server's events and time) and goes on at the loop's next turn. But a pass
-runs every connection that has input, so twenty hostile HTTP connections whose requests cost
-5-13 ms each (a megabyte request target, a megabyte header value, 40,000 header lines) held the
-loop 80-250 ms in one pass (timed per pass with asyncio's own loop under
-``python -m bench bombs --mixed``), and a polite client whose PUB came meanwhile waited for all
-of them. In Go each connection is a goroutine the scheduler preempts.
+Why: each HTTP connection already stops after its own slice of a pass (its events and time)
+and goes on at the loop's next turn. But a pass runs every connection that has input, so twenty
+hostile HTTP connections whose requests cost 5-13 ms each (a megabyte request target, a megabyte
+header value, 40,000 header lines) held the loop 80-250 ms in one pass (timed per pass with
+asyncio's own loop under ``python -m bench bombs --mixed``), and a polite client whose PUB came
+meanwhile waited for all of them. In Go each connection is a goroutine the scheduler preempts.
 
 Strategy: the readers of one pass share PASS_S seconds. A reader asks ``until(own_s)`` for its
 deadline: its own slice, cut to what is left of the pass's time, and never less than FLOOR_S
 after now. The time starts with the first slice asked for in a pass and starts again at the
-loop's next turn (a call_soon made by that first ask). What a reader does with a spent budget is
-its own rule: a V2 client runs at least one command (a polite PUB costs microseconds, so it is
-answered in the pass its bytes came in), an HTTP connection whose next step may cost
-milliseconds does nothing and is put off (``put_off``). The connections put off are resumed by
-the restart of the pass's time at the loop's next turn, in the order they were put off, while
-the new pass's time lasts (the first always runs); the rest wait for the turn after. So clients
-that always have input (V2 clients with their floor) cannot starve those put off, and nothing
-is ever refused: the budget only cuts the work into more, shorter passes.
+loop's next turn (a call_soon made by that first ask). A reader that finds the time spent does
+nothing and is put off (``put_off``); the readers put off are resumed by the restart of the
+pass's time at the loop's next turn, in the order they were put off, while the new pass's time
+lasts (the first always runs); the rest wait for the turn after, so none is starved. Nothing is
+ever refused: the budget only cuts the work into more, shorter passes. The HTTP server's
+connections read through it; the V2 clients do not (their reads are bounded by commands and
+bytes, and a time check on them cost bench_writer about a sixth of its PUB rate).
 """
 
 from __future__ import annotations
