@@ -1,12 +1,14 @@
 """A request head (request line and header lines) read in bounded slices, with net/http's limit.
 
 Strategy: sans-IO, like the rest of the HTTP layer's parsing. The connection feeds bytes and
-calls ``step(budget)``; each call looks at whole lines only and at most about ``budget`` bytes of
-them, so a head of tens of thousands of header lines, or of megabyte values, is read over
-several loop passes instead of one. Lines end at LF with an optional CR before it; the request
-line and each header line are checked against RFC 9112's grammar (the same rules h11, which
-frames the body, applies: token names, no NUL/CR/LF/VT/FF in values, obs-fold joined with one
-space). A head longer than net/http's MaxHeaderBytes (1 MiB plus its 4096 bytes of slack,
+calls ``step(budget, lines)``; each call looks at whole lines only, at most about ``budget``
+bytes and ``lines`` lines of them, so a head of tens of thousands of header lines, or of
+megabyte values, is read in short steps over several loop passes instead of in one. Lines end
+at LF with an optional CR before it; the request line and each header line are checked against
+RFC 9112's grammar (the same rules h11, which frames the body, applies: token names, no
+NUL/CR/LF/VT/FF in values, obs-fold joined with one space); a megabyte target or value is
+checked by byte searches (memchr, translate), not by a regular expression walking it byte by
+byte. A head longer than net/http's MaxHeaderBytes (1 MiB plus its 4096 bytes of slack,
 Server.initialReadLimitSize) is refused with 431 as soon as that many bytes arrive without a
 blank line, without looking at the rest.
 
@@ -24,9 +26,16 @@ import re
 # net/http's MaxHeaderBytes default (1 << 20) plus the 4096 bytes it allows on top.
 MAX_HEADER_BYTES = (1 << 20) + 4096
 
-_REQUEST_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+) ([\x21-\x7e]+) HTTP/([0-9]\.[0-9])")
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+_VERSION = re.compile(rb"HTTP/[0-9]\.[0-9]")
+# bytes a header value may not hold (RFC 9112 field-value, as h11 checks it): a regular
+# expression for a short value, one memchr per byte for a long one (the expression walks a
+# megabyte value byte by byte: 10 ms)
 _BAD_VALUE = re.compile(rb"[\x00\n\r\x0b\x0c]")
+_BAD_VALUE_BYTES = (b"\x00", b"\n", b"\r", b"\x0b", b"\x0c")
+_LONG_VALUE = 1024
+# what a request target may hold: visible ASCII (\x21-\x7e); translate() deletes these
+_VISIBLE = bytes(range(0x21, 0x7F))
 _OWS = b" \t"
 
 #: step() results: the head is whole / more bytes are needed / the budget is spent.
@@ -91,12 +100,14 @@ class HeadReader:
         """True when some bytes of a head have arrived."""
         return len(self.buf) > 0
 
-    def step(self, budget: int) -> int:
+    def step(self, budget: int, lines: int = 256) -> int:
         """Read whole lines, about ``budget`` bytes of them at most (one longer line is read
-        whole): DONE, NEED_DATA or MORE (call again at the loop's next turn). Raises HeadError."""
+        whole) and at most ``lines`` lines: DONE, NEED_DATA or MORE (call again, at once or at
+        the loop's next turn). Raises HeadError."""
         buf = self.buf
         end = self.pos + budget
         while True:
+            lines -= 1
             nl = buf.find(b"\n", self.scan)
             if nl < 0:
                 self.scan = len(buf)
@@ -128,14 +139,23 @@ class HeadReader:
                     raise HeadError(400)
                 self._name = name
                 self._value = value
-            if self.pos >= end:
+            if self.pos >= end or lines <= 0:
                 return MORE
 
     def _request_line(self, line: bytes) -> None:
-        m = _REQUEST_LINE.fullmatch(line)
-        if m is None:
+        """``METHOD SP target SP HTTP/d.d``: a token, visible ASCII, the version."""
+        parts = line.split(b" ")
+        if len(parts) != 3:
             raise HeadError(400)
-        self.method, self.target, self.version = m.groups()
+        method, target, version = parts
+        if (
+            _TOKEN.fullmatch(method) is None
+            or not target
+            or target.translate(None, _VISIBLE)
+            or _VERSION.fullmatch(version) is None
+        ):
+            raise HeadError(400)
+        self.method, self.target, self.version = method, target, version[5:]
         self._started = True
 
     def _finish(self) -> None:
@@ -145,7 +165,11 @@ class HeadReader:
             return
         self._name = None
         value = self._value.strip(_OWS)
-        if _TOKEN.fullmatch(name) is None or _BAD_VALUE.search(value) is not None:
+        if _TOKEN.fullmatch(name) is None or (
+            _BAD_VALUE.search(value) is not None
+            if len(value) < _LONG_VALUE
+            else any(b in value for b in _BAD_VALUE_BYTES)
+        ):
             raise HeadError(400)
         header = (name.lower(), value)
         if header[0] == b"content-length" and header in self.headers:

@@ -112,7 +112,7 @@ def _unescape(s: str, plus_is_space: bool) -> str:
     a ``%`` before CR or LF, its soft line break, is sent to the slow path first), so the
     length tells whether all were well-formed; if not, _unescape_bytewise names the bad one."""
     raw = s.encode("utf-8", "surrogateescape")
-    if b"%\r" in raw or b"%\n" in raw:
+    if (b"\r" in raw or b"\n" in raw) and (b"%\r" in raw or b"%\n" in raw):  # memchr first
         return _unescape_bytewise(s, plus_is_space)
     raw = raw.replace(b"=", b"=3D")
     if plus_is_space:

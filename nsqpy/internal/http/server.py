@@ -15,9 +15,12 @@ Requests go to a http.router.Router; what its routes do not decide is answered b
   larger Content-Length is refused before anything is read); net/http's 256 KiB rule for a body
   left unread.
 - HTTPS through asyncio's TLS transport; unix socket listeners (nsqd's <path> addresses).
-- Reading goes through one internal.readgate.ReadGate: at most _EVENTS_PER_PASS parser events,
-  _HEAD_BYTES_PER_PASS bytes of head lines and _PASS_SECONDS per loop pass for one connection
-  (BUDGET: the rest waits for the loop's next turn), nothing
+- Reading goes through one internal.readgate.ReadGate: at most _EVENTS_PER_PASS parser events
+  and _PASS_SECONDS per loop pass for one connection, a head read in steps of at most
+  _HEAD_BYTES_PER_STEP bytes and _HEAD_LINES_PER_STEP lines with the time checked between
+  steps; less time when the pass's connections have spent what they share, and nothing at all
+  once it is spent (internal.passbudget: a request can cost milliseconds) (BUDGET: the rest
+  waits for the loop's next turn), nothing
   read while its answers wait in a full socket buffer (BACKPRESSURE), and nothing while a
   request's answer is on its way (SUSPENDED).
 - Handlers are plain functions of a Request returning a Response, or coroutines for the few
@@ -37,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..gotime import http_date
+from ..passbudget import SHARED
 from ..readgate import BACKPRESSURE, BUDGET, SUSPENDED, ReadGate
 from .head import DONE, MAX_HEADER_BYTES, NEED_DATA, HeadError, HeadReader
 from .request import HTML_TYPE, TEXT_TYPE, HandlerResult, Request, Response
@@ -79,11 +83,14 @@ _REASONS = {
 # net/http's limit on how much of an unread request body it reads and drops to keep the
 # connection alive (MAX_HEADER_BYTES, its limit on a request head, is http.head's).
 _DISCARD_LIMIT = 256 << 10
-# One connection's work per loop pass: at most this many parser events, this many bytes of head
-# lines, this much time; the rest waits for the loop's next turn.
+# One connection's work per loop pass: at most this many parser events and this much time (cut
+# to what the pass's connections share, internal.passbudget); the rest waits for the loop's next
+# turn. A head is read in steps of at most this many bytes and lines, the time checked between
+# steps.
 _EVENTS_PER_PASS = 96
-_HEAD_BYTES_PER_PASS = 16 << 10
 _PASS_SECONDS = 0.002
+_HEAD_BYTES_PER_STEP = 4 << 10
+_HEAD_LINES_PER_STEP = 64
 # net/http's rstAvoidanceDelay: after a 431 it closes its write side and waits this long before
 # closing, so the client reads the answer instead of a reset.
 _LINGER = 0.5
@@ -221,7 +228,9 @@ class Connection(asyncio.Protocol):
 
     def _process(self) -> None:
         budget = _EVENTS_PER_PASS
-        until = time.perf_counter() + _PASS_SECONDS
+        # nothing at all once the pass's shared time is spent (one request may cost
+        # milliseconds): put off to the next turn
+        until = 0.0 if SHARED.spent() else SHARED.until(_PASS_SECONDS)
         while (
             self.transport is not None
             and not self.transport.is_closing()
@@ -234,16 +243,17 @@ class Connection(asyncio.Protocol):
                 if not self.scheduled:
                     self.scheduled = True
                     self.gate.pause(BUDGET)
-                    asyncio.get_running_loop().call_soon(self._continue)
+                    if SHARED.spent():
+                        SHARED.put_off(self._continue)  # first at the next turn, in order
+                    else:
+                        asyncio.get_running_loop().call_soon(self._continue)
                 return
             budget -= 1
             head = self.head
             if head is not None:
                 if not self._read_head(head):
                     return
-                if self.head is not None:
-                    budget = 0  # the head's share of this pass is spent
-                continue
+                continue  # a step is short (_HEAD_BYTES_PER_STEP, _HEAD_LINES_PER_STEP)
             conn = self.h11
             if conn is None:  # a request without a body: dispatched with its head
                 if self.answered:
@@ -288,7 +298,7 @@ class Connection(asyncio.Protocol):
         """One slice of the head; once it is whole, h11 takes its framing and the bytes after
         it. False when nothing more can be done now (more bytes needed, or refused)."""
         try:
-            state = head.step(_HEAD_BYTES_PER_PASS)
+            state = head.step(_HEAD_BYTES_PER_STEP, _HEAD_LINES_PER_STEP)
         except HeadError as e:
             self._bad_request(e.status, e.detail)
             return False
