@@ -80,21 +80,24 @@ class GUIDFactory:
         seq_hex = _seq_hex()
         # An ID's last 3 hex digits are its 12-bit sequence; the 13 before them change only
         # with the tick, so they are formatted once per tick (with the header in front).
-        prefix = header + b"%013x" % (((last - TWEPOCH) << NODE_ID_BITS) | (node >> NODE_ID_SHIFT))
+        prefix = _id_prefix(header, last, node)
         out: list[bytes] = []
         for body in bodies:
             seq += 1
             if seq > SEQUENCE_MASK:  # tick used up: borrow the next
                 seq = 0
                 last += 1
-                prefix = header + b"%013x" % (
-                    ((last - TWEPOCH) << NODE_ID_BITS) | (node >> NODE_ID_SHIFT)
-                )
+                prefix = _id_prefix(header, last, node)
             out.append(b"".join((prefix, seq_hex[seq], body)))
         if out:
             self._last_ts = last
             self._sequence = seq
         return out
+
+
+def _id_prefix(header: bytes, tick: int, node_bits: int) -> bytes:
+    """``header`` + the first 13 hex digits of every ID made in ``tick`` by this node."""
+    return header + b"%013x" % (((tick - TWEPOCH) << NODE_ID_BITS) | (node_bits >> NODE_ID_SHIFT))
 
 
 _SEQ_HEX: list[bytes] = []
