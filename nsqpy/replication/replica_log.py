@@ -1,13 +1,15 @@
 """A follower's copy of one topic's stream: the replica log (entries.py's entries, appended as
-a leader sends them over ``/replica/append``: written before the answer, fsynced right after it
-or, with --replica-sync=fsync, before it).
+a leader sends them over ``/replica/append``: written before the answer, fsynced within
+SYNC_GAP seconds after it or, with --replica-sync=fsync, before it).
 
 Strategy: a DiskQueue ``<topic>#replica`` in the data path (the library as it is,
 go-diskqueue's format). Its *read* position is what this node has put into its own topic: a
 follower only appends. It answers once the entries are written to the OS (``pwrite``: they
 survive this process being killed, and are readable at once), and fsyncs in the background
-(:meth:`ReplicaLog._sync_loop`: one fsync covers every append made while the previous one ran,
-so the fsync rate follows the disk, not the request rate); with --replica-sync=fsync it
+(:meth:`ReplicaLog._sync_loop`: one fsync covers every append made since the previous one
+started, and one starts at most every SYNC_GAP seconds, so the fsync rate follows neither the
+request rate nor, on a fast disk, the disk's: a busy follower spends its CPU on appends, not on
+handing fsyncs to a thread); with --replica-sync=fsync it
 answers only after that fsync. An fsync is of the data file alone, the meta file too on
 --sync-every/--sync-timeout and on a new file. A follower promoted to leader reads everything
 past the read position into its topic (:meth:`ReplicaLog.drain`), so what it delivers next is
@@ -63,6 +65,9 @@ def _fsync_close(fd: int) -> None:
 #: byte position its record ends at) padded with spaces, rewritten in place; an older file
 #: holds "E:S" alone.
 _LAST_SIZE = 64
+#: Seconds, the least time between the starts of two background fsyncs of one replica log
+#: (--replica-sync=write): what an acknowledged entry may wait, beyond one fsync, to be on disk.
+SYNC_GAP = 0.01
 _SIZE = struct.Struct(">I")
 _SCAN_CHUNK = 1 << 20
 
@@ -114,6 +119,7 @@ class ReplicaLog:
         self._sync_task: asyncio.Task[None] | None = None
         self._resets = 0  # a sync that started before a reset names nothing of the new log
         self._closed = False
+        self._sync_started = float("-inf")  # loop time of the last background fsync's start
         self._last_fd = -1
         where: tuple[int, int] | None = None
         if last_path is not None:
@@ -326,10 +332,17 @@ class ReplicaLog:
             )
 
     async def _sync_loop(self) -> None:
-        """fsync back to back while appends keep coming; after each, :attr:`synced` and
-        ``.last`` name the last entry written before it started (unless the log was reset
-        meanwhile). A failed fsync is logged and tried again."""
+        """fsync while appends keep coming, one start every SYNC_GAP seconds at most; after
+        each, :attr:`synced` and ``.last`` name the last entry written before it started
+        (unless the log was reset meanwhile). A failed fsync is logged and tried again."""
+        loop = asyncio.get_running_loop()
         while self._unsynced and not self._closed:
+            wait = self._sync_started + SYNC_GAP - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)  # appends made meanwhile ride on this fsync
+                if self._closed:
+                    return
+            self._sync_started = loop.time()
             self._unsynced = False
             name, resets, where = self.last, self._resets, self._where()
             try:
