@@ -403,17 +403,18 @@ class Options:
             self.tls_required = 2  # nsqd: a client auth policy implies --tls-required=true
         if self.tls_required and not (self.tls_cert or self.tls_key):
             raise ValueError("cannot require TLS client connections without TLS key and cert")
-        if self.etcd_endpoints:
-            if self.replicas < 1:
-                raise ValueError("--replicas must be >= 1")
-            if self.min_isr < 1:
-                raise ValueError("--min-isr must be >= 1")
-            if self.replica_ack not in ("all-isr", "leader"):
-                raise ValueError("--replica-ack must be all-isr or leader")
-            if self.replica_sync not in ("write", "fsync"):
-                raise ValueError("--replica-sync must be write or fsync")
-            if self.etcd_lease_ttl < 1:
-                raise ValueError("--etcd-lease-ttl must be >= 1")
+        # refused with or without --etcd-endpoints: a bad value in a config file is found
+        # the day it is written, not the day etcd is added
+        if self.replicas < 1:
+            raise ValueError("--replicas must be >= 1")
+        if self.min_isr < 1:
+            raise ValueError("--min-isr must be >= 1")
+        if self.replica_ack not in ("all-isr", "leader"):
+            raise ValueError("--replica-ack must be all-isr or leader")
+        if self.replica_sync not in ("write", "fsync"):
+            raise ValueError("--replica-sync must be write or fsync")
+        if self.etcd_lease_ttl < 1:
+            raise ValueError("--etcd-lease-ttl must be >= 1")
         if self.metrics_compat not in ("", "nsq_exporter", "nsq_exporter_v1"):
             raise ValueError("--metrics-compat must be nsq_exporter or nsq_exporter_v1")
         for p in self.e2e_processing_latency_percentiles:

@@ -330,3 +330,21 @@ def test_validate_rejects_negative_sizes(name: str) -> None:
     with pytest.raises(ValueError):
         Options(**{name: -1}).validate()
     Options(**{name: 0}).validate()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("replicas", 0, "--replicas"),
+        ("min_isr", 0, "--min-isr"),
+        ("replica_ack", "all", "--replica-ack"),
+        ("replica_sync", "sync", "--replica-sync"),
+        ("etcd_lease_ttl", 0, "--etcd-lease-ttl"),
+    ],
+)
+def test_validate_refuses_replication_values_with_or_without_etcd(
+    field: str, value: object, flag: str
+) -> None:
+    for endpoints in ("", "127.0.0.1:2379"):
+        with pytest.raises(ValueError, match=flag):
+            Options(**{field: value, "etcd_endpoints": endpoints}).validate()
