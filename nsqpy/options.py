@@ -20,6 +20,7 @@ from .build_info import NSQ_VERSION, NSQPY_VERSION, version_string
 from .internal.godur import format_go_duration_ms, parse_go_duration_ms, parse_go_duration_ns
 from .internal.optiontable import (
     Kind,
+    OptionFields,
     Table,
     boolean,
     computed,
@@ -97,8 +98,8 @@ def _tls_min_version(value: str) -> str:
     return parse_tls_min_version(value)
 
 
-@dataclass
-class Options:
+@dataclass(init=False, repr=False, eq=False)  # OptionFields': fast to declare
+class Options(OptionFields):
     """nsqd's options with nsqd 1.3's defaults (nsqd/options.go NewOptions), in --help order;
     durations in milliseconds (``*_ms``), sizes in bytes."""
 
