@@ -71,7 +71,6 @@ class _Same:
 SAME: Any = _Same()
 
 
-@dataclasses.dataclass(frozen=True)
 class Row:
     """One option of a daemon: its flag, how its value reads and shows, and its field.
 
@@ -80,22 +79,76 @@ class Row:
     empty flag keeps it). ``flag_default`` is what --help shows and click starts from when it
     is not the field's default. ``parse`` turns click's value into the field's (ValueError ->
     a usage error); ``to_json`` turns the field's value into what /config answers. ``cfg``
-    and ``field`` are filled in by Table; ``config_api`` False keeps the row out of /config.
+    and ``field`` are filled in by Table (``named``); ``config_api`` False keeps the row out
+    of /config. Read-only once made (AttributeError on assignment); a plain class with slots,
+    not a frozen dataclass: a daemon makes a hundred of them at every start.
     """
+
+    __slots__ = (
+        "flag",
+        "kind",
+        "help",
+        "default",
+        "factory",
+        "flag_default",
+        "parse",
+        "to_json",
+        "cfg",
+        "field",
+        "hidden",
+        "bare_true",
+        "config_api",
+    )
 
     flag: str
     kind: Kind
     help: str
-    default: Any = None
-    factory: Callable[[], Any] | None = None
-    flag_default: Any = SAME
-    parse: Callable[[Any], Any] | None = None
-    to_json: Callable[[Any], Any] | None = None
-    cfg: str | None = None
-    field: str | None = None
-    hidden: bool = False
-    bare_true: bool = False
-    config_api: bool = True
+    default: Any
+    factory: Callable[[], Any] | None
+    flag_default: Any
+    parse: Callable[[Any], Any] | None
+    to_json: Callable[[Any], Any] | None
+    cfg: str | None
+    field: str | None
+    hidden: bool
+    bare_true: bool
+    config_api: bool
+
+    def __init__(
+        self,
+        flag: str,
+        kind: Kind,
+        help: str,
+        default: Any = None,
+        factory: Callable[[], Any] | None = None,
+        flag_default: Any = SAME,
+        parse: Callable[[Any], Any] | None = None,
+        to_json: Callable[[Any], Any] | None = None,
+        cfg: str | None = None,
+        field: str | None = None,
+        hidden: bool = False,
+        bare_true: bool = False,
+        config_api: bool = True,
+    ) -> None:
+        values = (
+            *(flag, kind, help, default, factory, flag_default, parse, to_json, cfg, field),
+            *(hidden, bare_true, config_api),
+        )
+        for name, value in zip(Row.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Row is read-only: cannot assign to {name!r}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in Row.__slots__)
+        return f"Row({shown})"
+
+    def named(self, field: str, cfg: str) -> Row:
+        """This row bound to its dataclass field ``field`` and its cfg name ``cfg``."""
+        values = [getattr(self, n) for n in Row.__slots__]
+        values[8:10] = (cfg, field)
+        return Row(*values)
 
     @property
     def param(self) -> str:
@@ -512,7 +565,7 @@ class Table:
             if row.kind is Kind.DURATION and not f.name.endswith("_ms"):
                 raise ValueError(f"{cls.__name__}.{f.name}: a duration field ends in _ms")
             cfg = row.cfg or (f.name[:-3] if row.kind is Kind.DURATION else f.name)
-            row = dataclasses.replace(row, field=f.name, cfg=cfg)
+            row = row.named(f.name, cfg)
             if f.name == "log_level":
                 rows += (CONFIG, VERSION)
             rows.append(row)
