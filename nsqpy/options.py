@@ -11,8 +11,8 @@ build_info.py (both re-exported here)."""
 
 from __future__ import annotations
 
+import binascii
 import socket
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,8 @@ def default_node_id(hostname: str | None = None) -> int:
     except ImportError:  # a build without it
         from hashlib import md5
     host = socket.gethostname() if hostname is None else hostname
-    return zlib.crc32(md5(host.encode()).digest()) % 1024
+    # zlib's CRC-32 (binascii's: zlib is a module of its own to load)
+    return binascii.crc32(md5(host.encode()).digest()) % 1024
 
 
 def parse_percentiles(values: Any) -> list[float]:
