@@ -13,11 +13,15 @@ auth-server failure is E_AUTH_FAILED without its details (protocol_v2 logs them)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import wire
-from .auth import AuthState
 from .internal.gojson import encode
 from .internal.gostrconv import quote as go_quote
 from .wire import FatalClientError
+
+if TYPE_CHECKING:
+    from .auth import AuthState
 
 
 class AuthSession:

@@ -2,15 +2,15 @@
 
 Strategy: setup.py compiles the modules in COMPILED_MODULES where it can (see its docstring);
 a compiled module is imported from an extension file (``.so``) instead of its ``.py``. This
-module only looks where each would be imported from (importlib's path finder in nsqpy's own
-directories: no import, not even of the subpackage holding a module), so it is cheap and safe
-to call from anywhere, at start-up or for ``--version``. It also holds the versions and the
+module only looks for those files in nsqpy's own directories (the import system's extension
+suffixes, which it tries before a module's source: no import, not even of the subpackage
+holding a module, and not importlib's machinery either), so it is cheap and safe to call from
+anywhere, at start-up or for ``--version``. It also holds the versions and the
 daemons' version line, so that a daemon other than nsqd (nsqpy-lookupd) names them without
 loading nsqd's option table."""
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import sys
 
@@ -70,17 +70,32 @@ def module_path(name: str) -> str:
 
 
 def compiled_modules() -> list[str]:
-    """The names (of COMPILED_MODULES) that import from a compiled extension here."""
+    """The names (of COMPILED_MODULES) that import from a compiled extension here: those with
+    an extension file (``wire.cpython-311-x86_64-linux-gnu.so``) beside their source."""
     import nsqpy
 
+    try:
+        from _imp import extension_suffixes  # what importlib.machinery.EXTENSION_SUFFIXES holds
+    except ImportError:  # an interpreter without it
+        from importlib.machinery import EXTENSION_SUFFIXES
+
+        suffixes = list(EXTENSION_SUFFIXES)
+    else:
+        suffixes = extension_suffixes()
+    listed: dict[str, set[str]] = {}
     out = []
     for name in COMPILED_MODULES:
-        package, _, _ = name.rpartition(".")
-        where = [os.path.join(d, *package.split(".")) for d in nsqpy.__path__]
-        spec = importlib.machinery.PathFinder.find_spec(f"nsqpy.{name}", where)
-        origin = spec.origin if spec is not None else None
-        if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
-            out.append(name)
+        package, _, stem = name.rpartition(".")
+        for d in nsqpy.__path__:
+            where = os.path.join(d, *package.split("."))
+            if where not in listed:
+                try:
+                    listed[where] = set(os.listdir(where))
+                except OSError:
+                    listed[where] = set()
+            if any(stem + suffix in listed[where] for suffix in suffixes):
+                out.append(name)
+                break
     return out
 
 

@@ -18,7 +18,6 @@ daemon starts.
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Any, Protocol
 
 # Snappy framing format (https://github.com/google/snappy/blob/main/framing_format.txt).
@@ -163,20 +162,24 @@ class DeflateCodec:
     Input is kept in zlib's ``unconsumed_tail`` between takes; ``_full`` notes a take that
     filled its limit (zlib may hold more output for the same input)."""
 
-    __slots__ = ("_c", "_d", "_full", "_tail", "level")
+    __slots__ = ("_c", "_d", "_error", "_full", "_sync", "_tail", "level")
 
     name = "deflate"
 
     def __init__(self, level: int) -> None:
+        import zlib  # the first deflate client's, not the daemon's start-up
+
         self.level = level
         self._c = zlib.compressobj(level, zlib.DEFLATED, -15)
         self._d = zlib.decompressobj(-15)
+        self._sync = zlib.Z_SYNC_FLUSH
+        self._error = zlib.error
         self._tail = b""
         self._full = False
 
     def compress(self, data: bytes | bytearray) -> bytes:
         c = self._c
-        return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+        return c.compress(data) + c.flush(self._sync)
 
     def feed(self, data: bytes | bytearray) -> None:
         """Keep ``data`` (compressed, any split) for take()."""
@@ -196,7 +199,7 @@ class DeflateCodec:
         d = self._d
         try:
             out = d.decompress(tail, limit)
-        except zlib.error as e:
+        except self._error as e:
             raise CompressionError(f"flate: {e}") from None
         self._tail = d.unconsumed_tail
         self._full = len(out) >= limit

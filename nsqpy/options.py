@@ -11,8 +11,8 @@ build_info.py (both re-exported here)."""
 
 from __future__ import annotations
 
+import binascii
 import socket
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from .build_info import NSQ_VERSION, NSQPY_VERSION, version_string
 from .internal.godur import format_go_duration_ms, parse_go_duration_ms, parse_go_duration_ns
 from .internal.optiontable import (
     Kind,
+    OptionFields,
     Table,
     boolean,
     computed,
@@ -58,7 +59,8 @@ def default_node_id(hostname: str | None = None) -> int:
     except ImportError:  # a build without it
         from hashlib import md5
     host = socket.gethostname() if hostname is None else hostname
-    return zlib.crc32(md5(host.encode()).digest()) % 1024
+    # zlib's CRC-32 (binascii's: zlib is a module of its own to load)
+    return binascii.crc32(md5(host.encode()).digest()) % 1024
 
 
 def parse_percentiles(values: Any) -> list[float]:
@@ -97,8 +99,8 @@ def _tls_min_version(value: str) -> str:
     return parse_tls_min_version(value)
 
 
-@dataclass
-class Options:
+@dataclass(init=False, repr=False, eq=False)  # OptionFields': fast to declare
+class Options(OptionFields):
     """nsqd's options with nsqd 1.3's defaults (nsqd/options.go NewOptions), in --help order;
     durations in milliseconds (``*_ms``), sizes in bytes."""
 

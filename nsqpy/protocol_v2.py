@@ -36,8 +36,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import wire
-from .auth import AuthState
-from .auth_session import AuthSession
 from .channel import Channel, ChannelError
 from .client_stats import ClientStats
 from .internal import gojson
@@ -51,6 +49,8 @@ from .topic import Topic, TopicError
 from .wire import ClientError, FatalClientError
 
 if TYPE_CHECKING:
+    from .auth import AuthState
+    from .auth_session import AuthSession
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqpy")
@@ -232,7 +232,11 @@ class ClientState:
         self.room_changed = False
         self.last_read = core.clock()
         self.next_heartbeat = _NO_WAKEUP
-        self.auth = AuthSession() if nsqd.auth is not None else None
+        self.auth: AuthSession | None = None
+        if nsqd.auth is not None:  # --auth-http-address: only then is nsqpy.auth loaded
+            from . import auth_session
+
+            self.auth = auth_session.AuthSession()
         self.wait: Wait | None = None
         self.upgrade: Upgrade | None = None
         # --tls-required: until the TLS upgrade, IDENTIFY is the only command (nsqd's

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import wire
 from .deferred_journal import DeferredJournal
-from .diskqueue import DiskQueue
 from .internal import gojson
 from .internal.fileutil import write_sync_file
 from .message import HEADER_LENGTH, encode_record, record_body, record_header, record_id
@@ -41,6 +40,7 @@ from .options import NSQ_VERSION
 
 if TYPE_CHECKING:
     from .dead_letter import DeadLetters
+    from .diskqueue import DiskQueue
     from .options import Options
     from .topic import Topic
 
@@ -104,6 +104,8 @@ class Storage:
     def new_backend(self, name: str) -> DiskQueue:
         """The diskqueue ``name`` in the data path (created or reopened), with nsqd's sizes:
         records of 26 bytes (the message header) up to --max-msg-size + 26."""
+        from .diskqueue import DiskQueue  # at the first topic or channel, not at start-up
+
         o = self.opts
         dq = DiskQueue(
             name,

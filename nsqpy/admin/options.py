@@ -17,6 +17,7 @@ from typing import Any
 
 from ..internal.netaddr import split_host_port
 from ..internal.optiontable import (
+    OptionFields,
     Table,
     boolean,
     duration,
@@ -33,8 +34,8 @@ from ..internal.optiontable import (
 )
 
 
-@dataclass
-class AdminOptions:
+@dataclass(init=False, repr=False, eq=False)  # OptionFields': fast to declare
+class AdminOptions(OptionFields):
     """nsqadmin.Options with its defaults (NewOptions), in --help order; nsqpy-only fields
     are marked [nsqpy]."""
 

@@ -194,7 +194,8 @@ class _Pairs(list):  # type: ignore[type-arg]
 _DECODER = json.JSONDecoder(
     parse_constant=_no_constant, parse_float=_float, object_pairs_hook=_Pairs
 )
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: compiled by re at the first non-ASCII string (re caches it), not at start-up
+_LONE_SURROGATE = "[\ud800-\udfff]"
 
 
 def _fold(key: str) -> str:
@@ -206,7 +207,7 @@ def _fold(key: str) -> str:
 
 def _go_string(s: str) -> str:
     """A decoded JSON string as Go holds it: a lone surrogate escape is U+FFFD."""
-    return s if s.isascii() else _LONE_SURROGATE.sub("\ufffd", s)
+    return s if s.isascii() else re.sub(_LONE_SURROGATE, "\ufffd", s)
 
 
 def _plain(v: Any) -> Any:

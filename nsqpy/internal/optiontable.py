@@ -35,11 +35,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .godur import format_go_duration_ms, parse_go_duration_ms
-from .gousage import UsageFlag, usage_command
 from .lg import LOG_FORMATS, LOG_LEVEL_NUMBERS, LOG_LEVELS, fields, setup_logging
+
+if TYPE_CHECKING:
+    from .gousage import UsageFlag
 
 
 class Kind(enum.Enum):
@@ -69,7 +71,6 @@ class _Same:
 SAME: Any = _Same()
 
 
-@dataclasses.dataclass(frozen=True)
 class Row:
     """One option of a daemon: its flag, how its value reads and shows, and its field.
 
@@ -78,22 +79,76 @@ class Row:
     empty flag keeps it). ``flag_default`` is what --help shows and click starts from when it
     is not the field's default. ``parse`` turns click's value into the field's (ValueError ->
     a usage error); ``to_json`` turns the field's value into what /config answers. ``cfg``
-    and ``field`` are filled in by Table; ``config_api`` False keeps the row out of /config.
+    and ``field`` are filled in by Table (``named``); ``config_api`` False keeps the row out
+    of /config. Read-only once made (AttributeError on assignment); a plain class with slots,
+    not a frozen dataclass: a daemon makes a hundred of them at every start.
     """
+
+    __slots__ = (
+        "flag",
+        "kind",
+        "help",
+        "default",
+        "factory",
+        "flag_default",
+        "parse",
+        "to_json",
+        "cfg",
+        "field",
+        "hidden",
+        "bare_true",
+        "config_api",
+    )
 
     flag: str
     kind: Kind
     help: str
-    default: Any = None
-    factory: Callable[[], Any] | None = None
-    flag_default: Any = SAME
-    parse: Callable[[Any], Any] | None = None
-    to_json: Callable[[Any], Any] | None = None
-    cfg: str | None = None
-    field: str | None = None
-    hidden: bool = False
-    bare_true: bool = False
-    config_api: bool = True
+    default: Any
+    factory: Callable[[], Any] | None
+    flag_default: Any
+    parse: Callable[[Any], Any] | None
+    to_json: Callable[[Any], Any] | None
+    cfg: str | None
+    field: str | None
+    hidden: bool
+    bare_true: bool
+    config_api: bool
+
+    def __init__(
+        self,
+        flag: str,
+        kind: Kind,
+        help: str,
+        default: Any = None,
+        factory: Callable[[], Any] | None = None,
+        flag_default: Any = SAME,
+        parse: Callable[[Any], Any] | None = None,
+        to_json: Callable[[Any], Any] | None = None,
+        cfg: str | None = None,
+        field: str | None = None,
+        hidden: bool = False,
+        bare_true: bool = False,
+        config_api: bool = True,
+    ) -> None:
+        values = (
+            *(flag, kind, help, default, factory, flag_default, parse, to_json, cfg, field),
+            *(hidden, bare_true, config_api),
+        )
+        for name, value in zip(Row.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Row is read-only: cannot assign to {name!r}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in Row.__slots__)
+        return f"Row({shown})"
+
+    def named(self, field: str, cfg: str) -> Row:
+        """This row bound to its dataclass field ``field`` and its cfg name ``cfg``."""
+        values = [getattr(self, n) for n in Row.__slots__]
+        values[8:10] = (cfg, field)
+        return Row(*values)
 
     @property
     def param(self) -> str:
@@ -113,6 +168,8 @@ class Row:
     def usage(self) -> UsageFlag:
         """This row as Go's ``-h`` shows it (internal/gousage.py): Go's type name, and the
         default unless it is the type's zero value; a host-dependent default is made now."""
+        from .gousage import UsageFlag  # --help only
+
         default = self.click_default()
         if default is None and self.factory is not None and self.kind is not Kind.LIST:
             default = self.factory()
@@ -182,6 +239,66 @@ _GO_TYPE_NAMES = {
     Kind.LOG_LEVEL: "value",
     Kind.LOG_FORMAT: "string",
 }
+
+
+class OptionFields:
+    """The base of a daemon's options dataclass, declared ``@dataclass(init=False, repr=False,
+    eq=False)``: keyword ``__init__``, ``__repr__`` and ``__eq__`` that behave as the ones
+    ``@dataclass`` generates (fields in declaration order, each default or factory's value,
+    TypeError for an unknown or missing keyword; ``Options(log_level='info', ...)``; equal
+    when of the same class with equal fields; unhashable), written once here instead of
+    generated and compiled per class at import: for the hundred fields of nsqd's options that
+    compile is milliseconds of every daemon's start-up."""
+
+    def __init__(self, **values: Any) -> None:
+        cls = type(self)
+        spec = cls.__dict__.get("_init_spec")
+        if spec is None:
+            spec = tuple(
+                (f.name, f.default, f.default_factory)
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                if f.init
+            )
+            cls._init_spec = spec  # type: ignore[attr-defined]
+        missing = dataclasses.MISSING
+        for name, default, factory in spec:
+            if name in values:
+                value = values.pop(name)
+            elif factory is not missing:
+                value = factory()
+            elif default is not missing:
+                value = default
+            else:
+                raise TypeError(f"{cls.__qualname__}.__init__() missing argument: {name!r}")
+            setattr(self, name, value)
+        if values:
+            raise TypeError(
+                f"{cls.__qualname__}.__init__() got an unexpected keyword argument"
+                f" {next(iter(values))!r}"
+            )
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.repr
+        )
+        return f"{type(self).__qualname__}({shown})"
+
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(
+            getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.compare
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, OptionFields)
+        return self._compared() == other._compared()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
 
 
 def _field(row: Row) -> Any:
@@ -448,7 +565,7 @@ class Table:
             if row.kind is Kind.DURATION and not f.name.endswith("_ms"):
                 raise ValueError(f"{cls.__name__}.{f.name}: a duration field ends in _ms")
             cfg = row.cfg or (f.name[:-3] if row.kind is Kind.DURATION else f.name)
-            row = dataclasses.replace(row, field=f.name, cfg=cfg)
+            row = row.named(f.name, cfg)
             if f.name == "log_level":
                 rows += (CONFIG, VERSION)
             rows.append(row)
@@ -488,6 +605,8 @@ class Table:
     def command_class(self) -> type:
         """The click command class for ``click.command(cls=...)`` whose ``-h``, ``-help`` and
         ``--help`` print Go's usage of this daemon's flags (internal/gousage.py)."""
+        from .gousage import usage_command
+
         return usage_command(self.program, self.usage_flags)
 
     def normalize(self, argv: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from ..internal.optiontable import (
+    OptionFields,
     Table,
     computed,
     duration,
@@ -21,8 +22,8 @@ from ..internal.optiontable import (
 )
 
 
-@dataclass
-class LookupdOptions:
+@dataclass(init=False, repr=False, eq=False)  # OptionFields': fast to declare
+class LookupdOptions(OptionFields):
     """nsqlookupd's Options (options.go) with its defaults; durations in milliseconds."""
 
     log_level: str = log_level()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 from ..internal.gojson import encode as go_json
@@ -62,26 +61,56 @@ class Registration(NamedTuple):
 CLIENT = Registration("client", "", "")
 
 
-@dataclass(slots=True, eq=False)
 class PeerInfo:
     """One identified nsqd connection (registration_db.go PeerInfo).
 
     ``id`` is the connection's remote address ("127.0.0.1:54321"); ports are ints; last_update
     is Unix nanoseconds of the IDENTIFY or last PING. ``node_id`` is the node id an nsqpy-d
     sent in its IDENTIFY (beyond nsqlookupd: it routes GET /message?id=), -1 when none was
-    sent (Go's nsqd sends none); it is not part of the JSON Go's nsqlookupd answers.
+    sent (Go's nsqd sends none); it is not part of the JSON Go's nsqlookupd answers. Equal
+    only to itself. A plain class with slots (a slotted dataclass costs lookupd's start-up a
+    millisecond of generated code).
     """
 
-    id: str
-    remote_address: str = ""
-    hostname: str = ""
-    broadcast_address: str = ""
-    tcp_port: int = 0
-    http_port: int = 0
-    version: str = ""
-    last_update: int = 0
-    node_id: int = -1
-    _json: tuple[tuple[object, ...], bytes] | None = field(default=None, init=False, repr=False)
+    __slots__ = (
+        "id",
+        "remote_address",
+        "hostname",
+        "broadcast_address",
+        "tcp_port",
+        "http_port",
+        "version",
+        "last_update",
+        "node_id",
+        "_json",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        remote_address: str = "",
+        hostname: str = "",
+        broadcast_address: str = "",
+        tcp_port: int = 0,
+        http_port: int = 0,
+        version: str = "",
+        last_update: int = 0,
+        node_id: int = -1,
+    ) -> None:
+        self.id = id
+        self.remote_address = remote_address
+        self.hostname = hostname
+        self.broadcast_address = broadcast_address
+        self.tcp_port = tcp_port
+        self.http_port = http_port
+        self.version = version
+        self.last_update = last_update
+        self.node_id = node_id
+        self._json: tuple[tuple[object, ...], bytes] | None = None
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in PeerInfo.__slots__[:-1])
+        return f"PeerInfo({shown})"
 
     def to_json(self) -> dict[str, object]:
         """The peer as /lookup lists it, in Go's field order (1.3.0 has no topology fields)."""

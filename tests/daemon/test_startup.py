@@ -24,7 +24,8 @@ pytestmark = pytest.mark.timeout(60)
 # aiohttp is nsqpy-admin's, the auth client's and lookupd queries'; prometheus_client /metrics';
 # click parses only help, --version, --config and errors; msgpack is the deferred journal's
 # (first DPUB), cramjam snappy's (first IDENTIFY asking for it), multiprocessing the IDENTIFY
-# helper's, ctypes the malloc tuning's (after start), shutil/lzma/bz2 the build checks'.
+# helper's, ctypes the malloc tuning's (after start), shutil/lzma/bz2 the build checks', zlib
+# deflate's (first IDENTIFY asking for it).
 NOT_AT_START = (
     "aiohttp",
     "yarl",
@@ -41,9 +42,20 @@ NOT_AT_START = (
     "lzma",
     "bz2",
     "sysconfig",
+    "zlib",
 )
-#: nsqpy's own modules that only some flags, another daemon or another use need.
+#: nsqpy's own modules that only some flags, another daemon or another use need: the AUTH
+#: client (--auth-http-address), the diskqueue (the first topic or channel), Go's usage text
+#: (--help).
 NSQPY_NOT_AT_START = (
+    "nsqpy.auth",
+    "nsqpy.auth_session",
+    "nsqpy.diskqueue",
+    "nsqpy.diskqueue_codec",
+    "nsqpy.diskqueue_files",
+    "nsqpy.diskqueue_meta",
+    "nsqpy.diskqueue_recovery",
+    "nsqpy.internal.gousage",
     "nsqpy.client",
     "nsqpy.replication",
     "nsqpy.metrics",
