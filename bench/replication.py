@@ -106,20 +106,22 @@ async def _paced(
     pending: set[asyncio.Task[None]] = set()
     gc.collect()
     gc.freeze()
-    t0 = time.perf_counter()
-    sent = 0
-    while sent < total:
-        due = min(total, int((time.perf_counter() - t0) * rate) + 1)
-        while sent < due:
-            task = asyncio.ensure_future(one(ps[sent % producers]))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-            sent += 1
-        await asyncio.sleep(0.0005)
-    while pending:
-        await asyncio.gather(*pending)
-    secs = time.perf_counter() - t0
-    gc.unfreeze()
+    try:
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < total:
+            due = min(total, int((time.perf_counter() - t0) * rate) + 1)
+            while sent < due:
+                task = asyncio.ensure_future(one(ps[sent % producers]))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                sent += 1
+            await asyncio.sleep(0.0005)
+        while pending:
+            await asyncio.gather(*pending)
+        secs = time.perf_counter() - t0
+    finally:
+        gc.unfreeze()
     for p in ps:
         await p.stop()
     lat.sort()
