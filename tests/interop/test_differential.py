@@ -730,10 +730,29 @@ def _norm_json(v: Any, key: str = "") -> Any:
     return v
 
 
+def _go_pump_pending(daemon: Any) -> bool:
+    """Whether a Go nsqd topic still holds messages its pump will copy: an unpaused topic with
+    channels and a depth (Go answers /pub before topic.go's messagePump copies the message;
+    nsqpy-d copies before it answers, so it never shows this state with everything in memory)."""
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.http_port, timeout=10)
+    try:
+        conn.request("GET", "/stats?format=json")
+        stats = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    return any(
+        t["depth"] and t["channels"] and not t["paused"] for t in stats.get("topics") or []
+    )
+
+
 def http_once(daemon: Any, req: tuple[Any, ...], url: str) -> tuple[Any, ...]:
     """(status, key headers, body: /stats JSON with NORMALIZED volatile values; raw bytes
-    otherwise)."""
+    otherwise). Before a /stats request, Go nsqd's topic pumps are let finish (bounded)."""
     method, path, _, body = req
+    if path.startswith("/stats") and isinstance(daemon, gobin.GoProcess):
+        deadline = time.monotonic() + 10
+        while _go_pump_pending(daemon) and time.monotonic() < deadline:
+            time.sleep(0.01)
     conn = http.client.HTTPConnection("127.0.0.1", daemon.http_port, timeout=10)
     try:
         conn.request(method, url, body=body)

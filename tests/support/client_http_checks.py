@@ -98,6 +98,12 @@ async def check_publish_and_stats(p: Pair) -> None:
         await c.mpub(topic, [b"two", b"three"])
         await c.mpub(topic, [b"four\nwith a newline", b"\x00five"], binary=True)
         await c.pub(topic, b"later", defer=3600)
+        # Go's nsqd copies a message to the channels after answering (topic.go messagePump)
+        await eventually(
+            lambda: channel_stats(c, topic, channel),
+            lambda ch: (ch.depth, ch.deferred_count) == (5, 1),
+            "five messages and one deferred in the channel",
+        )
         stats = await c.stats(include_mem=True)
         assert isinstance(stats, NsqdStats)
         assert stats.version == "1.3.0" and stats.health == "OK" and stats.start_time > 0
@@ -293,7 +299,10 @@ def check_blocking_clients(p: Pair) -> None:
         c.create_channel(topic, "ch")
         c.pub(topic, b"x")
         c.mpub(topic, [b"y", b"z"], binary=True)
-        assert c.stats(topic=topic).topics[0].channels[0].depth == 3
+        deadline = time.monotonic() + WAIT  # Go's topic pump copies after the answer
+        while c.stats(topic=topic).topics[0].channels[0].depth != 3:
+            assert time.monotonic() < deadline, "three messages in the channel"
+            time.sleep(0.05)
         with pytest.raises(NSQHTTPError) as e:
             c.delete_topic("blocking_none")
         assert e.value.message == "TOPIC_NOT_FOUND"
