@@ -740,9 +740,7 @@ def _go_pump_pending(daemon: Any) -> bool:
         stats = json.loads(conn.getresponse().read())
     finally:
         conn.close()
-    return any(
-        t["depth"] and t["channels"] and not t["paused"] for t in stats.get("topics") or []
-    )
+    return any(t["depth"] and t["channels"] and not t["paused"] for t in stats.get("topics") or [])
 
 
 def http_once(daemon: Any, req: tuple[Any, ...], url: str) -> tuple[Any, ...]:
