@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import random
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,18 +18,18 @@ from hypothesis.stateful import (
     rule,
 )
 
+from nsqpy.message import Message, encode_record
 from nsqpy.pqueue import InFlightQueue, TimeoutQueue
 
 
-class Item:
-    __slots__ = ("name", "pq_entry")
+def Item(name: int | str) -> Message:  # noqa: N802  (reads as the item it makes)
+    """A message standing for the item ``name`` (the queues hold message.Message objects; the
+    name is its body, read back by ``name_of``)."""
+    return Message(encode_record(0, 0, b"0" * 16, repr(name).encode()))
 
-    def __init__(self, name: object) -> None:
-        self.name = name
-        self.pq_entry = None
 
-    def __repr__(self) -> str:
-        return f"Item({self.name!r})"
+def name_of(m: Message) -> Any:
+    return ast.literal_eval(m.body.decode())
 
 
 class Model:
@@ -140,9 +142,9 @@ def test_items_and_clear() -> None:
         q.push(it, 100 - i)
     q.remove(its[3])
     q.push(its[4], 7)
-    assert sorted(q.items(), key=lambda x: x.name) == [x for x in its if x is not its[3]]
+    assert sorted(q.items(), key=lambda x: name_of(x)) == [x for x in its if x is not its[3]]
     cleared = q.clear()
-    assert sorted(cleared, key=lambda x: x.name) == [x for x in its if x is not its[3]]
+    assert sorted(cleared, key=lambda x: name_of(x)) == [x for x in its if x is not its[3]]
     assert all(x.pq_entry is None for x in its)
     assert len(q) == 0
     assert q.items() == []
@@ -373,16 +375,7 @@ def test_compaction_threshold(n: int) -> None:
 # InFlightQueue: FIFOs per timeout length, against the same model
 
 
-class Msg:
-    __slots__ = ("name", "pq_entry", "pri")
-
-    def __init__(self, name: object) -> None:
-        self.name = name
-        self.pq_entry = None
-        self.pri = 0
-
-    def __repr__(self) -> str:
-        return f"Msg({self.name!r})"
+Msg = Item  # a message with its ``pri`` (0 until set)
 
 
 _OPS = st.lists(
@@ -441,14 +434,14 @@ def test_in_flight_queue_matches_the_model(ops) -> None:
             now += a
             got = q.pop_due(now)
             want = [m for m in due_at if due_at[m] <= now]
-            assert sorted(got, key=lambda m: (m.pri, m.name)) == sorted(
-                want, key=lambda m: (due_at[m], m.name)
+            assert sorted(got, key=lambda m: (m.pri, name_of(m))) == sorted(
+                want, key=lambda m: (due_at[m], name_of(m))
             )
             assert [m.pri for m in got] == sorted(m.pri for m in got)
             for m in got:
                 del due_at[m]
         assert len(q) == len(due_at)
-    assert sorted(q.items(), key=lambda m: m.name) == sorted(due_at, key=lambda m: m.name)
+    assert sorted(q.items(), key=lambda m: name_of(m)) == sorted(due_at, key=lambda m: name_of(m))
 
 
 def test_in_flight_queue_stays_compact_when_fins_come_out_of_order() -> None:
