@@ -417,15 +417,16 @@ class CommandParser:
         # The usual case: every whole line here is a FIN. Check the k lines at once (each
         # 21-byte line starts with "FIN ", its only newline is its last byte, its only space
         # the one after FIN, and no "\r" precedes the newline: nsqd splits on spaces and
-        # strips a "\r", which would make the ID another length), then slice the IDs out;
-        # anything else takes the line-by-line walk below.
+        # strips a "\r", which would make the ID another length; with the newlines where the
+        # first check puts them, only a line's byte 19 can be that "\r"), then slice the IDs
+        # out; anything else takes the line-by-line walk below.
         stop = pos + k * _FIN_LINE_LENGTH
         chunk = bytes(buf[pos:stop])
         if (
             chunk[20::21] == _NEWLINES[:k]
             and chunk.count(b"\n") == k
             and chunk.count(b" ") == k
-            and b"\r\n" not in chunk
+            and b"\r" not in chunk[19::21]
             and chunk[0::21] == _F_RUN[:k]
             and chunk[1::21] == _I_RUN[:k]
             and chunk[2::21] == _N_RUN[:k]

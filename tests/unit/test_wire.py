@@ -967,6 +967,7 @@ _fin_stream_line = st.one_of(
     .filter(lambda i: b"\n" not in i)
     .map(lambda i: b"FIN " + i + b"\n"),
     st.sampled_from([b"RDY 5\n", b"NOP\n", b"FIN abc\n", b"FIN  0123456789abcde\n", b"FIM "]),
+    st.just(b"FIN 0123456789abcde\r\n"),  # a FIN line's length, a "\r" before its newline
 )
 
 
