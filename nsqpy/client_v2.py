@@ -22,7 +22,8 @@ cheap) or READ_BUDGET_BYTES of input per event-loop pass; the rest waits in the 
 reading paused and continues on the next pass, so a client pipelining thousands of PUBs cannot
 hold the loop while others wait. A client that is not subscribed and does not read its replies
 stops being read once the replies it has not read pass UNREAD_REPLIES_LIMIT bytes (the kernel's
-send queue, SIOCOUTQ, checked once per pass that replied) or the transport's buffer passes its
+send queue, SIOCOUTQ, measured once the bytes written since the last measure could have taken it
+over that limit) or the transport's buffer passes its
 high-water mark (pause_writing), as a Go nsqd's blocked write stops its read loop: nobody can
 grow the daemon's memory by publishing without reading. A subscribed connection keeps being read
 (its FINs free room) as nsqd's separate read loop does.
@@ -190,6 +191,7 @@ class Connection(ClientState):
         "_sock_fd",
         "_suspended",
         "_timer",
+        "_unread_bound",
         "_wait_job",
         "loop",
         "nsqd",
@@ -216,6 +218,11 @@ class Connection(ClientState):
         self._suspended = False
         self._in_read = False
         self._sock_fd = -1
+        #: An upper bound of the bytes in the socket's send queue (SIOCOUTQ): the queue as last
+        #: measured plus every byte written to the transport since. The queue is measured only
+        #: when this bound passes UNREAD_REPLIES_LIMIT, so a polite producer costs no ioctl per
+        #: pass, and a client that does not read is stopped exactly as before.
+        self._unread_bound = 0
         self._gate = ReadGate()
         self._wait_job: asyncio.Future[Any] | None = None
 
@@ -307,7 +314,8 @@ class Connection(ClientState):
     def _recheck_unread(self) -> None:
         if self.closed or not self._gate.holds(BACKPRESSURE):
             return
-        if self.write_paused or _unread_replies(self._sock_fd) > UNREAD_REPLIES_LIMIT // 2:
+        unread = self._unread_bound = _unread_replies(self._sock_fd)
+        if self.write_paused or unread > UNREAD_REPLIES_LIMIT // 2:
             self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
             return
         self._resume_read(BACKPRESSURE)
@@ -440,8 +448,10 @@ class Connection(ClientState):
                 self.flush()
                 if self.replied:
                     self.replied = False
-                    if self.state != STATE_SUBSCRIBED and _unread_replies(self._sock_fd) > (
-                        UNREAD_REPLIES_LIMIT
+                    if (
+                        self.state != STATE_SUBSCRIBED
+                        and self._unread_bound > UNREAD_REPLIES_LIMIT
+                        and self._measure_unread() > UNREAD_REPLIES_LIMIT
                     ):
                         self._gate.pause(BACKPRESSURE)
                         self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
@@ -474,7 +484,13 @@ class Connection(ClientState):
                 self._flush_slow()
                 return
             self.out = bytearray()
+            self._unread_bound += len(out)
             self.transport.write(out)
+
+    def _measure_unread(self) -> int:
+        """The socket's send queue now (SIOCOUTQ), which also becomes the bound."""
+        unread = self._unread_bound = _unread_replies(self._sock_fd)
+        return unread
 
     def _scheduled_flush(self) -> None:
         self._flush_scheduled = False
@@ -557,6 +573,7 @@ class Connection(ClientState):
         if data is None:
             return  # held until the TLS handshake is done
         self.out = bytearray()
+        self._unread_bound += len(data)
         transport.write(data)
 
     def _upgrade(self) -> None:
@@ -579,6 +596,7 @@ class Connection(ClientState):
 
     def raw_write(self, data: bytes) -> None:
         if self.transport is not None:
+            self._unread_bound += len(data)
             self.transport.write(data)
 
     def write_reply(self, frame: bytes) -> None:
