@@ -314,8 +314,7 @@ class Connection(ClientState):
     def _recheck_unread(self) -> None:
         if self.closed or not self._gate.holds(BACKPRESSURE):
             return
-        unread = self._unread_bound = _unread_replies(self._sock_fd)
-        if self.write_paused or unread > UNREAD_REPLIES_LIMIT // 2:
+        if self.write_paused or self._measure_unread() > UNREAD_REPLIES_LIMIT // 2:
             self.loop.call_later(UNREAD_RECHECK_S, self._recheck_unread)
             return
         self._resume_read(BACKPRESSURE)
