@@ -28,6 +28,13 @@ with ``--replica-ack=all-isr`` and one with ``--replica-ack=leader``; R=1 (on th
 R=3 all-isr and R=3 leader, each for MPUB (``--batch`` 20 messages, 8 in flight per
 connection, 4 connections) and PUB (16 connections, one PUB each in flight); the runs of one
 workload alternate between the three; medians of ``--runs`` and each R=3's ratio to R=1.
+Beside each row, the CPU each process spent per message (user + system, µs; medians of the
+runs): the leader, the two other nodes of its cluster (mean) and this process (the
+producers), and their sum (the other nodes counted twice). All of them share the machine's
+cores, so a row's rate times its sum is the core time it used per second: near the number of
+cores the row was bound by CPU, well below it by its processes waiting on one another (the
+round trips of a commit). /proc counts in clock ticks (10 ms): an MPUB run's figures are
+within about a tenth.
 
     python -m bench.replication --rate 5000 --seconds 5 --runs 5
     python -m bench.replication --table --runs 5
@@ -39,6 +46,7 @@ import argparse
 import asyncio
 import gc
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -50,6 +58,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from support.etcd_server import EtcdServer  # noqa: E402
 
+from bench.target import proc_cpu_seconds  # noqa: E402
 from nsqpy.client import Producer  # noqa: E402
 from nsqpy.testing.process import Nsqd, wait_for  # noqa: E402
 
@@ -169,6 +178,26 @@ def _leader(nodes: list[Nsqd]) -> Nsqd:
     return found
 
 
+def _cpu_now(node: Nsqd, others: list[Nsqd]) -> tuple[float, float, float]:
+    """CPU seconds so far (user + system) of ``node``, of ``others`` together and of this
+    process."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return (
+        proc_cpu_seconds(node.pid),
+        sum(proc_cpu_seconds(o.pid) for o in others),
+        me.ru_utime + me.ru_stime,
+    )
+
+
+def _cpu_per_msg(
+    before: tuple[float, float, float], after: tuple[float, float, float], n: int
+) -> tuple[float, float, float]:
+    """µs per message between two _cpu_now readings: the node, each other node (the mean of
+    the two) and this process."""
+    lead, others, me = (a - b for a, b in zip(after, before, strict=True))
+    return lead / n * 1e6, others / 2 / n * 1e6, me / n * 1e6
+
+
 def _load() -> str:
     load = os.getloadavg()
     return f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
@@ -187,30 +216,41 @@ def _table(etcd: EtcdServer, runs: int, count: int, size: int) -> None:
             ("PUB 16 producers", 16, 1, 1, max(16, count // 4)),
         )
         load_before = _load()
-        rows: list[tuple[str, str, list[float]]] = []
+        rows: list[tuple[str, str, list[float], list[tuple[float, float, float]]]] = []
         for wl, producers, batch, inflight, n in workloads:
             rates: dict[str, list[float]] = {label: [] for label, _, _ in targets}
+            cpus: dict[str, list[tuple[float, float, float]]] = {
+                label: [] for label, _, _ in targets
+            }
             for _ in range(runs):
                 for label, node, topic in targets:
+                    others = [o for o in (all_isr if node is a else leader_ack) if o is not node]
+                    before = _cpu_now(node, others)
                     rates[label].append(
                         asyncio.run(
                             _publish(node.tcp_address, topic, n, producers, size, batch, inflight)
                         )
                     )
-            rows.extend((wl, label, rates[label]) for label, _, _ in targets)
+                    cpus[label].append(_cpu_per_msg(before, _cpu_now(node, others), n))
+            rows.extend((wl, label, rates[label], cpus[label]) for label, _, _ in targets)
         print(
             f"replication bench --table: {runs} runs each, {size} B messages; {load_before} "
             f"before, {_load()} after"
         )
-        print(f"  {'workload':<32} {'topic':<12} {'median':>9}  {'x R=1':>6}   runs (msgs/s)")
+        print(
+            f"  {'workload':<32} {'topic':<12} {'median':>9}  {'x R=1':>6}   "
+            f"{'CPU us/msg: leader, other node, bench = sum':<44} runs (msgs/s)"
+        )
         base = 0.0
-        for wl, label, rs in rows:
+        for wl, label, rs, cs in rows:
             med = statistics.median(rs)
             if label == "R=1":
                 base = med
             ratio = med / base if base else 0.0
             runs_text = " ".join(f"{r:.0f}" for r in rs)
-            print(f"  {wl:<32} {label:<12} {med:>9.0f}  {ratio:>6.2f}   {runs_text}")
+            lead, other, bench = (statistics.median(c[k] for c in cs) for k in range(3))
+            cpu = f"{lead:.1f}, {other:.1f}, {bench:.1f} = {lead + 2 * other + bench:.1f}"
+            print(f"  {wl:<32} {label:<12} {med:>9.0f}  {ratio:>6.2f}   {cpu:<44} {runs_text}")
     finally:
         for c in clusters:
             for node in c:
