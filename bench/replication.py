@@ -7,8 +7,14 @@ joined to it (ephemeral ports, temp data dirs). Topic ``r3`` is created with
 *leader* of r3 (so the R=1 figure is the same process, the same connections, without
 replication). ``--producers`` connections each send ``--count / --producers`` messages of
 ``--size`` bytes in MPUBs of ``--batch`` (the next once the last is answered: an R=3 MPUB is
-answered after both followers fsynced it). Runs alternate R=1 / R=3 ``--runs`` times; the table
+answered once both followers wrote it). Runs alternate R=1 / R=3 ``--runs`` times; the table
 gives medians in msgs/s and the load average (the machine is shared: figures are indicative).
+The producers of the throughput modes run on uvloop, as the daemons do (so do those of
+bench.client_bench and bench.lookupd_scale). On asyncio's own loop the process of the 16 PUB
+producers settled into one of two states, depending on nothing but its memory layout (the size
+of its environment was enough to flip it): in one it spent about 60 % more CPU per PUB, and the
+R=3 rows ran about a fifth slower (docs/replication.md, "Throughput"). The paced mode keeps
+asyncio's loop: it sleeps 0.5 ms between sends, and libuv's timers count whole milliseconds.
 
     python -m bench.replication                        # 3 runs of 20,000 messages each
     python -m bench.replication --batch 1 --count 5000 # PUB-sized commits
@@ -52,6 +58,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -227,7 +235,7 @@ def _table(etcd: EtcdServer, runs: int, count: int, size: int) -> None:
                     others = [o for o in (all_isr if node is a else leader_ack) if o is not node]
                     before = _cpu_now(node, others)
                     rates[label].append(
-                        asyncio.run(
+                        uvloop.run(
                             _publish(node.tcp_address, topic, n, producers, size, batch, inflight)
                         )
                     )
@@ -287,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             rates: dict[str, list[float]] = {"r1": [], "r3": []}
             for _ in range(args.runs):
                 for topic in ("r1", "r3"):
-                    rate = asyncio.run(
+                    rate = uvloop.run(
                         _publish(
                             leader.tcp_address,
                             topic,
@@ -321,6 +329,7 @@ def _paced_runs(leader: Nsqd, args: argparse.Namespace) -> None:
     for _ in range(args.runs):
         for topic in ("r1", "r3"):
             got[topic].append(
+                # asyncio's own loop: the pacing sleeps 0.5 ms, below libuv's 1 ms timers
                 asyncio.run(
                     _paced(
                         leader.tcp_address,
