@@ -107,6 +107,24 @@ class BackedQueue:
             records = records[room:]
         self._spill(records, in_order)
 
+    def _enqueue_framed(self, buf: bytes, offs: list[int], in_order: bool = False) -> None:
+        """As :meth:`_enqueue_many`, for records as a diskqueue chunk holds them
+        (DiskQueue.read_framed): those that fit in memory go in as the chunk holds them (no
+        object per record); the rest are cut out for the backend."""
+        n = len(offs) - 1
+        room = self.mem_queue_size - len(self._queue)
+        if room > 0 and n > 0:
+            part = offs if room >= n else offs[: room + 1]
+            queue = self._queue
+            queue.extend_framed(buf, part)
+            self._mem_index.appended_framed(buf, part, len(queue), in_order)
+            if room >= n:
+                return
+            offs = offs[room:]
+            n -= room
+        if n > 0:
+            self._spill([buf[offs[k] + 4 : offs[k + 1]] for k in range(n)], in_order)
+
     def _mem_append(self, record: bytes) -> None:
         """Append one record to memory (no room check)."""
         queue = self._queue
@@ -158,6 +176,18 @@ class BackedQueue:
             return 0
         out += records
         return file_num
+
+    def _next_backend_framed(self, kind: str, limit: int) -> tuple[bytes, list[int]]:
+        """Consume up to ``limit`` backend records as DiskQueue.read_framed gives them:
+        (chunk, offs); (b"", []) when there is nothing to read now or a read failed (logged,
+        as :meth:`_next_backend_records`)."""
+        backend = self.backend
+        assert backend is not None
+        try:
+            return backend.read_framed(limit)[2:]
+        except OSError as e:
+            log.error("%s(%s): failed to read from backend - %s", kind, self.name, e)
+            return b"", []
 
     def locate_queued(self, msg_id: bytes) -> tuple[str, bytes, tuple[int, int] | None] | None:
         """Where the message ``msg_id`` (16 hex bytes) waits: ("memory", record, None) or

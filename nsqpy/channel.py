@@ -168,6 +168,14 @@ class Channel(ChannelStore):
         if self._ready:
             self._dispatch()
 
+    def put_framed(self, buf: bytes, offs: list[int], in_order: bool = False) -> None:
+        """Queue the records of a diskqueue chunk (DiskQueue.read_framed: record k is
+        ``buf[offs[k] + 4 : offs[k + 1]]``); as put_many()."""
+        self.message_count += len(offs) - 1
+        self._enqueue_framed(buf, offs, in_order)
+        if self._ready:
+            self._dispatch()
+
     def adopt_queue(self, held: BackedQueue) -> bool:
         """Take over the records ``held`` (a topic) keeps in memory, in order, as this
         channel's own memory queue, with their message index: the queue object changes owner,

@@ -70,7 +70,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from .diskqueue_codec import pack_records, split_records, unframe
+from .diskqueue_codec import cut_records, pack_records, record_starts, unframe
 from .diskqueue_files import READ_CHUNK, DataFiles
 from .diskqueue_meta import MetaFile, format_meta
 from .diskqueue_recovery import carry_out, plan_open
@@ -94,6 +94,11 @@ _pack_len = _LEN.pack
 _unpack_len = _LEN.unpack_from
 _NO_MARKS: list[int] = []
 _default_logger = logging.getLogger("nsqpy.diskqueue")
+
+
+def _size_error(n: int, lo: int, hi: int) -> ValueError:
+    """go-diskqueue's refusal of a record of ``n`` bytes outside [lo, hi] (writeOne)."""
+    return ValueError(f"invalid message write size ({n}) minMsgSize={lo} maxMsgSize={hi}")
 
 
 class DiskQueueClosed(OSError):
@@ -319,10 +324,7 @@ class DiskQueue:
             raise DiskQueueClosed(f"diskqueue {self.name} is closed")
         n = len(data)
         if n < self.min_msg_size or n > self.max_msg_size:
-            raise ValueError(
-                f"invalid message write size ({n}) minMsgSize={self.min_msg_size} "
-                f"maxMsgSize={self.max_msg_size}"
-            )
+            raise _size_error(n, self.min_msg_size, self.max_msg_size)
         wp = self._write_pos
         if wp > 0 and wp + 4 + n > self.max_bytes_per_file:
             self._roll()
@@ -354,9 +356,7 @@ class DiskQueue:
         for d in datas:
             n = len(d)
             if n < lo or n > hi:
-                raise ValueError(
-                    f"invalid message write size ({n}) minMsgSize={lo} maxMsgSize={hi}"
-                )
+                raise _size_error(n, lo, hi)
         max_bytes = self.max_bytes_per_file
         buf = self._wbuf
         positions: list[tuple[int, int]] = []
@@ -540,29 +540,38 @@ class DiskQueue:
         byte position of each record in that file is appended to it (where its 4-byte size
         starts, as ``read_pos`` would have shown before it was read).
 
-        What peek() + advance() do per record, with one Python call for the records that a
-        chunk already read holds (the first comes from peek(), so it raises what peek()
-        raises; the queue is then unchanged). A record past the chunk, or one whose size is
-        out of bounds, ends the batch; the next call reads it through peek()'s checks."""
+        What peek() + advance() do per record, in one call for the records of a chunk already
+        read (raises what peek() raises; the queue is then unchanged). A record past the chunk,
+        or of a size out of bounds, ends the batch; the next call reads it through peek()."""
+        file_num, first_pos, buf, offs = self.read_framed(limit)
+        out: list[bytes] = []
+        if offs:
+            cut_records(buf, offs, out, positions, first_pos)
+        return file_num, out
+
+    def read_framed(self, limit: int) -> tuple[int, int, bytes, list[int]]:
+        """Consume up to ``limit`` (>= 1) records as read_many() does, left as they lie in the
+        data file: (file number, the first one's position, chunk, offs), record k being
+        ``chunk[offs[k] + 4 : offs[k + 1]]``; offs is [] when there is none to read now. No
+        object per record: the chunk is the one read from the file (a record bigger than a
+        chunk comes back framed by itself)."""
         rec = self.peek()
         file_num = self._read_num
+        rp = self._read_pos
         if rec is None:
-            return file_num, []
-        out = [rec]
-        if positions is not None:
-            positions.append(self._read_pos)
-        nxt = self._next_pos
+            return file_num, rp, b"", []
         buf = self._rbuf
         off = self._rbuf_off
-        i = nxt - off
-        end = len(buf)
-        if limit > 1 and i >= 0 and i + 4 <= end:
-            i = split_records(
-                buf, i, self.min_msg_size, self.max_msg_size, limit, out, positions, off
-            )
-            nxt = off + i
-        self._consumed(nxt, len(out))
-        return file_num, out
+        j = self._next_pos - off
+        if rp < off or j > len(buf):  # read by itself, past the chunk
+            self._consumed(self._next_pos, 1)
+            return file_num, rp, len(rec).to_bytes(4, "big") + rec, [0, 4 + len(rec)]
+        offs = [rp - off]
+        if limit > 1:
+            j = record_starts(buf, j, self.min_msg_size, self.max_msg_size, limit, offs)
+        offs.append(j)
+        self._consumed(off + j, len(offs) - 1)
+        return file_num, rp, buf, offs
 
     def _consumed(self, rp: int, count: int) -> None:
         """``count`` records were consumed, the next one starts at ``rp`` in the read file."""

@@ -53,23 +53,14 @@ def pack_records(
     return i, wp, mark_at
 
 
-def split_records(
-    buf: bytes,
-    i: int,
-    lo: int,
-    hi: int,
-    limit: int,
-    out: list[bytes],
-    positions: list[int] | None,
-    off: int,
-) -> int:
-    """Cut whole records out of ``buf`` (a chunk read at file offset ``off``) from index ``i``,
-    appending each record's bytes to ``out`` until ``out`` holds ``limit``; with ``positions``,
-    each record's file position (``off`` + index of its size) too. Stops before a record that
-    the chunk does not hold whole or whose size is outside [lo, hi] (the caller's checked path
-    reads it). Returns the index after the last record taken."""
+def record_starts(buf: bytes, i: int, lo: int, hi: int, limit: int, starts: list[int]) -> int:
+    """Walk the whole records of ``buf`` (a chunk of a data file) from index ``i``, appending
+    the index of each one's 4-byte size to ``starts`` until ``starts`` holds ``limit``. Stops
+    before a record that the chunk does not hold whole or whose size is outside [lo, hi] (the
+    caller's checked path reads it). Returns the index after the last record walked: record k
+    is then ``buf[starts[k] + 4 : next start]``."""
     end = len(buf)
-    while len(out) < limit and i + 4 <= end:
+    while len(starts) < limit and i + 4 <= end:
         # the size read byte by byte: compiled, four native loads instead of a call to
         # struct's unpack_from and the tuple it returns (about 30 ns a record against 260)
         n = (buf[i] << 24) | (buf[i + 1] << 16) | (buf[i + 2] << 8) | buf[i + 3]
@@ -78,11 +69,25 @@ def split_records(
         j = i + 4 + n
         if j > end or n < lo or n > hi:
             break
-        if positions is not None:
-            positions.append(off + i)
-        out.append(buf[i + 4 : j])
+        starts.append(i)
         i = j
     return i
+
+
+def cut_records(
+    buf: bytes, offs: list[int], out: list[bytes], positions: list[int] | None, base: int
+) -> None:
+    """Append to ``out`` each record of ``buf`` that :func:`record_starts` found (record k is
+    ``buf[offs[k] + 4 : offs[k + 1]]``); with ``positions``, each one's file position too,
+    ``base`` being the first one's."""
+    a = offs[0]
+    base -= a
+    for k in range(1, len(offs)):
+        b = offs[k]
+        if positions is not None:
+            positions.append(base + a)
+        out.append(buf[a + 4 : b])
+        a = b
 
 
 def unframe(chunk: bytes | memoryview, ends: list[int]) -> list[bytes]:

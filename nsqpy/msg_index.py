@@ -86,7 +86,23 @@ class MemoryIndex:
         if in_order and records[0][ID_START:ID_END] > self._last:
             self._last = records[-1][ID_START:ID_END]
             return
-        ids = list(map(_record_id, records))
+        self._appended_ids(list(map(_record_id, records)), length_after)
+
+    def appended_framed(
+        self, buf: bytes, offs: list[int], length_after: int, in_order: bool = False
+    ) -> None:
+        """As :meth:`appended`, for records laid out as in a diskqueue file (record k is
+        ``buf[offs[k] + 4 : offs[k + 1]]``, RecordQueue.extend_framed)."""
+        if len(offs) < 2:
+            return
+        a = 4 + ID_START
+        b = 4 + ID_END
+        if in_order and buf[offs[0] + a : offs[0] + b] > self._last:
+            self._last = buf[offs[-2] + a : offs[-2] + b]
+            return
+        self._appended_ids([buf[o + a : o + b] for o in offs[:-1]], length_after)
+
+    def _appended_ids(self, ids: list[bytes], length_after: int) -> None:
         if _sorted_run(ids, self._last):
             self._last = ids[-1]
             return

@@ -167,12 +167,13 @@ class Topic(BackedQueue):
                 else:
                     ch.put_many(records, in_order)
             except OSError as e:
-                log.error(
-                    "TOPIC(%s) ERROR: failed to put msg to channel(%s) - %s", self.name, ch.name, e
-                )
+                self._put_failed(ch, e)
                 error = error or e
         if error is not None:
             raise error
+
+    def _put_failed(self, ch: Channel, e: OSError) -> None:
+        log.error("TOPIC(%s) ERROR: failed to put msg to channel(%s) - %s", self.name, ch.name, e)
 
     def _fan_out_deferred(self, items: list[tuple[bytes, int]]) -> None:
         for ch in list(self.channels.values()):
@@ -227,20 +228,38 @@ class Topic(BackedQueue):
         backend = self.backend
         if backend is None or self.exiting or not self.channels or self.paused or self.starting:
             return False
-        records: list[bytes] = []
-        while len(records) < DRAIN_CHUNK:
-            have = len(records)
-            self._next_backend_records("TOPIC", DRAIN_CHUNK - have, records)
-            if len(records) == have:
-                break
-        if records:
-            if self._hooks is not None:
-                self._hooks.backend_read(backend)
-            index = self._disk_index
+        index = self._disk_index
+        in_order = index is not None and index.in_order
+        if len(self.channels) == 1:
+            # One channel: the chunks read from the file go to it as they are (no record is
+            # cut out unless the channel's memory is full; Channel.put_framed).
+            ch = next(iter(self.channels.values()))
+            got = 0
+            while got < DRAIN_CHUNK:
+                buf, offs = self._next_backend_framed("TOPIC", DRAIN_CHUNK - got)
+                if not offs:
+                    break
+                got += len(offs) - 1
+                try:
+                    ch.put_framed(buf, offs, in_order)
+                except OSError as e:
+                    self._put_failed(ch, e)
+                if len(self.channels) != 1 or self.paused or self.exiting:
+                    break  # changed by the channel's consumers: the next step looks again
+        else:
+            records: list[bytes] = []
+            while len(records) < DRAIN_CHUNK:
+                have = len(records)
+                self._next_backend_records("TOPIC", DRAIN_CHUNK - have, records)
+                if len(records) == have:
+                    break
+            got = len(records)
             try:
-                self._fan_out(records, index is not None and index.in_order)
+                self._fan_out(records, in_order)
             except OSError:
                 pass  # logged per channel
+        if got and self._hooks is not None:
+            self._hooks.backend_read(backend)
         return backend.depth > 0
 
     # ---------------------------------------------------------------- channels

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsqpy.diskqueue import DiskQueue, DiskQueueClosed
+from nsqpy.diskqueue import READ_CHUNK, DiskQueue, DiskQueueClosed
 
 NAME = "test_dq"
 
@@ -816,6 +816,7 @@ _op = st.one_of(
     st.tuples(st.just("advance"), st.none()),
     st.tuples(st.just("get"), st.integers(1, 8)),
     st.tuples(st.just("read_many"), st.integers(1, 8)),
+    st.tuples(st.just("read_framed"), st.integers(1, 8)),
     st.tuples(st.just("flush"), st.none()),
     st.tuples(st.just("sync"), st.none()),
     st.tuples(st.just("job"), st.none()),
@@ -876,6 +877,17 @@ def test_property_against_a_deque(max_bytes: int, ops: list[tuple[str, object]])
                     raw = data_path(d, file_num).read_bytes()
                     stop = positions[-1] + 4 + len(got[-1])
                     assert parse_records(raw[positions[0] : stop]) == got
+                peeked = False
+            elif op == "read_framed":
+                assert isinstance(arg, int)
+                _, _, chunk, offs = dq.read_framed(arg)
+                got = [chunk[a + 4 : b] for a, b in zip(offs, offs[1:])]
+                assert 0 < len(got) <= arg if model else offs == []
+                assert got == [model.popleft() for _ in range(len(got))]
+                assert all(
+                    int.from_bytes(chunk[a : a + 4], "big") == b - a - 4
+                    for a, b in zip(offs, offs[1:])
+                )
                 peeked = False
             elif op == "flush":
                 dq.flush()
@@ -972,3 +984,17 @@ def test_close_writes_the_meta_when_a_sync_job_is_still_pending(tmp_path: Path) 
     dq = make(tmp_path)
     assert drain(dq) == [b"b"]
     dq.close()
+
+
+def test_read_framed_gives_a_record_bigger_than_a_chunk_framed_by_itself(tmp_path: Path) -> None:
+    big = bytes(range(256)) * (READ_CHUNK // 256 + 3)
+    dq = make(tmp_path, max_size=2 * READ_CHUNK)
+    dq.put_many([b"a", big, b"bc", b"d"])
+    dq.flush()
+    _, _, chunk, offs = dq.read_framed(8)
+    assert [chunk[a + 4 : b] for a, b in zip(offs, offs[1:])] == [b"a"]
+    _, _, chunk, offs = dq.read_framed(8)
+    assert offs == [0, 4 + len(big)] and chunk == len(big).to_bytes(4, "big") + big
+    _, _, chunk, offs = dq.read_framed(8)
+    assert [chunk[a + 4 : b] for a, b in zip(offs, offs[1:])] == [b"bc", b"d"]
+    assert dq.read_framed(8)[2:] == (b"", []) and dq.depth == 0

@@ -8,7 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsqpy.diskqueue_codec import pack_records, split_records
+from nsqpy.diskqueue_codec import cut_records, pack_records, record_starts
 
 
 def framed(records: list[bytes]) -> bytes:
@@ -60,20 +60,23 @@ def test_pack_records_matches_the_model(datas, start, wp, max_bytes, buf_limit, 
     st.integers(min_value=1, max_value=40),
     st.integers(min_value=0, max_value=5),
 )
-def test_split_records_matches_the_model(records, lo, hi, limit, cut) -> None:
+def test_record_starts_and_cut_records_match_the_model(records, lo, hi, limit, cut) -> None:
     data = framed(records)
     data = data[: len(data) - cut] if cut else data  # maybe a record the chunk lacks the end of
-    out: list[bytes] = [b"first"]
-    positions: list[int] = []
-    i = split_records(data, 0, lo, hi, limit, out, positions, 1000)
-    want, want_pos, at = [b"first"], [], 0
+    starts = [7]  # what the caller already holds counts toward the limit
+    i = record_starts(data, 0, lo, hi, limit, starts)
+    want, want_pos, at = [], [], 0
     for r in records:
-        if len(want) >= limit or at + 4 + len(r) > len(data) or not lo <= len(r) <= hi:
+        if len(want) + 1 >= limit or at + 4 + len(r) > len(data) or not lo <= len(r) <= hi:
             break
         want.append(r)
         want_pos.append(1000 + at)
         at += 4 + len(r)
-    assert out == want
-    assert positions == want_pos
     assert i == at
-    assert split_records(data, 0, lo, hi, limit, [b"x"], None, 0) == at
+    assert len(starts) == len(want) + 1
+    out: list[bytes] = [b"first"]
+    positions: list[int] = []
+    if want:
+        cut_records(data, [*starts[1:], i], out, positions, 1000)
+    assert out == [b"first", *want]
+    assert positions == want_pos

@@ -24,6 +24,23 @@ def _linear(queue: RecordQueue, rid: bytes) -> int:
     return -1
 
 
+def _extend(queue: RecordQueue, index: MemoryIndex, recs, rnd, in_order: bool = False) -> None:
+    """Append ``recs`` as records, or as a diskqueue chunk holds them (a topic's drain)."""
+    if rnd.random() < 0.5:
+        queue.extend(recs)
+        index.appended(recs, len(queue), in_order=in_order)
+        return
+    chunk = bytearray(b"\x00\x01")
+    offs = []
+    for r in recs:
+        offs.append(len(chunk))
+        chunk += len(r).to_bytes(4, "big") + r
+    offs.append(len(chunk))
+    buf = bytes(chunk)
+    queue.extend_framed(buf, offs)
+    index.appended_framed(buf, offs, len(queue), in_order=in_order)
+
+
 # An operation: ("new", k) appends k fresh (increasing) IDs; ("old", k) appends k IDs seen
 # before (a requeue); ("front", k) puts k old IDs at the left; ("pop", k); ("clear", 0).
 _ops = st.lists(
@@ -47,13 +64,11 @@ def test_memory_index_finds_what_a_linear_search_finds(ops, rnd) -> None:
                 queue.append(recs[0])
                 index.appended_one(recs[0], len(queue))
             else:
-                queue.extend(recs)
-                index.appended(recs, len(queue), in_order=rnd.random() < 0.5)
+                _extend(queue, index, recs, rnd, in_order=rnd.random() < 0.5)
         elif op in ("old", "front") and taken:
             recs = [taken.pop(rnd.randrange(len(taken))) for _ in range(min(k, len(taken)))]
             if op == "old":
-                queue.extend(recs)
-                index.appended(recs, len(queue))
+                _extend(queue, index, recs, rnd)
             else:
                 queue.extendleft(reversed(recs))
                 index.prepended(recs)
