@@ -311,6 +311,39 @@ def test_first_channel_takes_the_held_queue_over_whole() -> None:
     assert t.depth == 0 and ch.depth == 0
 
 
+def test_topic_drains_its_diskqueue_into_its_one_channel_in_chunks(tmp_path) -> None:
+    """A topic's backlog on disk reaches its one channel as the chunks read from the file:
+    into memory while there is room, the rest to the channel's diskqueue. Every record once,
+    counted once, findable by ID where it lies; they come out whole."""
+    from nsqpy.diskqueue import DiskQueue
+
+    def dq(name: str) -> DiskQueue:
+        return DiskQueue(name, str(tmp_path), 1 << 20, 26, 1 << 16, 2500, 2000)
+
+    def new_channel(topic: Topic, name: str) -> Channel:
+        return Channel("t", name, clock_ns=Clock(), mem_queue_size=1000, backend=dq("t:c"))
+
+    t = Topic("t", new_channel, mem_queue_size=100, backend=dq("t"))
+    held = [record(n, b"b%d" % n * (n % 50)) for n in range(3000)]
+    for i in range(0, len(held), 250):
+        t.put_many(held[i : i + 250])
+    assert t.backend is not None and t.backend.depth == 2900
+    ch = t.get_channel("c")  # takes the 100 in memory, then the topic's diskqueue
+    assert (t.depth, ch.depth, ch.message_count) == (0, 3000, 3000)
+    assert len(ch._queue) == 1000 and ch.backend_depth == 2000
+    assert [ch._queue.id_at(i) for i in (0, 99, 100, 999)] == [
+        b"%016x" % n for n in (0, 99, 100, 999)
+    ]
+    for n in (0, 100, 101, 555, 999):
+        assert ch.locate(b"%016x" % n) == ("memory", held[n], None)
+    for n in (1000, 2999):
+        where = ch.locate(b"%016x" % n)
+        assert where is not None and where[:2] == ("disk", held[n])
+    c = subscribe(ch, FakeConsumer(1, rdy=10_000))
+    assert sorted(m.record for m in c.sent) == sorted(held)
+    assert ch.depth == 0
+
+
 def test_held_queue_is_copied_when_the_channel_is_not_empty_or_too_small() -> None:
     """A channel that holds records already, or whose memory cannot take the whole held
     queue, gets the records as a publish would (no takeover)."""
