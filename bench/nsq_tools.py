@@ -9,7 +9,9 @@ path, nsqd's default --mem-queue-size 10000, so most of the backlog is on disk),
 seconds), then ``bench_reader`` (SUB, RDY ``--rdy``, one FIN per message, for
 ``--reader-runfor`` seconds) on the backlog the writer left; each prints its ops/s, read here
 from its last log line. The daemons alternate run by run, and the table gives the medians and
-each daemon's ratio to the last one named (Go nsqd by default).
+each daemon's ratio to the last one named (Go nsqd by default), and beside them the CPU time
+(user + system) that the daemon and bench_reader each spent while the reader ran, per message
+read: on a machine of few cores they share them, so the reader's rate is bounded by the sum.
 
 bench_reader counts for a fixed time, so a backlog that runs out early would understate the
 rate: the reader's time is shorter than the writer's, and a run whose channel is empty at the
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -35,7 +38,7 @@ import time
 from typing import Any
 
 from . import flags
-from .target import Daemon
+from .target import Daemon, proc_cpu_seconds
 
 GO_BIN = os.environ.get("NSQ_GO_BIN", "/opt/nsq-go/bin")
 _OPS = re.compile(r"duration: (\S+) - ([0-9.]+)mb/s - ([0-9.]+)ops/s")
@@ -60,8 +63,16 @@ def run_tool(argv: list[str], timeout: float) -> float:
     return float(m.group(3))
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def one_run(cmd: str | None, args: argparse.Namespace) -> dict[str, Any]:
-    """One daemon, writer then reader; {"writer": ops/s, "reader": ops/s, "left": depth}."""
+    """One daemon, writer then reader; {"writer": ops/s, "reader": ops/s, "left": depth,
+    "reader_cpu_us": {"daemon": µs, "tool": µs}}: the CPU time (user + system) the daemon and
+    bench_reader each spent while the reader ran, per message it read. On a machine with few
+    cores the two share them, so the reader's rate is bounded by their sum."""
     d = Daemon([], cmd=cmd)
     try:
         addr = f"127.0.0.1:{d.tcp_port}"
@@ -77,6 +88,8 @@ def one_run(cmd: str | None, args: argparse.Namespace) -> dict[str, Any]:
             ],
             timeout=args.writer_runfor + 60,
         )
+        daemon_cpu = proc_cpu_seconds(d.proc.pid)
+        tool_cpu = _children_cpu()
         reader = run_tool(
             [
                 _tool("bench_reader"),
@@ -90,8 +103,17 @@ def one_run(cmd: str | None, args: argparse.Namespace) -> dict[str, Any]:
             ],
             timeout=args.reader_runfor + 60,
         )
+        daemon_cpu = proc_cpu_seconds(d.proc.pid) - daemon_cpu
+        tool_cpu = _children_cpu() - tool_cpu
+        read = max(reader * args.reader_runfor, 1.0)
         left = d.target().queued("sub_bench", "ch")[0]
-        return {"writer": writer, "reader": reader, "left": left}
+        return {
+            "writer": writer,
+            "reader": reader,
+            "left": left,
+            # CPU per message read while bench_reader ran, microseconds (user + system)
+            "reader_cpu_us": {"daemon": daemon_cpu / read * 1e6, "tool": tool_cpu / read * 1e6},
+        }
     finally:
         d.stop()
 
@@ -111,10 +133,12 @@ def note_run(
     r["load"] = os.getloadavg()[0]
     runs[label].append(r)
     flag = "  exhausted" if not r["left"] else ""
+    cpu = r.get("reader_cpu_us")
+    cpu_text = f"  CPU µs/msg {cpu['daemon']:.2f} + {cpu['tool']:.2f}" if cpu else ""
     print(
         f"run {i + 1} {label:>{label_width}}: writer {r['writer']:>{rate_width},.0f} {unit}   "
         f"reader {r['reader']:>{rate_width},.0f} {unit}   left {r['left']:,}  "
-        f"load {r['load']:.2f}{flag}",
+        f"load {r['load']:.2f}{cpu_text}{flag}",
         flush=True,
     )
 
@@ -155,13 +179,24 @@ def main(argv: list[str] | None = None) -> int:
         label: {k: statistics.median(r[k] for r in rs) for k in ("writer", "reader")}
         for label, rs in runs.items()
     }
+    cpu = {
+        label: {k: statistics.median(r["reader_cpu_us"][k] for r in rs) for k in ("daemon", "tool")}
+        for label, rs in runs.items()
+    }
     print(f"\nNSQ 1.3.0 bench_writer/bench_reader, medians of {args.runs}, ratios to {base}:\n")
-    print("| daemon | PUB (bench_writer) ops/s | ratio | SUB+FIN (bench_reader) ops/s | ratio |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| daemon | PUB (bench_writer) ops/s | ratio | SUB+FIN (bench_reader) ops/s | ratio "
+        "| CPU µs per message read: daemon, bench_reader |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for label, m in med.items():
         w = m["writer"] / med[base]["writer"]
         r = m["reader"] / med[base]["reader"]
-        print(f"| {label} | {m['writer']:,.0f} | {w:.2f}x | {m['reader']:,.0f} | {r:.2f}x |")
+        c = cpu[label]
+        print(
+            f"| {label} | {m['writer']:,.0f} | {w:.2f}x | {m['reader']:,.0f} | {r:.2f}x "
+            f"| {c['daemon']:.2f}, {c['tool']:.2f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
