@@ -311,10 +311,12 @@ def test_first_channel_takes_the_held_queue_over_whole() -> None:
     assert t.depth == 0 and ch.depth == 0
 
 
-def test_topic_drains_its_diskqueue_into_its_one_channel_in_chunks(tmp_path) -> None:
-    """A topic's backlog on disk reaches its one channel as the chunks read from the file:
-    into memory while there is room, the rest to the channel's diskqueue. Every record once,
-    counted once, findable by ID where it lies; they come out whole."""
+@pytest.mark.parametrize("framed", [True, False])
+def test_topic_drains_its_diskqueue_into_its_one_channel(tmp_path, framed: bool) -> None:
+    """A topic's backlog on disk reaches its one channel, as the chunks read from the file
+    (``framed``: the compiled build's way) or as records: into memory while there is room, the
+    rest to the channel's diskqueue. Every record once, counted once, findable by ID where it
+    lies; they come out whole."""
     from nsqpy.diskqueue import DiskQueue
 
     def dq(name: str) -> DiskQueue:
@@ -324,6 +326,7 @@ def test_topic_drains_its_diskqueue_into_its_one_channel_in_chunks(tmp_path) -> 
         return Channel("t", name, clock_ns=Clock(), mem_queue_size=1000, backend=dq("t:c"))
 
     t = Topic("t", new_channel, mem_queue_size=100, backend=dq("t"))
+    t.framed_drain = framed
     held = [record(n, b"b%d" % n * (n % 50)) for n in range(3000)]
     for i in range(0, len(held), 250):
         t.put_many(held[i : i + 250])
