@@ -19,8 +19,8 @@ What is packed, and when, keeps the hot paths as they were:
   segment", a list of the objects as they are. With one channel, or once the other channels'
   consumers have taken their copies, the records are held only here and are packed.
 - A topic draining its diskqueue into its one channel (compiled build) hands over the chunks
-  read from the file (``extend_framed``): a chunk becomes a segment as it is, each record after its 4-byte
-  size, and nothing is copied or made an object until taken.
+  read from the file (``extend_framed``): a chunk becomes a segment as it is, each record after
+  its 4-byte size, and nothing is copied or made an object until taken.
 - Records put back at the front (a consumer's in-flight messages when it goes away) are few;
   they stay ``bytes`` objects in a small ``front`` deque.
 

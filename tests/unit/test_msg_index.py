@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.disk_chunks import framed_chunk
 
 from nsqpy.diskqueue import DiskQueue
 from nsqpy.message import encode_record
@@ -30,13 +31,7 @@ def _extend(queue: RecordQueue, index: MemoryIndex, recs, rnd, in_order: bool = 
         queue.extend(recs)
         index.appended(recs, len(queue), in_order=in_order)
         return
-    chunk = bytearray(b"\x00\x01")
-    offs = []
-    for r in recs:
-        offs.append(len(chunk))
-        chunk += len(r).to_bytes(4, "big") + r
-    offs.append(len(chunk))
-    buf = bytes(chunk)
+    buf, offs = framed_chunk(recs, before=b"\x00\x01")
     queue.extend_framed(buf, offs)
     index.appended_framed(buf, offs, len(queue), in_order=in_order)
 

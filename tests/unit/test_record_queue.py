@@ -10,6 +10,7 @@ from collections import deque
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.disk_chunks import framed_chunk
 
 from nsqpy.message import encode_record
 from nsqpy.record_queue import RecordQueue, _Packed, _Refs
@@ -49,14 +50,7 @@ def test_record_queue_behaves_as_a_deque(ops, pack, chunk, share) -> None:
             # a diskqueue chunk: bytes before and after the records taken, each after its size
             same = [_rec(n + i, size) for i in range(k)]
             n += k
-            chunk = bytearray(b"\x00\x00\x00\x07garbage")
-            offs = []
-            for r in same:
-                offs.append(len(chunk))
-                chunk += len(r).to_bytes(4, "big") + r
-            offs.append(len(chunk))
-            chunk += b"\x00\x00\x01"
-            q.extend_framed(bytes(chunk), offs)
+            q.extend_framed(*framed_chunk(same, b"\x00\x00\x00\x07garbage", b"\x00\x00\x01"))
             model.extend(same)
         elif op in ("append", "extend", "front"):
             count = k if op != "append" else 1
