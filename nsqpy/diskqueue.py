@@ -69,8 +69,9 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import ClassVar
 
-from .diskqueue_codec import cut_records, pack_records, record_starts, unframe
+from .diskqueue_codec import NATIVE, cut_records, pack_records, record_starts, unframe
 from .diskqueue_files import READ_CHUNK, DataFiles
 from .diskqueue_meta import MetaFile, format_meta
 from .diskqueue_recovery import carry_out, plan_open
@@ -146,6 +147,8 @@ class DiskQueue:
         "sync_every",
         "sync_timeout_ms",
     )
+
+    compiled_codec: ClassVar[bool] = NATIVE  # the record loops run compiled: read_framed pays
 
     def __init__(
         self,

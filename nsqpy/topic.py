@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .backed_queue import BackedQueue, StorageHooks
 from .channel import Channel
-from .diskqueue_codec import NATIVE
 from .message import HEADER_LENGTH, ID_END, ID_START, record_id
 
 if TYPE_CHECKING:
@@ -97,7 +96,7 @@ class Topic(BackedQueue):
         # A diskqueue backlog reaches a sole channel as the chunks read from the file: fewer
         # objects per record compiled, but more interpreted steps per record than cutting the
         # records out at once (measured: bench.nsq_tools, CPU per message read), so only then.
-        self.framed_drain = NATIVE
+        self.framed_drain = backend is not None and backend.compiled_codec
         self.channels: dict[str, Channel] = {}
         self._deferred_held: list[tuple[bytes, int]] = []
         self.message_count = 0
