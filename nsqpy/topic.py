@@ -259,10 +259,11 @@ class Topic(BackedQueue):
                 if len(records) == have:
                     break
             got = len(records)
-            try:
-                self._fan_out(records, in_order)
-            except OSError:
-                pass  # logged per channel
+            if records:
+                try:
+                    self._fan_out(records, in_order)
+                except OSError:
+                    pass  # logged per channel
         if got and self._hooks is not None:
             self._hooks.backend_read(backend)
         return backend.depth > 0
