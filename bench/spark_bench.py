@@ -178,8 +178,15 @@ def synthetic_data_source() -> Any:
     spool, no file read: what Spark does with the rows is all that is left. Everything is
     available at once (latestOffset is the row count; `max_messages_per_trigger` cuts batches as
     in the nsq source), partitions hold `max_rows_per_partition` rows (100,000, the nsq source's
-    default), and read() builds one batch of up to 65,536 rows from numpy buffers (a few ms) and
-    yields slices of it, as the nsq source's read_slice yields batches of about 65,536 rows.
+    default), and read() yields one batch of 65,536 rows (and a slice of it at a partition's
+    end), as the nsq source's read_slice yields batches of about 65,536 rows.
+
+    The batch holds rows like the ones the nsq source reads after `prefill`: row i has the body
+    ``b"%010d" % i`` followed by x's, a 16-hex-digit ID of its own and a publish time 1 us after
+    row i - 1's, so that every 65,536 rows differ. Rows of one constant value would be far
+    cheaper for Parquet to write, through its dictionary and run-length encodings, than the
+    messages, and the ratio to Spark alone would measure the data as much as the connector. A
+    worker builds the batch once (a few ms) and keeps it.
 
     The classes are made here, in a function, so that cloudpickle sends them to the Python
     workers by value (the bench is not importable there)."""
@@ -218,42 +225,68 @@ def synthetic_data_source() -> Any:
             return [Part(p, min(self.per_part, e - p)) for p in range(s, e, self.per_part)]
 
         def read(self, partition: Any) -> Any:
-            import numpy as np
-            import pyarrow as pa
+            import sys
+            import types
 
-            from nsqpy.spark.spool import SCHEMA
-
-            n = min(65_536, partition.rows)
-            ids = np.frombuffer(b"0123456789abcdef" * n, dtype=np.uint8)
-            off16 = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * 16).tobytes())
-            body = pa.py_buffer(b"x" * (self.size * n))
-            offb = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * self.size).tobytes())
-            ts = pa.py_buffer((np.full(n, 1_700_000_000_000_000, dtype=np.int64)).tobytes())
-            att = pa.py_buffer(np.ones(n, dtype=np.int32).tobytes())
-
-            def const(text: bytes) -> pa.Array:
-                offs = (np.arange(n + 1, dtype=np.int32) * len(text)).tobytes()
-                return pa.Array.from_buffers(
-                    pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(text * n)]
-                )
-
-            rb = pa.RecordBatch.from_arrays(
-                [
-                    pa.Array.from_buffers(pa.string(), n, [None, off16, pa.py_buffer(ids)]),
-                    pa.Array.from_buffers(pa.binary(), n, [None, offb, body]),
-                    pa.Array.from_buffers(SCHEMA.field("timestamp").type, n, [None, ts]),
-                    pa.Array.from_buffers(pa.int32(), n, [None, att]),
-                    const(b"bench"),
-                    const(b"synthetic"),
-                    const(b"127.0.0.1:4150"),
-                ],
-                schema=SCHEMA,
+            # one batch of rows per worker process and body size, built at its first task
+            # (workers are reused across tasks and queries): Spark is measured, not numpy
+            cache = sys.modules.setdefault(
+                "_nsqpy_bench_synthetic", types.ModuleType("_nsqpy_bench_synthetic")
             )
+            rb = getattr(cache, f"rows_{self.size}", None)
+            if rb is None:
+                rb = _rows(self.size)
+                setattr(cache, f"rows_{self.size}", rb)
             left = partition.rows
             while left > 0:
-                k = min(n, left)
-                yield rb if k == n else rb.slice(0, k)
+                k = min(rb.num_rows, left)
+                yield rb if k == rb.num_rows else rb.slice(0, k)
                 left -= k
+
+    def _rows(size: int, n: int = 65_536) -> Any:
+        """Rows 0 to n - 1 as prefill publishes them: each body its row number in 10 digits
+        then x's, each ID its row number in 16 hex digits, publish times 1 us apart."""
+        import numpy as np
+        import pyarrow as pa
+
+        from nsqpy.spark.spool import SCHEMA
+
+        row = np.arange(n, dtype=np.uint64)
+        ids = np.empty((n, 16), np.uint8)
+        hex_digits = np.frombuffer(b"0123456789abcdef", np.uint8)
+        r = row.copy()
+        for k in range(15, -1, -1):
+            ids[:, k] = hex_digits[r & np.uint64(15)]
+            r >>= np.uint64(4)
+        body = np.full((n, size), ord("x"), np.uint8)
+        if size > 10:
+            r = row.copy()
+            for k in range(9, -1, -1):
+                r, d = np.divmod(r, np.uint64(10))
+                body[:, k] = d + ord("0")
+        ts = (1_700_000_000_000_000 + row).astype(np.int64)  # microseconds
+
+        def column(kind: Any, values: np.ndarray, width: int) -> pa.Array:
+            offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+            return pa.Array.from_buffers(
+                kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+            )
+
+        def const(text: bytes) -> pa.Array:
+            return column(pa.string(), np.frombuffer(text * n, np.uint8), len(text))
+
+        return pa.RecordBatch.from_arrays(
+            [
+                column(pa.string(), ids, 16),
+                column(pa.binary(), body, size),
+                pa.Array.from_buffers(SCHEMA.field("timestamp").type, n, [None, pa.py_buffer(ts)]),
+                pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.ones(n, np.int32))]),
+                const(b"bench"),
+                const(b"synthetic"),
+                const(b"127.0.0.1:4150"),
+            ],
+            schema=SCHEMA,
+        )
 
     class Synthetic(DataSource):
         @classmethod
