@@ -21,8 +21,9 @@ nsq sink is measured the other way round: --count rows made by Spark written to 
 With `--source nsq --source synthetic` every round runs each sink from both sources, alternating
 with the rest, and the medians' ratio (nsq source / Spark alone) is printed per sink.
 `first batch s` is the start of the first batch with rows less the query's start. `--warmup N`
-runs an untimed N-message query first (the session's first query starts Spark's code paths and
-the executors' Python workers: its figures are printed as "spark noop (cold)"), and with the
+runs an untimed N-message query first into each of noop and parquet that the rounds run (the
+session's first query starts Spark's code paths and the executors' Python workers, a sink's
+first query its own code paths: their figures are printed as "spark SINK (cold)"), and with the
 nsq sink among the sinks an N-row sink write too ("spark nsq sink (cold)": the write path
 starts Python workers of its own). `--sink fetch`
 runs the source's driver side alone (no Spark). `--trace FILE` collects the connector's timeline
@@ -565,10 +566,11 @@ def main() -> int:
         "--warmup",
         type=int,
         default=0,
-        help="first run an untimed query of this many messages into noop (the SparkSession's "
-        "first query starts the JVM's code paths and the executors' Python workers); it is "
-        "reported as 'spark noop (cold)'; with --sink nsq, an N-row sink write as well "
-        "('spark nsq sink (cold)')",
+        help="first run an untimed query of this many messages into each of the sinks noop and "
+        "parquet that the rounds run, noop when they run neither (a SparkSession's first "
+        "query starts the JVM's code paths and the executors' Python workers, a sink's first "
+        "query its own code paths); reported as 'spark SINK (cold)'; with --sink nsq, an "
+        "N-row sink write as well ('spark nsq sink (cold)')",
     )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--nsqd-cmd", help="the broker's command (default nsqpy-d), e.g. Go nsqd")
@@ -615,10 +617,16 @@ def main() -> int:
                 spark.dataSource.register(synthetic_data_source())
         if args.warmup and spark is not None:
             wargs = argparse.Namespace(**{**vars(args), "count": args.warmup})
-            r = run_one(spark, address, wargs, "noop", "spark_bench_warmup", sources[0])
-            r["mode"] = "spark noop (cold)"
-            results.append(r)
-            print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr, flush=True)
+            # every sink the rounds run: a sink's first query compiles its code paths in the
+            # JVM (the Parquet writer's cost about 3 JVM CPU-seconds), which would fall on
+            # whichever source the first round runs first
+            for sink in [s for s in sinks if s in ("noop", "parquet")] or ["noop"]:
+                topic = f"spark_bench_warmup_{sink}"
+                r = run_one(spark, address, wargs, sink, topic, sources[0])
+                r["mode"] = f"spark {sink} (cold)"
+                results.append(r)
+                print(f"spark-bench {broker} warm-up: {json.dumps(r)}", file=sys.stderr,
+                      flush=True)  # fmt: skip
             if "nsq" in sinks:  # the sink's write path starts its own Python workers
                 r = run_sink(spark, daemon, wargs, "spark_bench_warmup_sink")
                 r["mode"] = "spark nsq sink (cold)"
